@@ -1,0 +1,40 @@
+# tpcmesh: `make help` lists every target.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST := $(VENV)/bin/pytest
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List every target
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: setup
+setup: ## Install everything: Debian packages (as root), the virtualenv, the dashboard's assets
+	@hack/setup.sh
+
+.PHONY: control-plane
+control-plane: ## Build (once, cached in ~/.cache/tpcmesh) kube-apiserver, controller-manager, scheduler and helm
+	@tests/cluster/build-control-plane.sh >/dev/null
+
+.PHONY: demo
+demo: setup ## Run a measured mesh on this machine (local agents, dashboard on SQLite); Ctrl-C ends it
+	$(VENV)/bin/tpcmesh-local demo
+
+.PHONY: test
+test: setup control-plane ## Run every test: unit, integration, cluster, browser, e2e
+	$(PYTEST) tests
+
+.PHONY: test-unit
+test-unit: setup ## Run the fast unit tests only
+	$(PYTEST) tests/unit
+
+.PHONY: lint
+lint: setup ## ruff and mypy
+	$(VENV)/bin/ruff check agent operator dashboard tests
+	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator
+
+.PHONY: bench
+bench: bench-movers bench-dashboard bench-planner ## Run every benchmark; results go to BENCHMARKS.md

@@ -1,0 +1,113 @@
+"""The one interface every mover implements.
+
+A mover performs one pull-mode test as the destination: it fetches ``job.files`` from the source
+endpoint, at most ``job.concurrency`` files in flight, ``job.streams`` TCP streams per file, and
+reports each file's outcome. Statistics (throughput, aggregate, peak) are computed once, from the
+FileResults, by the transfer runner, never by a mover.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One file of a file set, as the source holds it."""
+
+    name: str  # a plain file name: no '/', no '..' (validated at the API edge)
+    size: int  # bytes
+    checksum: str | None = None  # "adler32:<8 hex>" when the source published it
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the source serves the protocol: host (an IP address or name) and port."""
+
+    host: str
+    port: int
+
+    def hostport(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class TransferJob:
+    test_id: str
+    protocol: str
+    source: Endpoint
+    files: tuple[FileSpec, ...]
+    file_set: str  # the source-side directory name of the set (e.g. "11x1000000000" or "small")
+    concurrency: int
+    streams: int
+    timeout: float  # seconds for the whole test
+    destination_dir: Path | None  # None: sink (discard the bytes)
+    verify_checksums: bool = True
+
+
+@dataclass
+class FileResult:
+    name: str
+    size: int
+    bytes: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+    checksum_ok: bool | None = None
+    peak_bps: float | None = None  # highest rate seen in markers for this file, bit/s
+
+
+@dataclass
+class Progress:
+    """Live counters a mover updates; GET /api/v1/transfers/{id} reads them."""
+
+    bytes_done: int = 0
+    files_done: int = 0
+    files_total: int = 0
+    markers: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, cumulative bytes)
+
+    def add_bytes(self, n: int) -> None:
+        self.bytes_done += n
+
+
+ProgressCallback = Callable[[int], None]
+
+
+class MoverUnavailable(RuntimeError):
+    """The mover cannot run here (program missing, server down); the message names the fix."""
+
+
+class Mover(abc.ABC):
+    """A protocol's destination-side client."""
+
+    protocol: str
+
+    @abc.abstractmethod
+    async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
+        """Pull every file of the job; never raise for a per-file failure (record it in FileResult.error).
+
+        Raise MoverUnavailable when the protocol cannot run at all. Cancellation (asyncio.CancelledError)
+        must stop all child processes and sockets before propagating.
+        """
+
+    def available(self) -> str | None:
+        """None when usable, else a message naming what is missing (e.g. the Debian package)."""
+        return None
+
+
+async def run_files_concurrently(
+    job: TransferJob, pull_one: Callable[[FileSpec], Awaitable[FileResult]]
+) -> list[FileResult]:
+    """Run ``pull_one`` for every file with at most ``job.concurrency`` in flight, results in job order."""
+    limit = asyncio.Semaphore(job.concurrency)
+
+    async def guarded(spec: FileSpec) -> FileResult:
+        async with limit:
+            return await pull_one(spec)
+
+    return list(await asyncio.gather(*(guarded(f) for f in job.files)))

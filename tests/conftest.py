@@ -1,0 +1,5 @@
+"""Shared pytest set-up. Fixtures that start real parts live in tests/support/ (one module each)."""
+
+pytest_plugins = [
+    "tests.support.paths",
+]

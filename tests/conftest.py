@@ -2,4 +2,5 @@
 
 pytest_plugins = [
     "tests.support.paths",
+    "tests.support.controlplane",
 ]

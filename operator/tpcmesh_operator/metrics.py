@@ -1,0 +1,30 @@
+"""Prometheus metrics of the operator (`tpcmesh_operator_*`, base units, bounded labels: node, protocol, streams)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RUNS = Counter("tpcmesh_operator_runs_total", "Finished TransferRuns by outcome", ["outcome"])
+RUN_DURATION = Histogram(
+    "tpcmesh_operator_run_duration_seconds", "Wall time of a TransferRun's tests",
+    buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 43200),
+)
+PAIRS = Gauge("tpcmesh_operator_pairs", "Tests of the latest run by status", ["status"])
+TESTS = Counter("tpcmesh_operator_tests_total", "Finished tests by protocol and status", ["protocol", "status"])
+LAST_THROUGHPUT = Gauge(
+    "tpcmesh_operator_last_throughput_bits_per_second",
+    "Latest measured throughput of a pair (the 003 paper's definition), bit/s",
+    ["source", "destination", "protocol", "streams"],
+)
+LAST_RTT = Gauge("tpcmesh_operator_last_rtt_seconds", "Latest median RTT of a pair", ["source", "destination"])
+UNDELIVERED = Gauge("tpcmesh_operator_undelivered_measurements", "Measurements not yet acknowledged by the dashboard")
+
+_undelivered: dict[str, int] = {}
+
+
+def set_undelivered(run: str, count: int) -> None:
+    if count:
+        _undelivered[run] = count
+    else:
+        _undelivered.pop(run, None)
+    UNDELIVERED.set(sum(_undelivered.values()))

@@ -1,0 +1,637 @@
+"""The run executor: one TransferRun from a frozen spec to delivered measurements. Kubernetes-free.
+
+Interface (shared with the local mode `tpcmesh-local`, which must not re-implement any of this):
+
+    executor = RunExecutor(
+        spec,            # spec.BenchmarkSpec (frozen copy; parse_spec(manifest["spec"]))
+        run,             # RunInfo(benchmark_namespace, benchmark_name, benchmark_uid, run_name, run_uid, scheduled_at)
+        directory,       # AgentDirectory: `async agents() -> list[agents.Agent]` (the Ready agents NOW; asked again
+                         #   before every round, an agent missing from it has vanished). StaticDirectory(list) is one.
+        agents_client,   # agents.AgentsClient(token, ca_file) (or anything with the same five async calls)
+        results_client,  # results.ResultsClient(url, token) or None (then measurements stay in status["outbox"])
+        store,           # StatusStore: `async load() -> dict | None`, `async save(dict)`. MemoryStatusStore,
+                         #   JsonFileStatusStore(path) here; kube.KubeStatusStore (TransferRun status) in a cluster.
+        options=ExecutorOptions(poll_interval=1.0, ...),
+        on_progress=callback,   # Progress(done, failed, total, round, rounds, gbps, running) after every change
+        on_event=callback,      # (type "Normal"|"Warning", reason, message): Kubernetes Events / log lines
+    )
+    status = await executor.execute()   # plan, prepare file sets, probe RTT, run rounds, deliver; returns the status
+    left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
+
+The status dict is the whole state (JSON, camelCase keys, stored as the TransferRun status): `phase`, `agents`
+(frozen at the start so a resumed run plans the same rounds), `planned`, `done`, `succeeded`, `failed`,
+`currentRound`, `totalRounds`, `tests` (key -> {status, id, gbps, error} for every finished test), `rtt`,
+`filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected`, `conditions`, times.
+RESUME: a new executor on the same store skips finished tests and re-posts running ones with the same test_id
+(the agent answers 200 with the same record), so no finished pair is redone and no test runs twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import metrics
+from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
+from .planner import RTT, Plan, Setting, Test, plan
+from .results import BatchRejected, DeliveryFailed, batches, deliver_with_backoff
+from .spec import TPC_PROTOCOLS, BenchmarkSpec, to_dict
+
+log = logging.getLogger(__name__)
+
+TEST_ID_NAMESPACE = uuid.UUID("6f0c7a52-4c8e-4d0e-9a51-0d6a2b1f3c11")
+TERMINAL = ("Succeeded", "Failed")
+_MEASUREMENT_FIELDS = (
+    "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
+    "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "started_at", "finished_at",
+    "files",
+)
+
+
+# ---------------------------------------------------------------- interfaces
+
+
+class StatusStore(Protocol):
+    async def load(self) -> dict[str, Any] | None: ...
+    async def save(self, status: dict[str, Any]) -> None: ...
+
+
+class AgentDirectory(Protocol):
+    async def agents(self) -> Sequence[Agent]: ...
+
+
+class AgentsAPI(Protocol):
+    async def prepare_fileset(self, agent: Agent, request: Mapping[str, Any], timeout: float = ...) -> dict: ...
+    async def start_transfer(self, agent: Agent, request: Mapping[str, Any]) -> dict: ...
+    async def get_transfer(self, agent: Agent, test_id: str) -> dict: ...
+    async def cancel_transfer(self, agent: Agent, test_id: str) -> None: ...
+    async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict: ...
+
+
+class ResultsAPI(Protocol):
+    async def post_batch(self, batch: Mapping[str, Any]) -> dict: ...
+
+
+class MemoryStatusStore:
+    def __init__(self, status: dict[str, Any] | None = None) -> None:
+        self.status = copy.deepcopy(status) if status else None
+        self.saves = 0
+
+    async def load(self) -> dict[str, Any] | None:
+        return copy.deepcopy(self.status)
+
+    async def save(self, status: dict[str, Any]) -> None:
+        self.status = copy.deepcopy(status)
+        self.saves += 1
+
+
+class JsonFileStatusStore:
+    """The local mode's store: one JSON file, replaced atomically."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    async def load(self) -> dict[str, Any] | None:
+        if not self.path.exists():
+            return None
+        return json.loads(self.path.read_text())
+
+    async def save(self, status: dict[str, Any]) -> None:
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps(status, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+class StaticDirectory:
+    """A fixed list of agents; `remove(node)` makes one vanish (tests, local mode when an agent dies)."""
+
+    def __init__(self, agents: Sequence[Agent]) -> None:
+        self._agents = {a.node: a for a in agents}
+
+    async def agents(self) -> Sequence[Agent]:
+        return list(self._agents.values())
+
+    def remove(self, node: str) -> None:
+        self._agents.pop(node, None)
+
+    def add(self, agent: Agent) -> None:
+        self._agents[agent.node] = agent
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    benchmark_namespace: str
+    benchmark_name: str
+    run_name: str
+    run_uid: str
+    benchmark_uid: str | None = None
+    scheduled_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    poll_interval: float = 1.0
+    unreachable_grace: float = 15.0  # how long an agent may not answer before its test fails
+    timeout_grace: float = 30.0  # slack on top of the spec's per-transfer timeout
+    fileset_timeout: float = 3600.0
+    delivery_max_seconds: float = 60.0  # backoff budget at the end of execute(); the rest waits for deliver()
+    save_every: float = 0.0  # min seconds between status saves while tests finish (0: after every test)
+
+
+@dataclass
+class Progress:
+    done: int
+    failed: int
+    total: int
+    round: int
+    rounds: int
+    gbps: float
+    running: list[str] = field(default_factory=list)
+    undelivered: int = 0
+
+
+ProgressCallback = Callable[[Progress], None]
+EventCallback = Callable[[str, str, str], None]
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_id(run_uid: str, key: str, attempt: int) -> str:
+    """Deterministic per run, test and attempt: a resumed executor re-posts the same id."""
+    return str(uuid.uuid5(TEST_ID_NAMESPACE, f"{run_uid}/{key}/{attempt}"))
+
+
+def pair_key(source: str, destination: str) -> str:
+    return f"{source}>{destination}"
+
+
+def measurement_from_record(
+    record: Mapping[str, Any], source: str, destination: str, rtt: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Contract `measurement` = the agent's `transferRecord` + the pair's node names + its RTT."""
+    m: dict[str, Any] = {"id": record["test_id"], "source": source, "destination": destination}
+    for k in _MEASUREMENT_FIELDS:
+        if k in record:
+            m[k] = record[k]
+    _add_rtt(m, rtt)
+    return m
+
+
+def failed_measurement(
+    mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A test that produced no agent record (agent vanished, unreachable, file set missing): a failed row."""
+    m: dict[str, Any] = {
+        "id": mid, "source": test.source, "destination": test.destination, "protocol": test.setting.protocol,
+        "streams": test.setting.streams, "status": "failed", "error": error,
+        "started_at": started_at, "finished_at": now_iso(),
+    }
+    if test.setting.protocol != RTT:
+        m["concurrency"] = spec.concurrency
+        m["file_size"] = spec.file_set.size
+        m["file_count"] = spec.file_set.count
+        m["destination_kind"] = spec.destination
+    _add_rtt(m, rtt)
+    return m
+
+
+def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: str) -> dict[str, Any]:
+    ok = not probe.get("error") and probe.get("median_ms") is not None
+    m = {
+        "id": mid, "source": test.source, "destination": test.destination, "protocol": RTT,
+        "status": "succeeded" if ok else "failed", "error": probe.get("error"),
+        "started_at": started_at, "finished_at": now_iso(),
+    }
+    _add_rtt(m, probe if ok else None)
+    return m
+
+
+def _add_rtt(m: dict[str, Any], rtt: Mapping[str, Any] | None) -> None:
+    if rtt:
+        m["rtt_ms"] = rtt.get("median_ms")
+        m["rtt_min_ms"] = rtt.get("min_ms")
+        m["rtt_max_ms"] = rtt.get("max_ms")
+
+
+def set_condition(status: dict[str, Any], type_: str, value: bool, reason: str, message: str = "") -> None:
+    conds = status.setdefault("conditions", [])
+    for c in conds:
+        if c["type"] == type_:
+            if c["status"] != ("True" if value else "False"):
+                c["lastTransitionTime"] = now_iso()
+            c.update(status="True" if value else "False", reason=reason, message=message)
+            return
+    conds.append({"type": type_, "status": "True" if value else "False", "reason": reason, "message": message,
+                  "lastTransitionTime": now_iso()})
+
+
+# ---------------------------------------------------------------- the executor
+
+
+class RunExecutor:
+    def __init__(
+        self,
+        spec: BenchmarkSpec,
+        run: RunInfo,
+        directory: AgentDirectory,
+        agents_client: AgentsAPI,
+        results_client: ResultsAPI | None,
+        store: StatusStore,
+        *,
+        options: ExecutorOptions | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        self.spec = spec
+        self.run = run
+        self.directory = directory
+        self.agents_client = agents_client
+        self.results_client = results_client
+        self.store = store
+        self.options = options or ExecutorOptions()
+        self.on_progress = on_progress
+        self.on_event = on_event
+        self.status: dict[str, Any] = {}
+        self.plan: Plan | None = None
+        self._lock = asyncio.Lock()
+        self._live: dict[str, float] = {}
+        self._frozen: dict[str, Agent] = {}
+        self._current: dict[str, Agent] = {}
+        self._last_save = 0.0
+        self._flush_lock = asyncio.Lock()
+
+    # -- public
+
+    async def execute(self) -> dict[str, Any]:
+        self.status = await self.store.load() or {}
+        st = self.status
+        if st.get("phase") in TERMINAL:
+            await self.deliver(self.options.delivery_max_seconds)
+            return self.status
+        resumed = "agents" in st
+        if not resumed:
+            agents = sorted(await self.directory.agents(), key=lambda a: a.node)
+            st.update(
+                phase="Running", startTime=now_iso(), agents=[a.to_dict() for a in agents], tests={}, rtt={},
+                filesets={}, outbox=[], delivered=0, rejected=0, currentRound=0,
+            )
+        self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
+        self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec)
+        p = self.plan
+        st["planned"] = p.num_tests + len(p.skipped) * len(p.settings)
+        st["totalRounds"] = p.num_rounds
+        self._recount()
+        set_condition(st, "Progressing", True, "Resumed" if resumed else "Started",
+                      f"{st['planned']} tests of {len(self._frozen)} agents in {p.num_rounds} rounds")
+        await self._save(force=True)
+        self._event("Normal", "Resumed" if resumed else "Started",
+                    f"{'Resumed' if resumed else 'Started'} run {self.run.run_name}: {st['planned']} tests, "
+                    f"{len(self._frozen)} agents, {p.num_rounds} rounds")
+        if len(self._frozen) < 2 and not p.skipped:
+            return await self._finish("NotEnoughAgents", f"{len(self._frozen)} Ready agent(s): a mesh needs two")
+        t0 = time.monotonic()
+        for s, d, reason in p.skipped:
+            for setting in p.settings:
+                await self._record_failure(Test(-1, setting, s, d), test_id(self.run.run_uid, f"{setting.key}:{s}>{d}",
+                                                                          0), reason, now_iso())
+        await self._prepare_filesets()
+        for i in range(int(st.get("currentRound", 0)), p.num_rounds):
+            st["currentRound"] = i
+            self._current = {a.node: a for a in await self._directory_safe()}
+            pending = [t for t in p.round(i) if t.key not in st["tests"]]
+            if pending:
+                await asyncio.gather(*(self._run_test(t) for t in pending))
+            st["currentRound"] = i + 1
+            await self._save(force=True)
+            self._progress()
+            await self._flush_once()
+        metrics.RUN_DURATION.observe(time.monotonic() - t0)
+        return await self._finish(None, "")
+
+    async def deliver(self, max_seconds: float) -> int:
+        """Retry delivery of the outbox with backoff for up to max_seconds. Returns how many are left."""
+        if self.results_client is None or not self.status.get("outbox"):
+            return len(self.status.get("outbox") or [])
+        deadline = time.monotonic() + max_seconds
+        async with self._flush_lock:
+            while self.status.get("outbox"):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                client = self.results_client
+
+                async def post(b: dict[str, Any], left: float = left, client: Any = client) -> Any:
+                    return await deliver_with_backoff(client, b, left)
+
+                try:
+                    await self._post_next_batch(post)
+                except DeliveryFailed as e:
+                    self._delivery_failed(e)
+                    break
+        self._progress()
+        return len(self.status.get("outbox") or [])
+
+    # -- steps
+
+    async def _finish(self, reason: str | None, message: str) -> dict[str, Any]:
+        st = self.status
+        self._recount()
+        if reason is None:
+            ok = st["succeeded"] > 0 or st["planned"] == 0
+            reason = "Completed" if st["failed"] == 0 else ("CompletedWithFailures" if ok else "AllTestsFailed")
+            message = f"{st['succeeded']} of {st['planned']} tests succeeded, {st['failed']} failed"
+        else:
+            ok = False
+        st["phase"] = "Succeeded" if ok else "Failed"
+        st["completionTime"] = now_iso()
+        st["message"] = message
+        set_condition(st, "Progressing", False, reason, message)
+        set_condition(st, "Succeeded", ok, reason, message)
+        set_condition(st, "Failed", not ok, reason, message)
+        metrics.RUNS.labels(outcome=st["phase"].lower()).inc()
+        metrics.PAIRS.labels(status="succeeded").set(st["succeeded"])
+        metrics.PAIRS.labels(status="failed").set(st["failed"])
+        await self._save(force=True)
+        self._event("Normal" if ok else "Warning", reason, f"Run {self.run.run_name} finished: {message}")
+        self._progress()
+        await self.deliver(self.options.delivery_max_seconds)
+        return self.status
+
+    async def _prepare_filesets(self) -> None:
+        if not any(p in TPC_PROTOCOLS for p in self.spec.protocols):
+            return
+        st = self.status
+        todo = [a for n, a in self._frozen.items() if st["filesets"].get(n) != "ready"]
+
+        async def one(agent: Agent) -> None:
+            try:
+                await self.agents_client.prepare_fileset(
+                    agent, self.spec.file_set.request(), timeout=self.options.fileset_timeout
+                )
+                st["filesets"][agent.node] = "ready"
+            except (AgentUnavailable, AgentRejected) as e:
+                st["filesets"][agent.node] = e.message
+                self._event("Warning", "FileSetFailed", f"File set {self.spec.file_set.name} failed on {agent.node}: "
+                                                        f"{e.message}")
+
+        if todo:
+            await asyncio.gather(*(one(a) for a in todo))
+            await self._save(force=True)
+
+    async def _run_test(self, test: Test) -> None:
+        started = now_iso()
+        key = test.key
+        rtt = self.status["rtt"].get(pair_key(test.source, test.destination))
+        gone = [n for n in (test.source, test.destination) if n not in self._current]
+        if gone:
+            await self._record_failure(test, test_id(self.run.run_uid, key, 0),
+                                       f"agent {gone[0]} vanished (no longer Ready)", started, rtt)
+            return
+        src, dst = self._current[test.source], self._current[test.destination]
+        if test.setting.protocol == RTT:
+            tid = test_id(self.run.run_uid, key, 0)
+            try:
+                probe = await self.agents_client.probe_rtt(dst, src.address, src.port("control"),
+                                                           self.spec.latency_count)
+            except (AgentUnavailable, AgentRejected) as e:
+                probe = {"error": e.message}
+            m = rtt_measurement(tid, test, probe, started)
+            if m["status"] == "succeeded":
+                self.status["rtt"][pair_key(test.source, test.destination)] = {
+                    k: probe.get(k) for k in ("median_ms", "min_ms", "max_ms")}
+                metrics.LAST_RTT.labels(test.source, test.destination).set((probe["median_ms"] or 0) / 1000)
+            await self._record(test, m)
+            return
+        if test.setting.protocol in TPC_PROTOCOLS:
+            for node in (test.source, test.destination):
+                fs = self.status["filesets"].get(node)
+                if fs != "ready":
+                    await self._record_failure(test, test_id(self.run.run_uid, key, 0),
+                                               f"file set {self.spec.file_set.name} not ready on {node}: {fs}",
+                                               started, rtt)
+                    return
+        record: dict[str, Any] | None = None
+        error = ""
+        tid = ""
+        for attempt in range(self.spec.retries + 1):
+            tid = test_id(self.run.run_uid, key, attempt)
+            record, error, final = await self._transfer(test, src, dst, tid)
+            if record is not None and record.get("status") == "succeeded":
+                break
+            if final:
+                break
+            if attempt < self.spec.retries:
+                self._event("Normal", "Retrying", f"Retrying {key} (attempt {attempt + 2}): {error}")
+        if record is not None:
+            await self._record(test, measurement_from_record(record, test.source, test.destination, rtt))
+        else:
+            await self._record_failure(test, tid, error, started, rtt)
+
+    async def _transfer(self, test: Test, src: Agent, dst: Agent, tid: str) -> tuple[dict | None, str, bool]:
+        """One attempt. Returns (final record or None, error, final: no point retrying)."""
+        o = self.options
+        proto = test.setting.protocol
+        request = {
+            "test_id": tid, "protocol": proto, "source": {"host": src.address, "port": src.port(proto)},
+            "file_set": self.spec.file_set.request(), "concurrency": self.spec.concurrency,
+            "streams": test.setting.streams, "timeout_seconds": self.spec.timeout_seconds,
+            "destination": self.spec.destination,
+        }
+        deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
+        unreachable_since: float | None = None
+        started = False
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    await self._cancel(dst, tid)
+                    return None, f"timed out after {self.spec.timeout_seconds} s", False
+                try:
+                    if not started:
+                        rec = await self.agents_client.start_transfer(dst, request)
+                        started = True
+                    else:
+                        rec = await self.agents_client.get_transfer(dst, tid)
+                    unreachable_since = None
+                except AgentBusy:
+                    await asyncio.sleep(o.poll_interval)
+                    continue
+                except AgentRejected as e:
+                    if started and e.status == 404:
+                        return None, f"agent {dst.node} lost test {tid} (restarted?)", False
+                    return None, e.message, e.status not in (404, 408, 429)
+                except AgentUnavailable as e:
+                    now = time.monotonic()
+                    unreachable_since = unreachable_since or now
+                    if now - unreachable_since >= o.unreachable_grace:
+                        live = {a.node for a in await self._directory_safe()}
+                        if dst.node not in live:
+                            return None, f"agent {dst.node} vanished during the test", True
+                        return None, f"agent {dst.node} unreachable for {o.unreachable_grace:g} s: {e.message}", True
+                    await asyncio.sleep(o.poll_interval)
+                    continue
+                if rec.get("status") in ("succeeded", "failed", "cancelled"):
+                    return rec, rec.get("error") or "", False
+                gbps = (rec.get("progress") or {}).get("gbps")
+                self._live[test.key] = float(gbps or 0.0)
+                self._progress()
+                await asyncio.sleep(o.poll_interval)
+        finally:
+            self._live.pop(test.key, None)
+
+    async def _cancel(self, agent: Agent, tid: str) -> None:
+        try:
+            await self.agents_client.cancel_transfer(agent, tid)
+        except AgentUnavailable:
+            pass
+
+    # -- bookkeeping
+
+    async def _record_failure(self, test: Test, tid: str, error: str, started: str,
+                              rtt: Mapping[str, Any] | None = None) -> None:
+        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt))
+
+    async def _record(self, test: Test, m: dict[str, Any]) -> None:
+        async with self._lock:
+            st = self.status
+            gbps = m.get("throughput_gbps")
+            st["tests"][test.key] = {"status": m["status"], "id": m["id"], "gbps": gbps, "error": m.get("error")}
+            st["outbox"].append(m)
+            self._recount()
+            metrics.TESTS.labels(protocol=test.setting.protocol, status=m["status"]).inc()
+            if gbps is not None and test.setting.protocol != RTT:
+                metrics.LAST_THROUGHPUT.labels(test.source, test.destination, test.setting.protocol,
+                                               str(test.setting.streams)).set(gbps * 1e9)
+            if m["status"] != "succeeded":
+                self._event("Warning", "TestFailed", f"Test {test.key} failed: {m.get('error')}")
+            await self._save()
+        self._progress()
+
+    def _recount(self) -> None:
+        st = self.status
+        tests = st.get("tests", {})
+        st["done"] = len(tests)
+        st["succeeded"] = sum(1 for t in tests.values() if t["status"] == "succeeded")
+        st["failed"] = st["done"] - st["succeeded"]
+        st["undelivered"] = len(st.get("outbox") or [])
+        metrics.set_undelivered(self.run.run_uid, st["undelivered"])
+
+    async def _save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and self.options.save_every and now - self._last_save < self.options.save_every:
+            return
+        self._last_save = now
+        self.status["undelivered"] = len(self.status.get("outbox") or [])
+        await self.store.save(self.status)
+
+    async def _directory_safe(self) -> Sequence[Agent]:
+        try:
+            return await self.directory.agents()
+        except Exception as e:  # a flaky API server must not fail every test: keep the last view
+            log.warning("Listing agents failed, keeping the last view: %s", e)
+            return list(self._current.values()) or list(self._frozen.values())
+
+    # -- delivery
+
+    def _batch(self, measurements: list[Mapping[str, Any]]) -> dict[str, Any]:
+        st, r = self.status, self.run
+        nodes = []
+        for a in self._frozen.values():
+            nic = a.labels.get("tpcmesh.io/nic-speed-gbps")
+            nodes.append({
+                "name": a.node, "address": a.address, "labels": dict(a.labels),
+                "site": a.labels.get("tpcmesh.io/site") or a.labels.get("topology.kubernetes.io/zone"),
+                "nic_speed_gbps": float(nic) if nic and nic.replace(".", "", 1).isdigit() else None,
+            })
+        return {
+            "benchmark": {"namespace": r.benchmark_namespace, "name": r.benchmark_name, "uid": r.benchmark_uid,
+                          "spec": to_dict(self.spec), "thresholds": dict(self.spec.thresholds)},
+            "run": {"uid": r.run_uid, "name": r.run_name, "scheduled_at": r.scheduled_at,
+                    "started_at": st.get("startTime"), "finished_at": st.get("completionTime"),
+                    "state": st.get("phase", "Running"),
+                    "counts": {k: st.get(k, 0) for k in ("planned", "done", "succeeded", "failed")}},
+            "nodes": nodes,
+            "measurements": measurements,
+        }
+
+    async def _post_next_batch(self, post: Callable[[dict[str, Any]], Any]) -> None:
+        batch_ms = batches(self.status["outbox"])[0]
+        ids = {m["id"] for m in batch_ms}
+        try:
+            await post(self._batch(batch_ms))
+        except BatchRejected as e:
+            self.status["rejected"] = self.status.get("rejected", 0) + len(ids)
+            self.status["deliveryError"] = str(e)[:1000]
+            self._event("Warning", "DeliveryRejected", f"Dashboard rejected {len(ids)} measurements: {e}"[:1000])
+        else:
+            self.status["delivered"] = self.status.get("delivered", 0) + len(ids)
+            self.status.pop("deliveryError", None)
+        async with self._lock:
+            self.status["outbox"] = [m for m in self.status["outbox"] if m["id"] not in ids]
+            self._recount()
+            if not self.status["outbox"]:
+                set_condition(self.status, "Delivered", True, "Acknowledged",
+                              f"{self.status['delivered']} measurements acknowledged by the dashboard")
+            await self._save(force=True)
+
+    async def _flush_once(self) -> None:
+        """During the run: one attempt per batch, no waiting; an outage just leaves them in the outbox."""
+        if self.results_client is None or self._flush_lock.locked():
+            return
+        async with self._flush_lock:
+            while self.status.get("outbox"):
+                try:
+                    await self._post_next_batch(self.results_client.post_batch)
+                except DeliveryFailed as e:
+                    self._delivery_failed(e)
+                    return
+
+    def _delivery_failed(self, e: Exception) -> None:
+        n = len(self.status.get("outbox") or [])
+        self.status["deliveryError"] = str(e)[:1000]
+        set_condition(self.status, "Delivered", False, "DashboardUnavailable", f"{n} measurements waiting: {e}"[:1000])
+        log.warning("Delivery of %d measurements failed, keeping them: %s", n, e)
+
+    # -- reporting
+
+    def _event(self, type_: str, reason: str, message: str) -> None:
+        (log.info if type_ == "Normal" else log.warning)("%s", message)
+        if self.on_event:
+            try:
+                self.on_event(type_, reason, message)
+            except Exception:  # reporting must never break a run
+                log.exception("Event callback failed")
+
+    def _progress(self) -> None:
+        if not self.on_progress:
+            return
+        st = self.status
+        try:
+            self.on_progress(Progress(
+                done=st.get("done", 0), failed=st.get("failed", 0), total=st.get("planned", 0),
+                round=st.get("currentRound", 0), rounds=st.get("totalRounds", 0), gbps=sum(self._live.values()),
+                running=sorted(self._live), undelivered=len(st.get("outbox") or []),
+            ))
+        except Exception:
+            log.exception("Progress callback failed")
+
+
+__all__ = [
+    "AgentDirectory", "ExecutorOptions", "JsonFileStatusStore", "MemoryStatusStore", "Progress", "RunExecutor",
+    "RunInfo", "Setting", "StaticDirectory", "StatusStore", "failed_measurement", "measurement_from_record",
+    "rtt_measurement", "test_id",
+]

@@ -1,0 +1,370 @@
+"""TransferBenchmark spec: parse and validate the (camelCase) Kubernetes spec into frozen dataclasses.
+
+Pure code. Every error is a `SpecError` naming the field (`spec.fileSet.size: ...`), so the operator can put it in
+a condition and an Event, and the local mode can print it. `to_dict` gives the canonical camelCase form that is
+frozen into a TransferRun and parses back to an equal object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
+TPC_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp")
+DATASETS = ("small", "medium", "large")
+PAIR_MODES = ("fullMesh", "explicit", "groups")
+DIRECTIONS = ("both", "aToB", "bToA")
+CONCURRENCY_POLICIES = ("Forbid", "Replace")
+DESTINATIONS = ("store", "sink")
+
+DEFAULT_SCHEDULE = "@every 12h"
+DEFAULT_STREAMS = (8, 1)
+DEFAULT_CONCURRENCY = 11
+DEFAULT_FILE_COUNT = 11
+DEFAULT_FILE_SIZE = 1_000_000_000
+DEFAULT_PROTOCOLS = ("xrootd-https", "gridftp")
+DEFAULT_TIMEOUT_SECONDS = 1800
+DEFAULT_RETRIES = 1
+DEFAULT_LATENCY_COUNT = 5
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKMGT]i?B?|B)?\s*$")
+_UNITS = {
+    None: 1, "B": 1,
+    "k": 10**3, "kB": 10**3, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9,
+    "T": 10**12, "TB": 10**12,
+    "Ki": 2**10, "KiB": 2**10, "kiB": 2**10, "Mi": 2**20, "MiB": 2**20, "Gi": 2**30, "GiB": 2**30,
+    "Ti": 2**40, "TiB": 2**40,
+}
+
+
+class SpecError(ValueError):
+    """An invalid spec. `field` is the dotted path of the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def parse_size(value: Any, field: str = "size") -> int:
+    """'1GB' -> 10**9, '1GiB' -> 2**30, '64MB', '500kB', 1234 (bytes)."""
+    if isinstance(value, bool):
+        raise SpecError(field, f"expected a size like '1GB' or '1GiB', got {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if not m or m.group(2) not in _UNITS:
+            raise SpecError(field, f"expected a size like '1GB', '64MiB' or a byte count, got {value!r}")
+        n = int(float(m.group(1)) * _UNITS[m.group(2)])
+    else:
+        raise SpecError(field, f"expected a size like '1GB' or '1GiB', got {value!r}")
+    if n <= 0:
+        raise SpecError(field, f"must be positive, got {value!r}")
+    return n
+
+
+def format_size(n: int) -> str:
+    for unit, mult in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n % mult == 0:
+            return f"{n // mult}{unit}"
+    for unit, mult in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n % mult == 0:
+            return f"{n // mult}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class FileSet:
+    count: int | None = DEFAULT_FILE_COUNT
+    size: int | None = DEFAULT_FILE_SIZE
+    dataset: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The agents' set name: `<count>x<size>` or the dataset name."""
+        return self.dataset if self.dataset else f"{self.count}x{self.size}"
+
+    def request(self) -> dict[str, Any]:
+        """Body of POST /api/v1/filesets and the `file_set` of POST /api/v1/transfers."""
+        return {"dataset": self.dataset} if self.dataset else {"count": self.count, "size": self.size}
+
+
+@dataclass(frozen=True)
+class Pairs:
+    mode: str = "fullMesh"
+    explicit: tuple[tuple[str, str], ...] = ()
+    group_a: Mapping[str, str] = field(default_factory=dict)
+    group_b: Mapping[str, str] = field(default_factory=dict)
+    direction: str = "both"
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str = "token"
+
+
+@dataclass(frozen=True)
+class Results:
+    url: str
+    token_secret: SecretKeyRef | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    schedule: str = DEFAULT_SCHEDULE
+    suspend: bool = False
+    agent_selector: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    pairs: Pairs = field(default_factory=Pairs)
+    protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
+    latency: bool = True
+    latency_count: int = DEFAULT_LATENCY_COUNT
+    streams: tuple[int, ...] = DEFAULT_STREAMS
+    concurrency: int = DEFAULT_CONCURRENCY
+    file_set: FileSet = field(default_factory=FileSet)
+    destination: str = "store"
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+    retries: int = DEFAULT_RETRIES
+    thresholds: Mapping[str, Any] = field(default_factory=dict)
+    results: Results | None = None
+    concurrency_policy: str = "Forbid"
+    successful_runs_history_limit: int = 3
+    failed_runs_history_limit: int = 1
+
+
+def _get(d: Mapping[str, Any], key: str, path: str, types: type | tuple[type, ...], default: Any) -> Any:
+    if key not in d or d[key] is None:
+        return default
+    v = d[key]
+    if isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise SpecError(f"{path}.{key}", f"expected {_tname(types)}, got {v!r}")
+    if not isinstance(v, types):
+        raise SpecError(f"{path}.{key}", f"expected {_tname(types)}, got {v!r}")
+    return v
+
+
+def _tname(types: type | tuple[type, ...]) -> str:
+    ts = types if isinstance(types, tuple) else (types,)
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "a boolean"}
+    return " or ".join(names.get(t, t.__name__) for t in ts)
+
+
+def _int(d: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int) -> int:
+    v = _get(d, key, path, int, default)
+    if not lo <= v <= hi:
+        raise SpecError(f"{path}.{key}", f"must be between {lo} and {hi}, got {v}")
+    return int(v)
+
+
+def _labels(v: Any, path: str) -> dict[str, str]:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise SpecError(path, f"expected an object, got {v!r}")
+    labels = v.get("matchLabels", v) if "matchLabels" in v or not v else v
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(x, str) for k, x in labels.items()):
+        raise SpecError(path, "expected matchLabels: a map of label names to string values")
+    return dict(labels)
+
+
+def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkSpec:
+    """Validate a TransferBenchmark spec (as stored in Kubernetes or read from YAML)."""
+    from .schedule import parse_schedule  # local import: schedule has no dependency on spec
+
+    d: Mapping[str, Any] = spec or {}
+    if not isinstance(d, Mapping):
+        raise SpecError(path, f"expected an object, got {d!r}")
+    known = {
+        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "streams",
+        "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
+        "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit",
+    }
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
+
+    schedule = _get(d, "schedule", path, str, DEFAULT_SCHEDULE).strip()
+    try:
+        parse_schedule(schedule)
+    except ValueError as e:
+        raise SpecError(f"{path}.schedule", str(e)) from None
+
+    protocols = _get(d, "protocols", path, list, list(DEFAULT_PROTOCOLS))
+    for i, p in enumerate(protocols):
+        if p not in PROTOCOLS:
+            raise SpecError(f"{path}.protocols[{i}]", f"unknown protocol {p!r} (one of {', '.join(PROTOCOLS)})")
+    if len(set(protocols)) != len(protocols):
+        raise SpecError(f"{path}.protocols", "must not repeat a protocol")
+
+    lat = d.get("latency", True)
+    if isinstance(lat, bool):
+        latency, latency_count = lat, DEFAULT_LATENCY_COUNT
+    elif isinstance(lat, Mapping):
+        latency = _get(lat, "enabled", f"{path}.latency", bool, True)
+        latency_count = _int(lat, "count", f"{path}.latency", DEFAULT_LATENCY_COUNT, 1, 100)
+    else:
+        raise SpecError(f"{path}.latency", f"expected a boolean or {{enabled, count}}, got {lat!r}")
+    if not protocols and not latency:
+        raise SpecError(f"{path}.protocols", "nothing to measure: no protocol and latency off")
+
+    streams = _get(d, "streams", path, list, list(DEFAULT_STREAMS))
+    if not streams:
+        raise SpecError(f"{path}.streams", "must list at least one stream count")
+    for i, s in enumerate(streams):
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 100:
+            raise SpecError(f"{path}.streams[{i}]", f"must be an integer between 1 and 100, got {s!r}")
+    if len(set(streams)) != len(streams):
+        raise SpecError(f"{path}.streams", "must not repeat a stream count")
+
+    fs = _get(d, "fileSet", path, dict, {})
+    fpath = f"{path}.fileSet"
+    if "dataset" in fs and fs["dataset"] is not None:
+        if "count" in fs or "size" in fs:
+            raise SpecError(fpath, "give either dataset or count and size, not both")
+        if fs["dataset"] not in DATASETS:
+            raise SpecError(f"{fpath}.dataset", f"unknown dataset {fs['dataset']!r} (one of {', '.join(DATASETS)})")
+        file_set = FileSet(count=None, size=None, dataset=fs["dataset"])
+    else:
+        unknown_fs = sorted(set(fs) - {"count", "size", "dataset"})
+        if unknown_fs:
+            raise SpecError(f"{fpath}.{unknown_fs[0]}", "unknown field (known: count, size, dataset)")
+        count = _int(fs, "count", fpath, DEFAULT_FILE_COUNT, 1, 10000)
+        size = parse_size(fs.get("size", DEFAULT_FILE_SIZE), f"{fpath}.size")
+        file_set = FileSet(count=count, size=size)
+
+    pd = _get(d, "pairs", path, dict, {})
+    ppath = f"{path}.pairs"
+    mode = _get(pd, "mode", ppath, str, "fullMesh")
+    if mode not in PAIR_MODES:
+        raise SpecError(f"{ppath}.mode", f"must be one of {', '.join(PAIR_MODES)}, got {mode!r}")
+    explicit: list[tuple[str, str]] = []
+    group_a: dict[str, str] = {}
+    group_b: dict[str, str] = {}
+    direction = _get(pd, "direction", ppath, str, "both")
+    if direction not in DIRECTIONS:
+        raise SpecError(f"{ppath}.direction", f"must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    if mode == "explicit":
+        items = _get(pd, "explicit", ppath, list, [])
+        if not items:
+            raise SpecError(f"{ppath}.explicit", "mode explicit needs at least one {source, destination} pair")
+        for i, it in enumerate(items):
+            ip = f"{ppath}.explicit[{i}]"
+            if not isinstance(it, Mapping) or not isinstance(it.get("source"), str) or not isinstance(
+                it.get("destination"), str
+            ):
+                raise SpecError(ip, "expected {source: <node>, destination: <node>}")
+            if it["source"] == it["destination"]:
+                raise SpecError(ip, f"source and destination are the same node {it['source']!r}")
+            pair = (it["source"], it["destination"])
+            if pair in explicit:
+                raise SpecError(ip, f"pair {pair[0]} -> {pair[1]} listed twice")
+            explicit.append(pair)
+    elif mode == "groups":
+        group_a = _labels(pd.get("groupA"), f"{ppath}.groupA")
+        group_b = _labels(pd.get("groupB"), f"{ppath}.groupB")
+        if not group_a or not group_b:
+            raise SpecError(f"{ppath}.groupA" if not group_a else f"{ppath}.groupB",
+                            "mode groups needs groupA and groupB label selectors")
+
+    res = d.get("results")
+    results = None
+    if res is not None:
+        if not isinstance(res, Mapping):
+            raise SpecError(f"{path}.results", "expected {url, tokenSecret: {name, key}}")
+        url = _get(res, "url", f"{path}.results", str, "")
+        if not re.match(r"^https?://[^\s/]+", url):
+            raise SpecError(f"{path}.results.url", f"expected an http(s) URL, got {url!r}")
+        ts = res.get("tokenSecret")
+        token_secret = None
+        if ts is not None:
+            if not isinstance(ts, Mapping) or not isinstance(ts.get("name"), str) or not ts["name"]:
+                raise SpecError(f"{path}.results.tokenSecret", "expected {name: <secret>, key: <key>}")
+            token_secret = SecretKeyRef(ts["name"], _get(ts, "key", f"{path}.results.tokenSecret", str, "token"))
+        results = Results(url=url.rstrip("/"), token_secret=token_secret)
+
+    destination = _get(d, "destination", path, str, "store")
+    if destination not in DESTINATIONS:
+        raise SpecError(f"{path}.destination", f"must be one of {', '.join(DESTINATIONS)}, got {destination!r}")
+    policy = _get(d, "concurrencyPolicy", path, str, "Forbid")
+    if policy not in CONCURRENCY_POLICIES:
+        raise SpecError(f"{path}.concurrencyPolicy",
+                        f"must be one of {', '.join(CONCURRENCY_POLICIES)}, got {policy!r}")
+    thresholds = _get(d, "thresholds", path, dict, {})
+
+    return BenchmarkSpec(
+        schedule=schedule,
+        suspend=_get(d, "suspend", path, bool, False),
+        agent_selector=_labels(d.get("agentSelector"), f"{path}.agentSelector"),
+        node_selector=_labels(d.get("nodeSelector"), f"{path}.nodeSelector"),
+        pairs=Pairs(mode=mode, explicit=tuple(explicit), group_a=group_a, group_b=group_b, direction=direction),
+        protocols=tuple(protocols),
+        latency=latency,
+        latency_count=latency_count,
+        streams=tuple(streams),
+        concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
+        file_set=file_set,
+        destination=destination,
+        timeout_seconds=_int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400),
+        retries=_int(d, "retries", path, DEFAULT_RETRIES, 0, 10),
+        thresholds=dict(thresholds),
+        results=results,
+        concurrency_policy=policy,
+        successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
+        failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
+    )
+
+
+def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
+    """The canonical camelCase spec (what a TransferRun freezes); parse_spec(to_dict(s)) == s."""
+    out: dict[str, Any] = {
+        "schedule": s.schedule,
+        "suspend": s.suspend,
+        "pairs": {"mode": s.pairs.mode, "direction": s.pairs.direction},
+        "protocols": list(s.protocols),
+        "latency": {"enabled": s.latency, "count": s.latency_count},
+        "streams": list(s.streams),
+        "concurrency": s.concurrency,
+        "fileSet": {"dataset": s.file_set.dataset} if s.file_set.dataset
+        else {"count": s.file_set.count, "size": format_size(s.file_set.size or 0)},
+        "destination": s.destination,
+        "timeoutSeconds": s.timeout_seconds,
+        "retries": s.retries,
+        "thresholds": dict(s.thresholds),
+        "concurrencyPolicy": s.concurrency_policy,
+        "successfulRunsHistoryLimit": s.successful_runs_history_limit,
+        "failedRunsHistoryLimit": s.failed_runs_history_limit,
+    }
+    if s.agent_selector:
+        out["agentSelector"] = {"matchLabels": dict(s.agent_selector)}
+    if s.node_selector:
+        out["nodeSelector"] = {"matchLabels": dict(s.node_selector)}
+    if s.pairs.mode == "explicit":
+        out["pairs"]["explicit"] = [{"source": a, "destination": b} for a, b in s.pairs.explicit]
+    if s.pairs.mode == "groups":
+        out["pairs"]["groupA"] = {"matchLabels": dict(s.pairs.group_a)}
+        out["pairs"]["groupB"] = {"matchLabels": dict(s.pairs.group_b)}
+    if s.results:
+        out["results"] = {"url": s.results.url}
+        if s.results.token_secret:
+            out["results"]["tokenSecret"] = {"name": s.results.token_secret.name, "key": s.results.token_secret.key}
+    return out
+
+
+def load_manifest(doc: Mapping[str, Any]) -> tuple[str, BenchmarkSpec]:
+    """A TransferBenchmark (or TransferRun with an inline `benchmark` spec) manifest -> (name, spec)."""
+    kind = doc.get("kind")
+    name = (doc.get("metadata") or {}).get("name") or "benchmark"
+    if kind == "TransferBenchmark":
+        return name, parse_spec(doc.get("spec"))
+    if kind == "TransferRun":
+        spec = (doc.get("spec") or {}).get("benchmark")
+        if spec is None:
+            raise SpecError("spec.benchmark", "a TransferRun run outside a cluster needs an inline benchmark spec")
+        return name, parse_spec(spec, "spec.benchmark")
+    raise SpecError("kind", f"expected TransferBenchmark or TransferRun, got {kind!r}")
+

@@ -1,0 +1,140 @@
+"""Settings of the tpcmesh dashboard, all from the environment (one module; tests use settings_test).
+
+TPCMESH_DASHBOARD_* variables:
+  SECRET_KEY     Django secret key (a fixed development key when unset; set it in production)
+  DEBUG          "1" for debug pages
+  ALLOWED_HOSTS  comma-separated host names (default "*")
+  READ_ACCESS    "open" (default): anyone may read; "token": reads need an API token too
+  MAX_BODY_BYTES largest accepted request body in bytes (default 32 MiB); larger ingests get 413
+  STALE_SECONDS  a grid cell older than this is drawn as stale (default 2 days)
+DATABASE_URL: any dj-database-url URL (postgres://...); a SQLite file dashboard/db.sqlite3 when unset.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = BASE_DIR.parent
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"TPCMESH_DASHBOARD_{name}", default)
+
+
+SECRET_KEY = _env("SECRET_KEY", "tpcmesh-development-key-not-for-production")
+DEBUG = _env("DEBUG", "0") == "1"
+ALLOWED_HOSTS = [h.strip() for h in _env("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+
+READ_ACCESS = _env("READ_ACCESS", "open")
+if READ_ACCESS not in ("open", "token"):
+    raise ValueError(f"TPCMESH_DASHBOARD_READ_ACCESS must be 'open' or 'token', not {READ_ACCESS!r}")
+MAX_BODY_BYTES = int(_env("MAX_BODY_BYTES", str(32 * 1024 * 1024)))
+STALE_SECONDS = int(_env("STALE_SECONDS", str(2 * 24 * 3600)))
+# The whole ingest body is read at once; Django's own limit must not refuse it before our 413 does.
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "results",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "results.middleware.BodySizeLimitMiddleware",
+    "results.middleware.MetricsMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        conn_max_age=60,
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["results.api.authentication.TokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["results.api.permissions.ReadAccess"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "results.api.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "tpcmesh dashboard API",
+    "DESCRIPTION": "Results archive of the tpcmesh transfer mesh: bulk ingest, reads, aggregates.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,25 @@
+"""Read access (open or token, TPCMESH_DASHBOARD_READ_ACCESS) and write access (a token with `write`)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework import permissions
+
+from results.models import ApiToken
+
+
+class ReadAccess(permissions.BasePermission):
+    message = "Reading needs an API token (TPCMESH_DASHBOARD_READ_ACCESS=token)."
+
+    def has_permission(self, request, view):
+        if request.method not in permissions.SAFE_METHODS:
+            return False
+        return settings.READ_ACCESS == "open" or isinstance(request.auth, ApiToken)
+
+
+class WriteAccess(permissions.BasePermission):
+    message = "This API token is read-only; ingest needs a token created with --write."
+
+    def has_permission(self, request, view):
+        token = request.auth
+        return isinstance(token, ApiToken) and token.write

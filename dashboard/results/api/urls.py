@@ -1,0 +1,20 @@
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from results.api import views
+
+router = DefaultRouter()
+router.register("nodes", views.NodeViewSet)
+router.register("benchmarks", views.BenchmarkViewSet)
+router.register("runs", views.RunViewSet)
+router.register("measurements", views.MeasurementViewSet)
+
+app_name = "api"
+urlpatterns = [
+    path("ingest/", views.IngestView.as_view(), name="ingest"),
+    path("grid/", views.GridView.as_view(), name="grid"),
+    path("pairs/history/", views.PairHistoryView.as_view(), name="pair-history"),
+    path("compare/rtt/", views.ThroughputVsRttView.as_view(), name="compare-rtt"),
+    path("compare/streams/", views.StreamsPairsView.as_view(), name="compare-streams"),
+    path("", include(router.urls)),
+]

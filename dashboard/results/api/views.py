@@ -1,0 +1,205 @@
+"""Thin API views: parse, call a selector or service, serialize."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from results import filters, metrics, params, selectors, services
+from results.api import serializers
+from results.api.permissions import WriteAccess
+from results.api.renderers import CSVRenderer
+from results.contract import contract_errors
+from results.models import Benchmark, Measurement, Node, Run
+
+LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
+
+
+def flatten_errors(detail, prefix: str = "") -> list[dict[str, str]]:
+    """DRF's nested error structure as a list of {field: "measurements[3].protocol", message}."""
+    out: list[dict[str, str]] = []
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
+            out.extend(flatten_errors(value, name))
+    elif isinstance(detail, list):
+        if all(isinstance(v, str) for v in detail):
+            out.extend({"field": prefix or "(body)", "message": str(v)} for v in detail)
+        else:
+            for i, value in enumerate(detail):
+                if value:
+                    out.extend(flatten_errors(value, f"{prefix}[{i}]"))
+    else:
+        out.append({"field": prefix or "(body)", "message": str(detail)})
+    return out
+
+
+def _benchmark(request) -> Benchmark:
+    ref = request.query_params.get("benchmark")
+    if not ref:
+        raise ValidationError({"benchmark": "is required (namespace/name)"})
+    try:
+        return selectors.get_benchmark(ref)
+    except (Benchmark.DoesNotExist, Benchmark.MultipleObjectsReturned):
+        raise NotFound(f"benchmark {ref!r} not found (use namespace/name)") from None
+
+
+def _params(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except params.ParamError as err:
+        raise ValidationError({err.param: err.message}) from None
+
+
+class IngestView(APIView):
+    """Bulk ingest of one run's measurements (the contract's ingestBatch); idempotent by measurement id."""
+
+    permission_classes = [WriteAccess]
+
+    @extend_schema(request=serializers.IngestBatchIn, responses={200: serializers.IngestResultOut})
+    def post(self, request):
+        serializer = serializers.IngestBatchIn(data=request.data)
+        if not serializer.is_valid():
+            metrics.INGEST_REJECTED.labels(reason="invalid").inc()
+            return Response({"detail": "Invalid ingest batch.", "errors": flatten_errors(serializer.errors)},
+                            status=status.HTTP_400_BAD_REQUEST)
+        errors = contract_errors("ingestBatch", request.data)
+        if errors:
+            metrics.INGEST_REJECTED.labels(reason="contract").inc()
+            return Response({"detail": "Ingest batch violates measurement.v1.schema.json.", "errors": errors},
+                            status=status.HTTP_400_BAD_REQUEST)
+        result = services.ingest(serializer.validated_data)
+        return Response({"created": result.created, "duplicates": result.duplicates, "ids": result.ids})
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Node.objects.all()
+    serializer_class = serializers.NodeSerializer
+    filterset_class = filters.NodeFilterSet
+    ordering_fields = ["name", "site", "last_seen"]
+    renderer_classes = LIST_RENDERERS
+
+
+class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Benchmark.objects.all()
+    serializer_class = serializers.BenchmarkSerializer
+    filterset_class = filters.BenchmarkFilterSet
+    ordering_fields = ["namespace", "name", "created"]
+    renderer_classes = LIST_RENDERERS
+
+
+class RunViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Run.objects.select_related("benchmark")
+    serializer_class = serializers.RunSerializer
+    filterset_class = filters.RunFilterSet
+    ordering_fields = ["started_at", "finished_at", "name"]
+    renderer_classes = LIST_RENDERERS
+
+
+class MeasurementViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark")
+    filterset_class = filters.MeasurementFilterSet
+    ordering_fields = ["finished_at", "started_at", "throughput_gbps", "rtt_ms", "protocol", "streams"]
+    ordering = ["-finished_at"]
+    renderer_classes = LIST_RENDERERS
+
+    def get_serializer_class(self):
+        if self.action == "retrieve":
+            return serializers.MeasurementDetailSerializer
+        return serializers.MeasurementSerializer
+
+
+class GridView(APIView):
+    """The mesh grid of one benchmark and protocol: per source × destination, the latest value or a window's
+    mean/median, with its age."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("benchmark", str, required=True, description="namespace/name"),
+            OpenApiParameter("protocol", str, required=True),
+            OpenApiParameter("streams", int, description="one stream setting (default: all)"),
+            OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
+            OpenApiParameter("window", str, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
+        ],
+        responses=serializers.GridSerializer,
+    )
+    def get(self, request):
+        bench = _benchmark(request)
+        q = request.query_params
+        protocol = _params(params.protocol, "protocol", q.get("protocol"))
+        streams = _params(params.integer, "streams", q.get("streams"), None, 0, 100)
+        mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
+        window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
+        data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window)
+        return Response(serializers.GridSerializer(data).data)
+
+
+def _node(name: str | None, param: str) -> Node:
+    if not name:
+        raise ValidationError({param: "is required (node name)"})
+    return get_object_or_404(Node, name=name)
+
+
+class PairHistoryView(APIView):
+    """Every measurement between two nodes, both directions, oldest first."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("source", str, required=True),
+            OpenApiParameter("destination", str, required=True),
+            OpenApiParameter("benchmark", str, description="namespace/name (default: every benchmark)"),
+            OpenApiParameter("since", OpenApiTypes.STR, description="how far back: 30d (default 90d)"),
+        ],
+        responses=serializers.HistoryPointSerializer(many=True),
+    )
+    def get(self, request):
+        q = request.query_params
+        a, b = _node(q.get("source"), "source"), _node(q.get("destination"), "destination")
+        bench = _benchmark(request) if q.get("benchmark") else None
+        since = _params(params.duration, "since", q.get("since"), timedelta(days=90))
+        from django.utils import timezone
+
+        points = selectors.pair_history(a, b, bench, since=timezone.now() - since)
+        return Response(serializers.HistoryPointSerializer(points, many=True).data)
+
+
+class ThroughputVsRttView(APIView):
+    """Latest throughput of every pair against its RTT, per protocol."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("benchmark", str, required=True)],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request):
+        data = selectors.throughput_vs_rtt(_benchmark(request))
+        return Response({p: serializers.RttPointSerializer(v, many=True).data for p, v in data.items()})
+
+
+class StreamsPairsView(APIView):
+    """Pairs measured with a low and a high stream count (default 1 and 8): both latest throughputs."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("benchmark", str, required=True),
+            OpenApiParameter("protocol", str),
+            OpenApiParameter("low", int),
+            OpenApiParameter("high", int),
+        ],
+        responses=serializers.StreamsPairSerializer(many=True),
+    )
+    def get(self, request):
+        q = request.query_params
+        bench = _benchmark(request)
+        protocol = _params(params.protocol, "protocol", q["protocol"]) if q.get("protocol") else None
+        low = _params(params.integer, "low", q.get("low"), 1, 1, 100)
+        high = _params(params.integer, "high", q.get("high"), 8, 1, 100)
+        data = selectors.streams_pairs(bench, protocol, low, high)
+        return Response(serializers.StreamsPairSerializer(data, many=True).data)

@@ -1,0 +1,224 @@
+"""Reads: the grid, a pair's history, the comparison figures. Writes live in services."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from results.models import TPC_PROTOCOLS, Benchmark, Measurement, Node, PairLatest
+
+GRID_MODES = ("latest", "mean", "median")
+
+
+def metric_for(protocol: str) -> str:
+    return "rtt_ms" if protocol == "rtt" else "throughput_gbps"
+
+
+def kind_for(protocol: str) -> str:
+    return "latency" if protocol == "rtt" else "throughput"
+
+
+def get_benchmark(ref: str) -> Benchmark:
+    """A benchmark by "namespace/name" (or by name alone when unique)."""
+    if "/" in ref:
+        namespace, name = ref.split("/", 1)
+        return Benchmark.objects.get(namespace=namespace, name=name)
+    return Benchmark.objects.get(name=ref)
+
+
+def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
+    """Protocols measured by a benchmark with their stream settings (0 = no stream count)."""
+    out: dict[str, list[int]] = defaultdict(list)
+    rows = PairLatest.objects.filter(benchmark=bench).values_list("protocol", "streams").distinct()
+    for protocol, streams in sorted(rows):
+        out[protocol].append(streams)
+    return dict(out)
+
+
+def benchmark_nodes(bench: Benchmark) -> list[Node]:
+    cells = PairLatest.objects.filter(benchmark=bench)
+    ids = set(cells.values_list("source_id", flat=True).distinct()) | set(
+        cells.values_list("destination_id", flat=True).distinct()
+    )
+    return list(Node.objects.filter(id__in=ids).order_by("name"))
+
+
+def grid(
+    bench: Benchmark,
+    protocol: str,
+    streams: int | None = None,
+    mode: str = "latest",
+    window: timedelta = timedelta(days=7),
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
+
+    Each cell: source, destination, streams, value (Gbit/s or ms), finished_at, age_seconds, stale, status,
+    error, count. `streams=None` returns every stream setting.
+    """
+    if mode not in GRID_MODES:
+        raise ValueError(f"mode must be one of {', '.join(GRID_MODES)}, not {mode!r}")
+    now = now or timezone.now()
+    metric = metric_for(protocol)
+    nodes = benchmark_nodes(bench)
+    names = {n.id: n.name for n in nodes}
+    cells: list[dict[str, Any]] = []
+    if mode == "latest":
+        qs = PairLatest.objects.filter(benchmark=bench, protocol=protocol)
+        if streams is not None:
+            qs = qs.filter(streams=streams)
+        rows = qs.values_list(
+            "source_id", "destination_id", "streams", "finished_at",
+            f"measurement__{metric}", "measurement__status", "measurement__error",
+        )
+        for src, dst, st, finished, value, status, error in rows:
+            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
+                          "finished_at": finished, "status": status, "error": error, "count": 1})
+    else:
+        qs = Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window)
+        if streams is not None:
+            qs = qs.filter(streams=streams)
+        groups: dict[tuple, list] = defaultdict(list)
+        for src, dst, st, finished, value, status in qs.values_list(
+            "source_id", "destination_id", "streams", "finished_at", metric, "status"
+        ).iterator(chunk_size=20000):
+            groups[(src, dst, st or 0)].append((finished, value, status))
+        for (src, dst, st), items in groups.items():
+            values = [v for _, v, s in items if s == "succeeded" and v is not None]
+            last = max(items, key=lambda x: x[0])
+            value = None
+            if values:
+                value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
+            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
+                          "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
+                          "count": len(items)})
+    for cell in cells:
+        age = (now - cell["finished_at"]).total_seconds()
+        cell["age_seconds"] = round(age, 1)
+        cell["stale"] = age > settings.STALE_SECONDS
+    return {
+        "benchmark": str(bench),
+        "protocol": protocol,
+        "kind": kind_for(protocol),
+        "metric": metric,
+        "unit": "ms" if protocol == "rtt" else "Gbit/s",
+        "mode": mode,
+        "window_seconds": int(window.total_seconds()),
+        "thresholds": bench.effective_thresholds()[kind_for(protocol)],
+        "generated_at": now,
+        "nodes": [{"name": n.name, "site": n.site, "loopback_gbps": n.loopback_gbps} for n in nodes],
+        "cells": cells,
+    }
+
+
+def classify(value: float | None, status: str | None, kind: str, thresholds: dict[str, float]) -> str:
+    """ok / warning / critical / failed / none for a cell value."""
+    if status and status != "succeeded":
+        return "failed"
+    if value is None:
+        return "none"
+    if kind == "latency":
+        return "ok" if value <= thresholds["ok"] else "warning" if value <= thresholds["warning"] else "critical"
+    return "ok" if value >= thresholds["ok"] else "warning" if value >= thresholds["warning"] else "critical"
+
+
+def _pair_q(a: Node, b: Node) -> Q:
+    return Q(source=a, destination=b) | Q(source=b, destination=a)
+
+
+def pair_history(
+    a: Node, b: Node, bench: Benchmark | None = None, since: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Every measurement between two nodes (both directions, every protocol and stream setting), oldest first."""
+    qs = Measurement.objects.filter(_pair_q(a, b))
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    if since is not None:
+        qs = qs.filter(finished_at__gte=since)
+    names = {a.id: a.name, b.id: b.name}
+    out = []
+    for row in qs.order_by("finished_at").values(
+        "id", "source_id", "destination_id", "protocol", "streams", "throughput_gbps", "aggregate_gbps",
+        "rtt_ms", "status", "error", "finished_at",
+    ):
+        row["source"] = names[row.pop("source_id")]
+        row["destination"] = names[row.pop("destination_id")]
+        out.append(row)
+    return out
+
+
+def pair_latest_files(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
+    """Per-file durations of the newest measurement with files, per direction."""
+    out = []
+    for src, dst in ((a, b), (b, a)):
+        qs = Measurement.objects.filter(source=src, destination=dst, files__isnull=False)
+        if bench is not None:
+            qs = qs.filter(benchmark=bench)
+        m = qs.order_by("-finished_at").first()
+        if m is None:
+            continue
+        files = list(m.files.order_by("name").values("name", "size", "bytes", "seconds", "error", "checksum_ok"))
+        out.append({"source": src.name, "destination": dst.name, "measurement": str(m.id), "protocol": m.protocol,
+                    "streams": m.streams, "finished_at": m.finished_at, "files": files})
+    return out
+
+
+def pair_errors(a: Node, b: Node, bench: Benchmark | None = None, limit: int = 20) -> list[Measurement]:
+    qs = Measurement.objects.filter(_pair_q(a, b)).exclude(status="succeeded").select_related("source", "destination")
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    return list(qs.order_by("-finished_at")[:limit])
+
+
+def _pair_rtts(bench: Benchmark) -> dict[tuple[int, int], float]:
+    rows = PairLatest.objects.filter(benchmark=bench, protocol="rtt").values_list(
+        "source_id", "destination_id", "measurement__rtt_ms"
+    )
+    return {(s, d): v for s, d, v in rows if v is not None}
+
+
+def throughput_vs_rtt(bench: Benchmark) -> dict[str, list[dict[str, Any]]]:
+    """Latest throughput of every pair against its RTT, per protocol (the 003 paper's figure 7)."""
+    rtts = _pair_rtts(bench)
+    names = dict(Node.objects.values_list("id", "name"))
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    rows = PairLatest.objects.filter(benchmark=bench).exclude(protocol="rtt").values_list(
+        "protocol", "streams", "source_id", "destination_id", "measurement__throughput_gbps", "measurement__rtt_ms"
+    )
+    for protocol, st, src, dst, gbps, own_rtt in rows:
+        rtt = own_rtt if own_rtt is not None else rtts.get((src, dst))
+        if gbps is None or rtt is None:
+            continue
+        out[protocol].append({"source": names[src], "destination": names[dst], "streams": st, "rtt_ms": rtt,
+                              "throughput_gbps": gbps})
+    return dict(out)
+
+
+def streams_pairs(bench: Benchmark, protocol: str | None = None, low: int = 1, high: int = 8) -> list[dict[str, Any]]:
+    """Pairs measured with `low` and `high` streams: both latest throughputs (the 003 paper's figure 8)."""
+    qs = PairLatest.objects.filter(benchmark=bench, streams__in=[low, high]).exclude(protocol__in=["rtt", "iperf3"])
+    if protocol:
+        qs = qs.filter(protocol=protocol)
+    names = dict(Node.objects.values_list("id", "name"))
+    by_key: dict[tuple, dict[int, float]] = defaultdict(dict)
+    for p, st, src, dst, gbps in qs.values_list(
+        "protocol", "streams", "source_id", "destination_id", "measurement__throughput_gbps"
+    ):
+        if gbps is not None:
+            by_key[(p, src, dst)][st] = gbps
+    out = []
+    for (p, src, dst), values in sorted(by_key.items()):
+        if low in values and high in values:
+            out.append({"protocol": p, "source": names[src], "destination": names[dst],
+                        "low_streams": low, "high_streams": high, "low_gbps": values[low], "high_gbps": values[high]})
+    return out
+
+
+def tpc_protocols() -> list[str]:
+    return list(TPC_PROTOCOLS)

@@ -1,0 +1,52 @@
+// The mesh grid: one delegated handler for hover (value and time of both halves) and click (pair page).
+(function () {
+  "use strict";
+  const table = document.getElementById("grid");
+  const dataEl = document.getElementById("grid-data");
+  if (!table || !dataEl) return;
+  const data = JSON.parse(dataEl.textContent);
+  const tip = document.getElementById("tip");
+  const names = Array.from(table.tHead.rows[0].cells).slice(1).map((th) => th.dataset.n);
+
+  function when(epoch) {
+    const d = new Date(epoch * 1000);
+    const ageH = (data.now - epoch) / 3600;
+    const age = ageH < 48 ? ageH.toFixed(1) + " h ago" : (ageH / 24).toFixed(1) + " d ago";
+    return d.toISOString().slice(0, 16).replace("T", " ") + " UTC (" + age + ")";
+  }
+  function half(h) {
+    if (!h) return "no data";
+    const [src, dst, streams, value, t, status, error] = h;
+    const v = value === null ? "–" : (+value).toFixed(2) + " " + data.unit;
+    let s = src + " → " + dst + (streams ? " ×" + streams : "") + ": " + v + "  " + when(t);
+    if (status !== "succeeded") s += "\n  " + status + (error ? ": " + error : "");
+    return s;
+  }
+  function locate(td) {
+    const r = td.parentElement.sectionRowIndex;
+    const c = td.cellIndex - 1;
+    return [r, c];
+  }
+  table.addEventListener("mouseover", (ev) => {
+    const td = ev.target.closest("td");
+    if (!td) { tip.hidden = true; return; }
+    const [r, c] = locate(td);
+    const cell = data.cells[r][c];
+    if (cell && cell.loopback !== undefined) tip.textContent = names[r] + " loopback ceiling: " + cell.loopback.toFixed(2) + " Gbit/s";
+    else if (cell) tip.textContent = half(cell[0]) + "\n" + half(cell[1]);
+    else tip.textContent = names[r] + " → " + names[c] + ": no data";
+    tip.hidden = false;
+  });
+  table.addEventListener("mousemove", (ev) => {
+    tip.style.left = ev.clientX + 14 + "px";
+    tip.style.top = ev.clientY + 14 + "px";
+  });
+  table.addEventListener("mouseleave", () => { tip.hidden = true; });
+  table.addEventListener("click", (ev) => {
+    const td = ev.target.closest("td");
+    if (!td) return;
+    const [r, c] = locate(td);
+    if (r === c) return;
+    window.location.href = data.pair_url.replace("SRC", encodeURIComponent(names[r])).replace("DST", encodeURIComponent(names[c]));
+  });
+})();

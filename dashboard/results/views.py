@@ -1,0 +1,211 @@
+"""Pages (grid, pair, comparison), /healthz and /metrics. Reads go through selectors."""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import timedelta
+
+from django.db import connection
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.safestring import mark_safe
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from results import params, selectors
+from results.models import Benchmark, Node, Run
+
+
+def healthz(request):
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as err:  # noqa: BLE001 - any database failure makes us unhealthy
+        return JsonResponse({"status": "error", "database": str(err)}, status=503)
+    return JsonResponse({"status": "ok"})
+
+
+def metrics(request):
+    return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+
+def index(request):
+    benchmarks = []
+    for bench in Benchmark.objects.all():
+        last = Run.objects.filter(benchmark=bench).order_by("-started_at").first()
+        benchmarks.append({"bench": bench, "protocols": selectors.benchmark_protocols(bench), "last_run": last})
+    return render(request, "results/index.html", {"benchmarks": benchmarks, "nodes": Node.objects.count()})
+
+
+def _bench_or_404(namespace: str, name: str) -> Benchmark:
+    return get_object_or_404(Benchmark, namespace=namespace, name=name)
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "no value"
+    return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+
+
+def grid_page(request, namespace: str, name: str):
+    bench = _bench_or_404(namespace, name)
+    available = selectors.benchmark_protocols(bench)
+    if not available:
+        return render(request, "results/grid.html", {"bench": bench, "available": {}, "empty": True})
+    q = request.GET
+    try:
+        default_protocol = next((p for p in available if p not in ("iperf3", "rtt")), next(iter(available)))
+        protocol = params.protocol("protocol", q.get("protocol") or default_protocol)
+        settings_ = available.get(protocol, [])
+        split = params.choice("split", q.get("split"), ("direction", "streams"), "direction")
+        sort = params.choice("sort", q.get("sort"), ("name", "site"), "name")
+        mode = params.choice("mode", q.get("mode"), selectors.GRID_MODES, "latest")
+        window = params.duration("window", q.get("window"), timedelta(days=7))
+        high = params.integer("streams", q.get("streams"), max(settings_, default=0), 0, 100)
+        low = params.integer("low", q.get("low"), min(settings_, default=0), 0, 100)
+    except params.ParamError as err:
+        return HttpResponseBadRequest(str(err))
+    if split == "streams" and low == high:
+        split = "direction"
+    data = selectors.grid(bench, protocol, streams=None, mode=mode, window=window)
+    kind, unit, thresholds = data["kind"], data["unit"], data["thresholds"]
+    nodes = data["nodes"]
+    if sort == "site":
+        nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
+    cells = {(c["source"], c["destination"], c["streams"]): c for c in data["cells"]}
+    now = data["generated_at"]
+
+    def half(src: str, dst: str, st: int):
+        c = cells.get((src, dst, st))
+        if c is None:
+            return "none", False, None
+        cls = selectors.classify(c["value"], c["status"], kind, thresholds)
+        info = [src, dst, st, c["value"], int(c["finished_at"].timestamp()), c["status"], (c["error"] or "")[:200]]
+        return cls, c["stale"], info
+
+    rows_html = []
+    tips = []
+    for r in nodes:
+        src = r["name"]
+        tds = []
+        tip_row = []
+        for col in nodes:
+            dst = col["name"]
+            if src == dst:
+                value = r["loopback_gbps"] if kind == "throughput" else None
+                if value is None:
+                    tds.append('<td class="diag"></td>')
+                    tip_row.append(None)
+                else:
+                    cls = selectors.classify(value, "succeeded", kind, thresholds)
+                    tds.append(f'<td class="diag a-{cls} b-{cls}"></td>')
+                    tip_row.append({"loopback": value})
+                continue
+            if split == "direction":
+                a = half(src, dst, high)
+                b = half(dst, src, high)
+            else:
+                a = half(src, dst, high)
+                b = half(src, dst, low)
+            classes = f"a-{a[0]} b-{b[0]}" + (" sa" if a[1] else "") + (" sb" if b[1] else "")
+            tds.append(f'<td class="{classes}"></td>')
+            tip_row.append([a[2], b[2]] if (a[2] or b[2]) else None)
+        rows_html.append(
+            f'<tr><th class="rh" data-n="{html.escape(src)}" title="{html.escape(r["site"] or "")}">'
+            f'{html.escape(src)}</th>{"".join(tds)}</tr>'
+        )
+        tips.append(tip_row)
+    header = "".join(
+        f'<th class="ch" data-n="{html.escape(n["name"])}"><span>{html.escape(n["name"])}</span></th>' for n in nodes
+    )
+    halves = (
+        ("source → destination", "destination → source") if split == "direction"
+        else (f"{high} streams", f"{low} streams")
+    )
+    context = {
+        "bench": bench,
+        "available": available,
+        "protocol": protocol,
+        "kind": kind,
+        "unit": unit,
+        "thresholds": thresholds,
+        "split": split,
+        "sort": sort,
+        "mode": mode,
+        "window": q.get("window") or "7d",
+        "high": high,
+        "low": low,
+        "halves": halves,
+        "now": now,
+        "node_count": len(nodes),
+        "table_head": mark_safe(header),  # noqa: S308 - names escaped above
+        "table_body": mark_safe("\n".join(rows_html)),  # noqa: S308
+        "tips": {"unit": unit, "now": int(now.timestamp()), "cells": tips,
+                 "pair_url": reverse("pair", args=["SRC", "DST"]) + f"?benchmark={bench.namespace}/{bench.name}"},
+    }
+    return render(request, "results/grid.html", context)
+
+
+def pair_page(request, source: str, destination: str):
+    a = get_object_or_404(Node, name=source)
+    b = get_object_or_404(Node, name=destination)
+    bench = None
+    if request.GET.get("benchmark"):
+        try:
+            bench = selectors.get_benchmark(request.GET["benchmark"])
+        except (Benchmark.DoesNotExist, Benchmark.MultipleObjectsReturned):
+            raise Http404("benchmark not found") from None
+    try:
+        since = params.duration("since", request.GET.get("since"), timedelta(days=90))
+    except params.ParamError as err:
+        return HttpResponseBadRequest(str(err))
+    history = selectors.pair_history(a, b, bench, since=timezone.now() - since)
+    series: dict[str, list] = {}
+    rtt: dict[str, list] = {}
+    for p in history:
+        t = int(p["finished_at"].timestamp() * 1000)
+        direction = f'{p["source"]} → {p["destination"]}'
+        if p["protocol"] == "rtt":
+            if p["rtt_ms"] is not None:
+                rtt.setdefault(f"RTT {direction}", []).append([t, p["rtt_ms"]])
+            continue
+        if p["throughput_gbps"] is None:
+            continue
+        label = f'{p["protocol"]} ×{p["streams"] or 1} {direction}'
+        series.setdefault(label, []).append([t, round(p["throughput_gbps"], 3)])
+    files = selectors.pair_latest_files(a, b, bench)
+    plot = {
+        "throughput": series,
+        "rtt": rtt,
+        "files": [
+            {"label": f'{f["source"]} → {f["destination"]} ({f["protocol"]} ×{f["streams"] or 1}, '
+                      f'{f["finished_at"]:%Y-%m-%d %H:%M})',
+             "names": [x["name"] for x in f["files"]],
+             "seconds": [x["seconds"] for x in f["files"]]}
+            for f in files
+        ],
+    }
+    context = {
+        "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history),
+        "errors": selectors.pair_errors(a, b, bench),
+        "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
+    }
+    return render(request, "results/pair.html", context)
+
+
+def compare_page(request, namespace: str, name: str):
+    bench = _bench_or_404(namespace, name)
+    try:
+        low = params.integer("low", request.GET.get("low"), 1, 1, 100)
+        high = params.integer("high", request.GET.get("high"), 8, 1, 100)
+    except params.ParamError as err:
+        return HttpResponseBadRequest(str(err))
+    plot = {
+        "rtt": selectors.throughput_vs_rtt(bench),
+        "streams": selectors.streams_pairs(bench, None, low, high),
+        "low": low, "high": high,
+    }
+    return render(request, "results/compare.html", {"bench": bench, "plot": plot, "low": low, "high": high,
+                                                    "json": json})

@@ -2,5 +2,6 @@
 
 pytest_plugins = [
     "tests.support.paths",
+    "tests.support.postgres",
     "tests.support.controlplane",
 ]

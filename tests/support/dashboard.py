@@ -1,0 +1,69 @@
+"""Builders of contract-valid ingest batches for the dashboard's tests and benchmark."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def measurement(
+    source: str,
+    destination: str,
+    *,
+    protocol: str = "xrootd-https",
+    streams: int | None = 1,
+    gbps: float | None = 35.0,
+    rtt_ms: float | None = None,
+    finished: datetime | None = None,
+    status: str = "succeeded",
+    error: str | None = None,
+    files: int = 0,
+    id: str | None = None,
+) -> dict[str, Any]:
+    finished = finished or datetime.now(UTC)
+    started = finished - timedelta(seconds=10)
+    m: dict[str, Any] = {
+        "id": id or str(uuid.uuid4()),
+        "source": source,
+        "destination": destination,
+        "protocol": protocol,
+        "streams": None if protocol == "rtt" else streams,
+        "concurrency": 1,
+        "status": status,
+        "error": error,
+        "started_at": iso(started),
+        "finished_at": iso(finished),
+    }
+    if protocol == "rtt":
+        m.update(rtt_ms=rtt_ms if rtt_ms is not None else 1.0, rtt_min_ms=0.5, rtt_max_ms=2.0)
+    else:
+        m.update(file_size=1_000_000, file_count=files or 1, total_bytes=1_000_000 * (files or 1),
+                 throughput_gbps=gbps, aggregate_gbps=gbps, rtt_ms=rtt_ms, checksum="ok", destination_kind="store")
+        m["files"] = [
+            {"name": f"f{i:03d}", "size": 1_000_000, "bytes": 1_000_000, "started_at": iso(started),
+             "finished_at": iso(started + timedelta(seconds=1 + i)), "seconds": 1.0 + i, "error": None,
+             "checksum_ok": True}
+            for i in range(files)
+        ]
+    return m
+
+
+def batch(measurements: list[dict[str, Any]], *, namespace: str = "mesh", name: str = "nightly",
+          run: str | None = None, nodes: list[dict[str, Any]] | None = None,
+          thresholds: dict[str, Any] | None = None) -> dict[str, Any]:
+    run = run or f"run-{uuid.uuid4().hex[:8]}"
+    body: dict[str, Any] = {
+        "benchmark": {"namespace": namespace, "name": name, "uid": f"uid-{namespace}-{name}", "spec": {}},
+        "run": {"uid": f"uid-{run}", "name": run, "state": "Succeeded", "counts": {}},
+        "measurements": measurements,
+    }
+    if nodes is not None:
+        body["nodes"] = nodes
+    if thresholds is not None:
+        body["benchmark"]["thresholds"] = thresholds
+    return body

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.support.paths",
     "tests.support.postgres",
     "tests.support.controlplane",
+    "tests.support.agents",
 ]

@@ -1,0 +1,190 @@
+"""The agent's one typed settings object: CLI flag > environment (TPCMESH_AGENT_<NAME>) > default.
+
+Every field is a flag ``--<name-with-dashes>`` and an environment variable ``TPCMESH_AGENT_<NAME_UPPER>``.
+Invalid values fail fast at start with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+ALL_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
+ENV_PREFIX = "TPCMESH_AGENT_"
+
+
+class SettingsError(ValueError):
+    """A setting is missing or invalid; the message names it."""
+
+
+def _parse_size(text: str) -> int:
+    """Bytes from '40000000000', '40G' (SI), '8GiB' (binary)."""
+    t = text.strip().upper().removesuffix("B")
+    units = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+    for suffix in sorted(units, key=len, reverse=True):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * units[suffix])
+    return int(t)
+
+
+@dataclass
+class Settings:
+    address: str = field(default="127.0.0.1", metadata={"help": "IP address every port binds to"})
+    node_name: str = field(default_factory=socket.gethostname, metadata={"help": "node name reported in /info"})
+    data_dir: Path = field(default=Path("/dev/shm/tpcmesh-agent"),
+                           metadata={"help": "memory-backed directory for test files (sets/, incoming/)"})
+    budget_bytes: int = field(default=40 * 10**9,
+                              metadata={"help": "most bytes the test files may use (sets + one set received); "
+                                                "accepts 40G, 8GiB"})
+    token_file: Path | None = field(default=None, metadata={"help": "file holding the control API bearer token"})
+    tls_cert: Path | None = field(default=None, metadata={"help": "host certificate (PEM)"})
+    tls_key: Path | None = field(default=None, metadata={"help": "host key (PEM)"})
+    ca_file: Path | None = field(default=None, metadata={"help": "CA bundle (PEM) trusted for peers"})
+    client_ca_file: Path | None = field(default=None,
+                                        metadata={"help": "require client certificates signed by this CA (mTLS)"})
+    protocols: tuple[str, ...] = field(default=ALL_PROTOCOLS, metadata={
+        "help": "comma-separated enabled protocols: " + ",".join(ALL_PROTOCOLS)})
+    api_port: int = field(default=9443, metadata={"help": "control API port (HTTPS)"})
+    metrics_port: int = field(default=9464, metadata={"help": "Prometheus /metrics port (plain HTTP)"})
+    builtin_port: int = field(default=9080, metadata={"help": "built-in mover data port"})
+    xrootd_root_port: int = field(default=1094, metadata={"help": "XRootD root:// port"})
+    xrootd_https_port: int = field(default=8444, metadata={"help": "XRootD HTTP(S) port"})
+    gridftp_port: int = field(default=2811, metadata={"help": "GridFTP control port"})
+    iperf3_port: int = field(default=5201, metadata={"help": "iperf3 server port"})
+    run_user: str = field(default="nobody", metadata={"help": "unprivileged user for servers that refuse root"})
+    builtin_tls: bool = field(default=False, metadata={"help": "serve the built-in data port over TLS"})
+    builtin_max_rate: int = field(default=0,
+                                  metadata={"help": "cap each built-in data connection at this many bytes/s "
+                                                    "(0: no cap; emulates a slow source)"})
+    marker_interval: float = field(default=5.0, metadata={"help": "seconds between HTTP-TPC perf markers"})
+    max_streams_x_concurrency: int = field(default=1024,
+                                           metadata={"help": "largest streams*concurrency a test may ask for"})
+    allow_plain_http: bool = field(default=False,
+                                   metadata={"help": "serve the control API without TLS when no certificate is "
+                                                     "given (development only)"})
+    log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
+
+    # ---- derived -------------------------------------------------------------------------------------------
+    @property
+    def sets_dir(self) -> Path:
+        return self.data_dir / "sets"
+
+    @property
+    def incoming_dir(self) -> Path:
+        return self.data_dir / "incoming"
+
+    @property
+    def ca_dir(self) -> Path | None:
+        """A CA directory (<hash>.0 files) derived from ca_file for XRootD/Globus; written on first use."""
+        if self.ca_file is None:
+            return None
+        return self.data_dir / "ca-dir"
+
+    def port_of(self, protocol: str) -> int | None:
+        return {
+            "builtin": self.builtin_port,
+            "xrootd-https": self.xrootd_https_port,
+            "xrootd-root": self.xrootd_root_port,
+            "gridftp": self.gridftp_port,
+            "iperf3": self.iperf3_port,
+        }.get(protocol)
+
+    def token(self) -> str:
+        if self.token_file is None:
+            raise SettingsError("token_file is not set (flag --token-file or TPCMESH_AGENT_TOKEN_FILE)")
+        try:
+            tok = self.token_file.read_text().strip()
+        except OSError as e:
+            raise SettingsError(f"token_file {self.token_file}: {e.strerror}") from e
+        if len(tok) < 16:
+            raise SettingsError(f"token_file {self.token_file}: the token must be at least 16 characters")
+        return tok
+
+    def validate(self) -> Settings:
+        try:
+            ipaddress.ip_address(self.address)
+        except ValueError as e:
+            raise SettingsError(f"address {self.address!r} is not an IP address") from e
+        unknown = [p for p in self.protocols if p not in ALL_PROTOCOLS]
+        if unknown:
+            raise SettingsError(f"protocols: unknown {', '.join(unknown)} (known: {', '.join(ALL_PROTOCOLS)})")
+        for f in fields(self):
+            if f.name.endswith("_port"):
+                v = getattr(self, f.name)
+                if not 1 <= v <= 65535:
+                    raise SettingsError(f"{f.name} {v} is not a TCP port (1-65535)")
+        if self.budget_bytes <= 0:
+            raise SettingsError(f"budget_bytes {self.budget_bytes} must be positive")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise SettingsError("tls_cert and tls_key must be given together")
+        if self.tls_cert is None and not self.allow_plain_http:
+            raise SettingsError("tls_cert/tls_key are required for the HTTPS control API "
+                                "(or set allow_plain_http for development)")
+        if self.builtin_tls and self.tls_cert is None:
+            raise SettingsError("builtin_tls needs tls_cert and tls_key")
+        for name in ("tls_cert", "tls_key", "ca_file", "client_ca_file"):
+            p = getattr(self, name)
+            if p is not None and not p.is_file():
+                raise SettingsError(f"{name} {p} does not exist")
+        self.token()
+        if self.builtin_max_rate < 0:
+            raise SettingsError("builtin_max_rate must be >= 0")
+        if self.marker_interval <= 0:
+            raise SettingsError("marker_interval must be > 0")
+        return self
+
+
+def _convert(f: dataclasses.Field, raw: str):  # type: ignore[type-arg]
+    t = str(f.type)
+    try:
+        if f.name == "budget_bytes":
+            return _parse_size(raw)
+        if t.startswith("Path"):
+            return Path(raw) if raw else None
+        if t == "int":
+            return int(raw)
+        if t == "float":
+            return float(raw)
+        if t == "bool":
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if t.startswith("tuple"):
+            return tuple(p.strip() for p in raw.split(",") if p.strip())
+        return raw
+    except ValueError as e:
+        raise SettingsError(f"{f.name}: cannot read {raw!r} as {t}") from e
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tpcmesh-agent",
+        description="tpcmesh agent: runs the protocol servers, holds test files and pulls them from peers as the "
+        "third-party-copy destination when the control API asks. Every flag can also be given as the environment "
+        f"variable {ENV_PREFIX}<NAME> (e.g. {ENV_PREFIX}DATA_DIR).",
+    )
+    for f in fields(Settings):
+        p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=f.name.upper(),
+                       help=f.metadata.get("help", ""))
+    return p
+
+
+def load_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    environ = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    values = {}
+    for f in fields(Settings):
+        raw = getattr(args, f.name)
+        if raw is None:
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+        if raw is not None:
+            values[f.name] = _convert(f, raw)
+    return Settings(**values).validate()

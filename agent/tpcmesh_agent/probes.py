@@ -1,0 +1,42 @@
+"""Latency probe: TCP-connect round-trip time to a peer (min / median / max in milliseconds)."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+
+async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float = 3.0,
+                          interval: float = 0.05) -> dict:
+    """Connect ``count`` times; each sample is the time of the TCP handshake (SYN -> SYN/ACK)."""
+    samples: list[float] = []
+    errors: list[str] = []
+    for i in range(count):
+        t0 = time.perf_counter()
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except TimeoutError:
+            errors.append(f"connect to {host}:{port} timed out after {timeout:g} s")
+        except OSError as e:
+            errors.append(f"connect to {host}:{port} failed: {e.strerror or e}")
+        else:
+            samples.append((time.perf_counter() - t0) * 1000)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+        if i + 1 < count and interval:
+            await asyncio.sleep(interval)
+    return {
+        "host": host,
+        "port": port,
+        "count": count,
+        "samples": len(samples),
+        "min_ms": min(samples) if samples else None,
+        "median_ms": statistics.median(samples) if samples else None,
+        "max_ms": max(samples) if samples else None,
+        "error": None if samples else (errors[0] if errors else "no samples"),
+        "errors": len(errors),
+    }

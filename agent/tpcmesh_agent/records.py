@@ -1,0 +1,129 @@
+"""The contract's transferRecord, built once from a mover's FileResults (statistics live here, nowhere else).
+
+Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
+- throughput_gbps = total_bytes * 8 / 1e9 / mean single-file transfer seconds (the 003 paper's definition);
+- aggregate_gbps  = total_bytes * 8 / 1e9 / wall seconds of the whole test;
+- peak_gbps       = the highest rate over any window of at least ``PEAK_WINDOW`` seconds of the cumulative byte
+  samples (markers or progress), else the highest per-file marker rate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from .movers.base import FileResult, TransferJob
+
+PEAK_WINDOW = 1.0  # seconds
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def gbps(nbytes: float, seconds: float | None) -> float | None:
+    if seconds is None or seconds <= 0:
+        return None
+    return nbytes * 8 / 1e9 / seconds
+
+
+def file_seconds(r: FileResult) -> float | None:
+    if r.started_at is None or r.finished_at is None:
+        return None
+    return max((r.finished_at - r.started_at).total_seconds(), 0.0)
+
+
+def peak_from_samples(samples: Iterable[tuple[float, int]], window: float = PEAK_WINDOW) -> float | None:
+    """Highest rate in bit/s over windows of >= ``window`` seconds of (time, cumulative bytes) samples.
+
+    For each sample the window starts at the latest earlier sample at least ``window`` seconds before it; when the
+    samples span less than ``window`` the rate over the whole span is returned.
+    """
+    pts = sorted(samples)
+    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+        return None
+    best: float | None = None
+    j = 0
+    for i in range(1, len(pts)):
+        while j + 1 < i and pts[i][0] - pts[j + 1][0] >= window:
+            j += 1
+        dt = pts[i][0] - pts[j][0]
+        if dt >= window:
+            rate = (pts[i][1] - pts[j][1]) * 8 / dt
+            best = rate if best is None else max(best, rate)
+    if best is None:
+        best = (pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0])
+    return best
+
+
+def checksum_verdict(results: Sequence[FileResult]) -> str:
+    verified = [r.checksum_ok for r in results if r.checksum_ok is not None]
+    if not verified:
+        return "skipped"
+    return "ok" if all(verified) else "mismatch"
+
+
+def failure_summary(results: Sequence[FileResult]) -> str | None:
+    bad = [r for r in results if r.error or r.bytes != r.size or r.checksum_ok is False]
+    if not bad:
+        return None
+    first = bad[0]
+    reason = first.error or (
+        "checksum mismatch" if first.checksum_ok is False else f"received {first.bytes} of {first.size} bytes")
+    return f"{len(bad)} of {len(results)} files failed; first: {first.name}: {reason}"
+
+
+def build_record(
+    job: TransferJob,
+    results: Sequence[FileResult],
+    started_at: datetime,
+    finished_at: datetime,
+    status: str,
+    error: str | None = None,
+    samples: Iterable[tuple[float, int]] = (),
+) -> dict:
+    """A finished record (status succeeded|failed|cancelled) that validates as the contract's transferRecord."""
+    total = sum(r.bytes for r in results)
+    wall = max((finished_at - started_at).total_seconds(), 0.0)
+    durations = [s for r in results if (s := file_seconds(r)) is not None and r.bytes > 0]
+    mean = statistics.fmean(durations) if durations else None
+    peak_bps = peak_from_samples(samples)
+    file_peaks = [r.peak_bps for r in results if r.peak_bps]
+    if file_peaks:
+        peak_bps = max([peak_bps or 0.0, *file_peaks])
+    sizes = {r.size for r in results}
+    return {
+        "test_id": job.test_id,
+        "protocol": job.protocol,
+        "streams": job.streams,
+        "concurrency": job.concurrency,
+        "status": status,
+        "error": error,
+        "file_set": job.file_set,
+        "file_size": sizes.pop() if len(sizes) == 1 else None,
+        "file_count": len(results),
+        "total_bytes": total,
+        "wall_seconds": wall,
+        "mean_transfer_seconds": mean,
+        "throughput_gbps": gbps(total, mean) if total else None,
+        "aggregate_gbps": gbps(total, wall) if total else None,
+        "peak_gbps": peak_bps / 1e9 if peak_bps else None,
+        "checksum": checksum_verdict(results),
+        "destination_kind": "sink" if job.destination_dir is None else "store",
+        "started_at": iso(started_at),
+        "finished_at": iso(finished_at),
+        "files": [
+            {
+                "name": r.name,
+                "size": r.size,
+                "bytes": r.bytes,
+                "started_at": iso(r.started_at or finished_at),
+                "finished_at": iso(r.finished_at or finished_at),
+                "seconds": file_seconds(r),
+                "error": r.error,
+                "checksum_ok": r.checksum_ok,
+            }
+            for r in results
+        ],
+    }

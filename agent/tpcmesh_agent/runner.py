@@ -1,0 +1,279 @@
+"""Runs transfer tests one at a time: validation, idempotency by test_id, 409, timeout, cancellation, records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import re
+import shutil
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from . import records
+from .config import ALL_PROTOCOLS, Settings
+from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
+from .metrics import AgentMetrics
+from .movers.base import Endpoint, FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob
+
+log = logging.getLogger(__name__)
+
+CHECKSUM_RE = re.compile(r"^adler32:[0-9a-f]{8}$")
+HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+MAX_TIMEOUT = 24 * 3600
+KEEP_RECORDS = 1000
+SAMPLE_INTERVAL = 0.25
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": message, **extra}
+
+
+def _int(body: dict, key: str, default: int, lo: int, hi: int) -> int:
+    v = body.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ApiError(422, f"{key} must be an integer, got {v!r}")
+    if not lo <= v <= hi:
+        raise ApiError(422, f"{key} {v} is out of range ({lo}..{hi})")
+    return v
+
+
+@dataclass
+class Run:
+    job: TransferJob
+    started_at: datetime
+    progress: Progress = field(default_factory=Progress)
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    task: asyncio.Task | None = None
+    record: dict | None = None  # set when finished
+    cancel_requested: bool = False
+
+    def view(self) -> dict:
+        if self.record is not None:
+            return self.record
+        p = self.progress
+        elapsed = max(time.monotonic() - self.samples[0][0], 1e-9) if self.samples else None
+        return {
+            "test_id": self.job.test_id,
+            "protocol": self.job.protocol,
+            "streams": self.job.streams,
+            "concurrency": self.job.concurrency,
+            "status": "running",
+            "error": None,
+            "file_set": self.job.file_set,
+            "file_count": len(self.job.files),
+            "destination_kind": "sink" if self.job.destination_dir is None else "store",
+            "total_bytes": p.bytes_done,
+            "started_at": records.iso(self.started_at),
+            "finished_at": None,
+            "files": [],
+            "progress": {
+                "bytes_done": p.bytes_done,
+                "files_done": p.files_done,
+                "files_total": p.files_total or len(self.job.files),
+                "gbps": records.gbps(p.bytes_done, elapsed) if elapsed else None,
+            },
+        }
+
+
+class TransferRunner:
+    def __init__(self, settings: Settings, movers: dict[str, Mover], problems: dict[str, str], filesets: FileSets,
+                 metrics: AgentMetrics) -> None:
+        self.settings = settings
+        self.movers = movers
+        self.problems = problems
+        self.filesets = filesets
+        self.metrics = metrics
+        self.runs: OrderedDict[str, Run] = OrderedDict()
+        self.running: Run | None = None
+
+    # ---- validation --------------------------------------------------------------------------------------
+    def parse(self, body: Any) -> TransferJob:
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        test_id = body.get("test_id")
+        try:
+            test_id = str(uuid.UUID(str(test_id)))
+        except ValueError as e:
+            raise ApiError(422, f"test_id must be a UUID, got {test_id!r}") from e
+        protocol = body.get("protocol")
+        if protocol not in ALL_PROTOCOLS:
+            raise ApiError(422, f"protocol {protocol!r} is unknown (known: {', '.join(ALL_PROTOCOLS)})")
+        src = body.get("source")
+        if not isinstance(src, dict):
+            raise ApiError(422, "source must be an object {host, port}")
+        host = src.get("host")
+        if not isinstance(host, str) or not host:
+            raise ApiError(422, "source.host must be a host name or IP address")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not HOST_RE.match(host):
+                raise ApiError(422, f"source.host {host!r} is not a valid host name or IP address") from None
+        default_port = self.settings.port_of(protocol) or 0
+        port = _int(src, "port", default_port, 1, 65535)
+        try:
+            spec = spec_from_request(body.get("file_set"))
+        except FileSetError as e:
+            raise ApiError(422, str(e)) from e
+        files = self._files(body.get("files"), spec)
+        concurrency = _int(body, "concurrency", 1, 1, 1000)
+        streams = _int(body, "streams", 1, 1, 100)
+        if streams * concurrency > self.settings.max_streams_x_concurrency:
+            raise ApiError(422, f"streams*concurrency {streams * concurrency} exceeds "
+                                f"{self.settings.max_streams_x_concurrency}")
+        timeout = body.get("timeout_seconds", 3600)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT:
+            raise ApiError(422, f"timeout_seconds must be a number in (0, {MAX_TIMEOUT}], got {timeout!r}")
+        destination = body.get("destination", "store")
+        if destination not in ("store", "sink"):
+            raise ApiError(422, f"destination must be 'store' or 'sink', got {destination!r}")
+        dest_dir = self.settings.incoming_dir / test_id if destination == "store" else None
+        if dest_dir is not None:
+            total = sum(f.size for f in files)
+            used = sum(records_size for records_size in self._sets_bytes())
+            if used + total > self.settings.budget_bytes:
+                raise ApiError(422, f"storing {total} bytes does not fit the budget of {self.settings.budget_bytes} "
+                                    f"bytes ({used} held by file sets); use destination 'sink' or a smaller set")
+        verify = body.get("verify_checksums", True)
+        if not isinstance(verify, bool):
+            raise ApiError(422, "verify_checksums must be true or false")
+        return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port), files=files,
+                           file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
+                           destination_dir=dest_dir, verify_checksums=verify)
+
+    def _sets_bytes(self) -> list[int]:
+        from .files import dir_bytes
+        return [dir_bytes(self.filesets.path(n)) for n in self.filesets.list()]
+
+    def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
+        if given is None:
+            local = {e.name: e for e in self.filesets.manifest(spec.name) or []}
+            return tuple(FileSpec(n, s, local[n].checksum if n in local and local[n].size == s else None)
+                         for n, s in spec.files)
+        if not isinstance(given, list) or not given:
+            raise ApiError(422, "files must be a non-empty list of {name, size, checksum}")
+        out = []
+        for i, f in enumerate(given):
+            if not isinstance(f, dict):
+                raise ApiError(422, f"files[{i}] must be an object {{name, size, checksum}}")
+            try:
+                name = validate_name(f.get("name"), f"files[{i}].name")
+            except FileSetError as e:
+                raise ApiError(422, str(e)) from e
+            size = _int(f, "size", -1, 0, MAX_FILE_SIZE)
+            ck = f.get("checksum")
+            if ck is not None and (not isinstance(ck, str) or not CHECKSUM_RE.match(ck)):
+                raise ApiError(422, f"files[{i}].checksum must look like adler32:0123abcd, got {ck!r}")
+            out.append(FileSpec(name, size, ck))
+        if len({f.name for f in out}) != len(out):
+            raise ApiError(422, "files: names must be unique")
+        return tuple(out)
+
+    # ---- API operations ----------------------------------------------------------------------------------
+    def submit(self, body: Any) -> tuple[int, dict]:
+        if isinstance(body, dict) and isinstance(body.get("test_id"), str):
+            with contextlib.suppress(ValueError):
+                existing = self.runs.get(str(uuid.UUID(body["test_id"])))
+                if existing is not None:
+                    return 200, existing.view()
+        job = self.parse(body)
+        if self.running is not None:
+            raise ApiError(409, f"test {self.running.job.test_id} is running; one test at a time",
+                           running_test_id=self.running.job.test_id)
+        mover = self.movers.get(job.protocol)
+        if mover is None:
+            raise ApiError(422, f"protocol {job.protocol} is unavailable on this agent: "
+                                f"{self.problems.get(job.protocol, 'no mover')}")
+        why = mover.available()
+        if why:
+            raise ApiError(422, f"protocol {job.protocol} is unavailable on this agent: {why}")
+        run = Run(job=job, started_at=datetime.now(UTC))
+        run.progress.files_total = len(job.files)
+        self.runs[job.test_id] = run
+        while len(self.runs) > KEEP_RECORDS:
+            self.runs.popitem(last=False)
+        self.running = run
+        run.task = asyncio.create_task(self._execute(run, mover), name=f"transfer-{job.test_id}")
+        log.info("Started transfer %s: %s from %s, %d files, streams %d, concurrency %d, %s", job.test_id,
+                 job.protocol, job.source.hostport(), len(job.files), job.streams, job.concurrency,
+                 "sink" if job.destination_dir is None else "store")
+        return 202, run.view()
+
+    def get(self, test_id: str) -> dict:
+        run = self.runs.get(test_id)
+        if run is None:
+            raise ApiError(404, f"no transfer {test_id} on this agent")
+        return run.view()
+
+    async def cancel(self, test_id: str) -> dict:
+        run = self.runs.get(test_id)
+        if run is None:
+            raise ApiError(404, f"no transfer {test_id} on this agent")
+        if run.record is None and run.task is not None:
+            run.cancel_requested = True
+            run.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(run.task), 30)
+        return run.view()
+
+    async def shutdown(self) -> None:
+        if self.running is not None:
+            await self.cancel(self.running.job.test_id)
+
+    # ---- execution ---------------------------------------------------------------------------------------
+    async def _sample(self, run: Run) -> None:
+        while True:
+            run.samples.append((time.monotonic(), run.progress.bytes_done))
+            await asyncio.sleep(SAMPLE_INTERVAL)
+
+    async def _execute(self, run: Run, mover: Mover) -> None:
+        job = run.job
+        self.metrics.active.inc()
+        sampler = asyncio.create_task(self._sample(run))
+        results: list[FileResult] | None = None
+        status, error = "failed", None
+        try:
+            results = await asyncio.wait_for(mover.run(job, run.progress), job.timeout)
+            error = records.failure_summary(results)
+            status = "failed" if error else "succeeded"
+        except TimeoutError:
+            error = f"timed out after {job.timeout:g} s ({run.progress.bytes_done} bytes received)"
+        except asyncio.CancelledError:
+            if not run.cancel_requested:
+                raise
+            status, error = "cancelled", f"cancelled by request after {run.progress.bytes_done} bytes"
+        except MoverUnavailable as e:
+            error = f"protocol {job.protocol} is unavailable: {e}"
+        except Exception as e:
+            log.exception("Transfer %s failed in the mover", job.test_id)
+            error = f"mover error: {type(e).__name__}: {e}"
+        finally:
+            sampler.cancel()
+            finished = datetime.now(UTC)
+            run.samples.append((time.monotonic(), run.progress.bytes_done))
+            if results is None:
+                results = [FileResult(name=f.name, size=f.size, bytes=0, error=error) for f in job.files]
+            run.record = records.build_record(job, results, run.started_at, finished, status, error, run.samples)
+            if job.destination_dir is not None:
+                await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
+            self.metrics.active.dec()
+            self.metrics.transfers.labels(job.protocol, status).inc()
+            self.metrics.bytes.labels(job.protocol).inc(run.record["total_bytes"])
+            if self.running is run:
+                self.running = None
+            log.info("Finished transfer %s: %s, %d bytes, throughput %s Gbit/s, aggregate %s Gbit/s%s",
+                     job.test_id, status, run.record["total_bytes"], _fmt(run.record["throughput_gbps"]),
+                     _fmt(run.record["aggregate_gbps"]), f" ({error})" if error else "")
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"

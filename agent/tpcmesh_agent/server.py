@@ -1,0 +1,319 @@
+"""The agent process: control API (aiohttp, HTTPS, bearer token, optional mTLS), metrics, built-in data server
+and the protocol-server supervisor."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import importlib
+import json
+import logging
+import signal
+import ssl
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from . import __version__
+from .config import ALL_PROTOCOLS, Settings
+from .files import FileSetError, FileSets, spec_from_request, validate_name
+from .metrics import CONTENT_TYPE, AgentMetrics
+from .movers import load_movers
+from .probes import tcp_connect_rtt
+from .runner import ApiError, TransferRunner
+
+log = logging.getLogger(__name__)
+
+
+class TokenSource:
+    """The bearer token, re-read when the file changes (rotation without restart)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mtime: float | None = None
+        self._token = ""
+
+    def __call__(self) -> str:
+        try:
+            mtime = self.path.stat().st_mtime
+            if mtime != self._mtime:
+                tok = self.path.read_text().strip()
+                if tok:
+                    self._token, self._mtime = tok, mtime
+        except OSError:
+            log.warning("Token file %s could not be read; keeping the last token", self.path)
+        return self._token
+
+    def check(self, header: str) -> bool:
+        want = self()
+        if not want or not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), want.encode())
+
+
+def _load_supervisor(settings: Settings) -> Any | None:
+    try:
+        mod = importlib.import_module("tpcmesh_agent.servers")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("tpcmesh_agent.servers"):
+            return None
+        raise
+    return mod.ServerSupervisor(settings)
+
+
+def write_ca_dir(ca_file: Path, directory: Path) -> None:
+    """<hash>.0 entries (one per CA in the bundle) for programs that want an OpenSSL CA directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pem = ca_file.read_bytes()
+    (directory / "ca.pem").write_bytes(pem)
+    blocks = [b + b"-----END CERTIFICATE-----\n" for b in pem.split(b"-----END CERTIFICATE-----") if b"BEGIN" in b]
+    for block in blocks:
+        try:
+            h = subprocess.run(["openssl", "x509", "-noout", "-subject_hash"], input=block.strip() + b"\n",
+                               capture_output=True, check=True).stdout.decode().strip()
+        except (OSError, subprocess.CalledProcessError) as e:
+            log.warning("Could not hash CA certificate for %s: %s", directory, e)
+            return
+        (directory / f"{h}.0").write_bytes(block.strip() + b"\n")
+
+
+class Agent:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.token = TokenSource(settings.token_file)  # type: ignore[arg-type]
+        self.supervisor: Any | None = None
+        self.data_server: Any | None = None
+        self.movers, self.problems = load_movers(settings)
+        self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
+        self.metrics = AgentMetrics(self.servers_status)
+        self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics)
+        self.ready = False
+        self._set_locks: dict[str, asyncio.Lock] = {}
+
+    # ---- status --------------------------------------------------------------------------------------------
+    def servers_status(self) -> dict[str, dict]:
+        status: dict[str, dict] = {}
+        if "builtin" in self.settings.protocols:
+            status["builtin"] = {"available": True, "running": self.data_server is not None,
+                                 "port": self.settings.builtin_port, "message": None, "restarts": 0}
+        if self.supervisor is not None:
+            try:
+                status.update(self.supervisor.status())
+            except Exception as e:  # status must never break /info or /metrics
+                log.warning("Supervisor status failed: %s", e)
+        return status
+
+    def protocols_info(self) -> dict[str, dict]:
+        servers = self.servers_status()
+        out = {}
+        for p in ALL_PROTOCOLS:
+            mover = self.movers.get(p)
+            why = self.problems.get(p)
+            if mover is not None and why is None:
+                try:
+                    why = mover.available()
+                except Exception as e:
+                    why = f"availability check failed: {e}"
+            st = servers.get(p) or servers.get(p.split("-")[0]) or {}
+            message = why or st.get("message")
+            available = why is None and st.get("available", mover is not None)
+            out[p] = {
+                "available": bool(available),
+                "running": bool(st.get("running", False)),
+                "port": st.get("port", self.settings.port_of(p)),
+                "message": message if not available else st.get("message"),
+                "restarts": int(st.get("restarts", 0)),
+            }
+        return out
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        s.sets_dir.mkdir(parents=True, exist_ok=True)
+        if s.incoming_dir.exists():
+            await asyncio.to_thread(__import__("shutil").rmtree, s.incoming_dir, True)
+        s.incoming_dir.mkdir(parents=True, exist_ok=True)
+        if s.ca_file is not None and s.ca_dir is not None:
+            write_ca_dir(s.ca_file, s.ca_dir)
+        if "builtin" in s.protocols and "builtin" in self.movers:
+            from .movers.builtin import DataServer
+
+            self.data_server = DataServer(s, self.token)
+            self.data_server.start()
+        self.supervisor = _load_supervisor(s)
+        if self.supervisor is not None:
+            await self.supervisor.start()
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        await self.runner.shutdown()
+        if self.supervisor is not None:
+            with contextlib.suppress(Exception):
+                await self.supervisor.stop()
+        if self.data_server is not None:
+            await asyncio.to_thread(self.data_server.stop)
+            self.data_server = None
+
+    # ---- HTTP ----------------------------------------------------------------------------------------------
+    @web.middleware
+    async def auth_and_errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            if request.path.startswith("/api/"):
+                if self.settings.client_ca_file is not None:
+                    ssl_obj = request.transport.get_extra_info("ssl_object") if request.transport else None
+                    if ssl_obj is None or not ssl_obj.getpeercert():
+                        raise ApiError(401, "a client certificate signed by the configured client CA is required")
+                if not self.token.check(request.headers.get("Authorization", "")):
+                    raise ApiError(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+            return await handler(request)
+        except ApiError as e:
+            return web.json_response(e.body, status=e.status)
+
+    async def _json(self, request: web.Request) -> Any:
+        try:
+            return await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"the request body is not valid JSON: {e}") from e
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if not self.ready:
+            return web.json_response({"status": "starting"}, status=503)
+        return web.json_response({"status": "ready"})
+
+    async def info(self, request: web.Request) -> web.Response:
+        running = self.runner.running
+        return web.json_response({
+            "node": self.settings.node_name,
+            "address": self.settings.address,
+            "version": __version__,
+            "protocols": self.protocols_info(),
+            "servers": self.servers_status(),
+            "budget_bytes": self.settings.budget_bytes,
+            "file_sets": self.filesets.list(),
+            "running_test_id": running.job.test_id if running else None,
+        })
+
+    async def post_fileset(self, request: web.Request) -> web.Response:
+        body = await self._json(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object: {count, size} or {dataset}")
+        verify = body.pop("verify", False)
+        try:
+            spec = spec_from_request(body)
+        except FileSetError as e:
+            raise ApiError(422, str(e)) from e
+        lock = self._set_locks.setdefault(spec.name, asyncio.Lock())
+        async with lock:
+            try:
+                entries = await asyncio.to_thread(self.filesets.ensure, spec, bool(verify))
+            except FileSetError as e:
+                raise ApiError(422, str(e)) from e
+            except OSError as e:
+                raise ApiError(507, f"writing file set {spec.name} failed: {e.strerror or e}") from e
+        return web.json_response({"name": spec.name, "total_bytes": spec.total_bytes,
+                                  "files": [e.as_dict() for e in entries]})
+
+    async def list_filesets(self, request: web.Request) -> web.Response:
+        return web.json_response({"file_sets": self.filesets.list()})
+
+    async def delete_fileset(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            validate_name(name, "set name")
+        except FileSetError as e:
+            raise ApiError(422, str(e)) from e
+        if not await asyncio.to_thread(self.filesets.remove, name):
+            raise ApiError(404, f"no file set {name} on this agent")
+        return web.json_response({"deleted": name})
+
+    async def post_transfer(self, request: web.Request) -> web.Response:
+        body = await self._json(request)
+        code, record = self.runner.submit(body)
+        return web.json_response(record, status=code)
+
+    async def get_transfer(self, request: web.Request) -> web.Response:
+        return web.json_response(self.runner.get(request.match_info["id"]))
+
+    async def delete_transfer(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.runner.cancel(request.match_info["id"]))
+
+    async def rtt(self, request: web.Request) -> web.Response:
+        body = await self._json(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object {host, port, count}")
+        host, port, count = body.get("host"), body.get("port", self.settings.api_port), body.get("count", 5)
+        if not isinstance(host, str) or not host:
+            raise ApiError(422, "host must be a host name or IP address")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ApiError(422, f"port must be an integer 1-65535, got {port!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+            raise ApiError(422, f"count must be an integer 1-100, got {count!r}")
+        return web.json_response(await tcp_connect_rtt(host, port, count))
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    def api_app(self) -> web.Application:
+        app = web.Application(middlewares=[self.auth_and_errors], client_max_size=4 * 2**20)
+        app.add_routes([
+            web.get("/healthz", self.healthz),
+            web.get("/readyz", self.readyz),
+            web.get("/api/v1/info", self.info),
+            web.post("/api/v1/filesets", self.post_fileset),
+            web.get("/api/v1/filesets", self.list_filesets),
+            web.delete("/api/v1/filesets/{name}", self.delete_fileset),
+            web.post("/api/v1/transfers", self.post_transfer),
+            web.get("/api/v1/transfers/{id}", self.get_transfer),
+            web.delete("/api/v1/transfers/{id}", self.delete_transfer),
+            web.post("/api/v1/probes/rtt", self.rtt),
+        ])
+        return app
+
+    def metrics_app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes([web.get("/metrics", self.metrics_handler), web.get("/healthz", self.healthz)])
+        return app
+
+    def api_ssl(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if s.tls_cert is None:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(s.tls_cert), str(s.tls_key))
+        if s.client_ca_file is not None:
+            ctx.load_verify_locations(cafile=str(s.client_ca_file))
+            ctx.verify_mode = ssl.CERT_OPTIONAL  # health probes need no certificate; /api/ checks it
+        return ctx
+
+
+async def serve(settings: Settings) -> None:
+    agent = Agent(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    api = web.AppRunner(agent.api_app(), access_log=None, handle_signals=False)
+    met = web.AppRunner(agent.metrics_app(), access_log=None, handle_signals=False)
+    await api.setup()
+    await met.setup()
+    try:
+        await web.TCPSite(api, settings.address, settings.api_port, ssl_context=agent.api_ssl()).start()
+        await web.TCPSite(met, settings.address, settings.metrics_port).start()
+        log.info("Started control API on https://%s:%d and metrics on http://%s:%d/metrics", settings.address,
+                 settings.api_port, settings.address, settings.metrics_port)
+        await agent.start()
+        log.info("Agent %s is ready (protocols: %s)", settings.node_name,
+                 ", ".join(p for p, v in agent.protocols_info().items() if v["available"]) or "none")
+        await stop.wait()
+        log.info("Stopping agent %s", settings.node_name)
+    finally:
+        await agent.stop()
+        await api.cleanup()
+        await met.cleanup()

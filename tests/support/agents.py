@@ -1,0 +1,321 @@
+"""Real `tpcmesh-agent` processes for tests, each on a loopback address of its own.
+
+Use the ``agent_factory`` fixture::
+
+    def test_x(agent_factory):
+        src, dst = agent_factory(), agent_factory(protocols=("builtin", "xrootd-https"), run_user="nobody")
+        r = dst.post("/api/v1/transfers", json={...})
+
+Each agent gets a fresh address (127.0.1.1, 127.0.1.2, ...; an address is locked with a file in /tmp so parallel
+pytest sessions never share one), the default ports on it, a data dir on /dev/shm, a token file, and a host
+certificate from the session's tpcmesh CA (``tpcmesh_operator.pki``). The factory waits for /readyz and kills the
+process at teardown. Keyword arguments are agent settings (``protocols``, ``budget_bytes``, ``builtin_max_rate``,
+``run_user``, ...), passed as TPCMESH_AGENT_<NAME> environment variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.paths import VENV_BIN
+
+DEFAULT_PORTS = {
+    "api_port": 9443,
+    "metrics_port": 9464,
+    "builtin_port": 9080,
+    "xrootd_root_port": 1094,
+    "xrootd_https_port": 8444,
+    "gridftp_port": 2811,
+    "iperf3_port": 5201,
+}
+LOCK_DIR = Path(tempfile.gettempdir()) / "tpcmesh-test-addresses"
+
+
+@dataclass(frozen=True)
+class TestPKI:
+    ca_file: Path
+    ca_dir: Path
+    ca: Any  # tpcmesh_operator.pki.KeyPair
+    directory: Path
+
+    def host_cert(self, name: str, addresses: list[str]) -> tuple[Path, Path]:
+        from tpcmesh_operator import pki
+
+        kp = pki.issue_host_cert(self.ca, name, addresses)
+        cert, key = self.directory / f"{name}.crt", self.directory / f"{name}.key"
+        kp.write(cert, key)
+        os.chmod(key, 0o644)  # servers running as run_user (e.g. xrootd as nobody) must read it; tests only
+        return cert, key
+
+
+@dataclass
+class AgentHandle:
+    name: str
+    address: str
+    ports: dict[str, int]
+    token: str
+    token_file: Path
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    data_dir: Path
+    log_file: Path
+    process: subprocess.Popen
+    settings: dict[str, str] = field(default_factory=dict)
+    _client: httpx.Client | None = None
+
+    @property
+    def api_port(self) -> int:
+        return self.ports["api_port"]
+
+    @property
+    def builtin_port(self) -> int:
+        return self.ports["builtin_port"]
+
+    @property
+    def metrics_port(self) -> int:
+        return self.ports["metrics_port"]
+
+    @property
+    def base_url(self) -> str:
+        return f"https://{self.address}:{self.api_port}"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def client(self, token: str | None = None, timeout: float = 30.0) -> httpx.Client:
+        """An httpx client on the control API with the bearer token (``token=""`` for none)."""
+        tok = self.token if token is None else token
+        headers = {"Authorization": f"Bearer {tok}"} if tok else {}
+        return httpx.Client(base_url=self.base_url, verify=self.ssl_context(), headers=headers, timeout=timeout)
+
+    @property
+    def http(self) -> httpx.Client:
+        if self._client is None:
+            self._client = self.client()
+        return self._client
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.get(path, **kw)
+
+    def post(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.post(path, **kw)
+
+    def delete(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.delete(path, **kw)
+
+    def metrics(self) -> str:
+        return httpx.get(f"http://{self.address}:{self.metrics_port}/metrics", timeout=10).text
+
+    def file_set(self, **body: Any) -> dict:
+        r = self.post("/api/v1/filesets", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def start_transfer(self, **body: Any) -> dict:
+        body.setdefault("test_id", str(uuid.uuid4()))
+        r = self.post("/api/v1/transfers", json=body)
+        assert r.status_code == 202, r.text
+        return r.json()
+
+    def wait_transfer(self, test_id: str, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            rec = self.get(f"/api/v1/transfers/{test_id}").json()
+            if rec.get("status") != "running":
+                return rec
+            if time.monotonic() > deadline:
+                raise AssertionError(f"transfer {test_id} still running after {timeout} s: {rec}")
+            time.sleep(0.05)
+
+    def transfer(self, timeout: float = 60.0, **body: Any) -> dict:
+        """Start a transfer on this (destination) agent and wait for its finished record."""
+        return self.wait_transfer(self.start_transfer(**body)["test_id"], timeout)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def pause(self) -> None:
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGCONT)
+            self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        with contextlib.suppress(ProcessLookupError):  # children (xrootd, ...) the agent did not reap
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def _address_free(address: str) -> bool:
+    for port in DEFAULT_PORTS.values():
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+        finally:
+            s.close()
+    return True
+
+
+class _AddressPool:
+    """127.0.1.1 .. 127.0.9.254, each held with an flock for the agent's life."""
+
+    def __init__(self) -> None:
+        LOCK_DIR.mkdir(exist_ok=True)
+        self.next = 0
+        self.held: dict[str, int] = {}
+
+    def acquire(self) -> str:
+        for _ in range(9 * 254):
+            i = self.next
+            self.next = (self.next + 1) % (9 * 254)
+            address = f"127.0.{1 + i // 254}.{1 + i % 254}"
+            if address in self.held:
+                continue
+            fd = os.open(LOCK_DIR / address, os.O_CREAT | os.O_RDWR, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            if not _address_free(address):
+                os.close(fd)
+                continue
+            self.held[address] = fd
+            return address
+        raise RuntimeError("no free loopback address for a test agent")
+
+    def release(self, address: str) -> None:
+        fd = self.held.pop(address, None)
+        if fd is not None:
+            os.close(fd)
+
+
+_POOL: _AddressPool | None = None
+
+
+@pytest.fixture(scope="session")
+def tpcmesh_pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
+    from tpcmesh_operator import pki
+
+    d = tmp_path_factory.mktemp("pki")
+    os.chmod(d, 0o755)
+    ca = pki.create_ca("tpcmesh test CA")
+    (d / "ca.crt").write_bytes(ca.cert_pem)
+    ca_dir = pki.write_ca_dir(ca.cert_pem, d / "ca-dir")
+    return TestPKI(ca_file=d / "ca.crt", ca_dir=ca_dir, ca=ca, directory=d)
+
+
+def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 30.0, **settings: Any) -> AgentHandle:
+    """Start one real agent process (use the ``agent_factory`` fixture, which also cleans up)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = _AddressPool()
+    address = settings.pop("address", None) or _POOL.acquire()
+    name = name or f"agent-{address.replace('.', '-')}"
+    data_dir = Path(tempfile.mkdtemp(prefix=f"tpcmesh-{name}-", dir="/dev/shm"))
+    os.chmod(data_dir, 0o755)
+    token = secrets.token_urlsafe(24)
+    token_file = data_dir / "token"
+    token_file.write_text(token + "\n")
+    cert, key = pki_.host_cert(name, [address])
+    ports = {k: int(settings.pop(k, v)) for k, v in DEFAULT_PORTS.items()}
+    values: dict[str, Any] = {
+        "address": address, "node_name": name, "data_dir": data_dir / "data", "token_file": token_file,
+        "tls_cert": cert, "tls_key": key, "ca_file": pki_.ca_file, "budget_bytes": 2 * 10**9,
+        "protocols": ("builtin",), "log_level": "INFO", **ports, **settings,
+    }
+    env = dict(os.environ)
+    env = {k: v for k, v in env.items() if not k.startswith("TPCMESH_AGENT_")}
+    for k, v in values.items():
+        env["TPCMESH_AGENT_" + k.upper()] = ",".join(v) if isinstance(v, tuple | list) else str(v)
+    log_file = data_dir / "agent.log"
+    with open(log_file, "wb") as out:
+        proc = subprocess.Popen([str(VENV_BIN / "tpcmesh-agent")], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    handle = AgentHandle(name=name, address=address, ports=ports, token=token, token_file=token_file,
+                         ca_file=pki_.ca_file, cert_file=cert, key_file=key, data_dir=data_dir, log_file=log_file,
+                         process=proc, settings={k: str(v) for k, v in values.items()})
+    deadline = time.monotonic() + wait
+    with httpx.Client(verify=handle.ssl_context(), timeout=2) as c:
+        while True:
+            if proc.poll() is not None:
+                log = handle.log()
+                _cleanup(handle)
+                raise RuntimeError(f"tpcmesh-agent {name} exited with {proc.returncode}:\n{log}")
+            try:
+                if c.get(f"{handle.base_url}/readyz").status_code == 200:
+                    return handle
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                handle.stop()
+                log = handle.log()
+                _cleanup(handle)
+                raise RuntimeError(f"tpcmesh-agent {name} not ready after {wait} s:\n{log}")
+            time.sleep(0.05)
+
+
+def _cleanup(handle: AgentHandle) -> None:
+    shutil.rmtree(handle.data_dir, ignore_errors=True)
+    if _POOL is not None:
+        _POOL.release(handle.address)
+
+
+@pytest.fixture
+def agent_factory(tpcmesh_pki: TestPKI, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Call ``agent_factory(**settings)`` to start an agent; every agent is stopped at the test's end."""
+    started: list[AgentHandle] = []
+
+    def factory(name: str | None = None, **settings: Any) -> AgentHandle:
+        h = start_agent(tpcmesh_pki, name=name, **settings)
+        started.append(h)
+        return h
+
+    yield factory
+    for h in started:
+        h.stop()
+        request.node.add_report_section("teardown", f"log of {h.name} ({h.address})", h.log()[-8000:])
+        _cleanup(h)

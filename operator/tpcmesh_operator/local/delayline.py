@@ -1,0 +1,164 @@
+"""The delay line: a user-space router between TUN devices that releases each packet after its link's delay.
+
+This kernel has no ``sch_netem``, so WAN links are emulated here. The process opens one TUN device per node
+(created in the root network namespace; the lab then moves each into its node's namespace, the open file keeps
+working), reads IPv4 packets, looks up the destination node by address and releases the packet on that node's
+device once the directed link's one-way delay has passed. A link may also have a rate (a serialisation clock with
+a bounded queue, so TCP sees drops instead of an endless queue) and a random loss.
+
+Run as ``python -m tpcmesh_operator.local.delayline CONFIG.json``; it prints ``READY`` on stdout once every device
+exists, and exits (removing its devices with it) when stdin closes or its parent dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import heapq
+import json
+import os
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass
+
+TUNSETIFF = 0x400454CA
+IFF_TUN = 0x0001
+IFF_NO_PI = 0x1000
+PR_SET_PDEATHSIG = 1
+PR_SET_TIMERSLACK = 29
+MAX_PACKET = 65536 + 64
+READ_BURST = 64
+
+
+@dataclass
+class Link:
+    delay: float  # seconds, one way
+    rate_bps: float | None  # bits per second, None = unlimited
+    loss: float  # probability 0..1
+    queue_bytes: int  # most bytes waiting for the serialisation clock
+    free_at: float = 0.0  # when the link finishes sending what is queued
+    sent_packets: int = 0
+    dropped_packets: int = 0
+
+
+def open_tun(name: str) -> int:
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+    return fd
+
+
+def build_links(config: dict) -> tuple[list[str], dict[bytes, int], list[list[Link | None]]]:
+    nodes = config["nodes"]
+    names = [n["device"] for n in nodes]
+    by_addr = {socket.inet_aton(n["address"]): i for i, n in enumerate(nodes)}
+    index = {n["name"]: i for i, n in enumerate(nodes)}
+    links: list[list[Link | None]] = [[None] * len(nodes) for _ in nodes]
+    for spec in config["links"]:
+        i, j = index[spec["from"]], index[spec["to"]]
+        rate = spec.get("rate_bps")
+        delay = float(spec.get("delay_s", 0.0))
+        if rate:
+            # A queue of one bandwidth-delay product (at least 64 full packets) like a well-sized router buffer.
+            queue = max(int(rate / 8 * max(2 * delay, 0.001)), 64 * 65536)
+        else:
+            queue = 0
+        links[i][j] = Link(delay=delay, rate_bps=rate, loss=float(spec.get("loss", 0.0)), queue_bytes=queue)
+    return names, by_addr, links
+
+
+def run(config: dict) -> None:
+    names, by_addr, links = build_links(config)
+    fds = [open_tun(name) for name in names]
+    fd_index = {fd: i for i, fd in enumerate(fds)}
+    watch = [*fds, sys.stdin.fileno()]
+    print("READY", flush=True)
+    heap: list[tuple[float, int, int, bytes]] = []
+    seq = 0
+    # How late packets leave on average (timer wake-up and scheduling); scheduled that much earlier so the delay
+    # a packet sees matches its link's delay also for short (metro) links.
+    lateness = 0.0
+    rand = random.random
+    now_fn = time.monotonic
+    while True:
+        timeout = max(0.0, heap[0][0] - now_fn()) if heap else None
+        readable, _, _ = select.select(watch, [], [], timeout)
+        for fd in readable:
+            if fd not in fd_index:  # stdin: closed means the lab is gone
+                if not os.read(fd, 4096):
+                    return
+                continue
+            src = fd_index[fd]
+            row = links[src]
+            for _ in range(READ_BURST):
+                try:
+                    packet = os.read(fd, MAX_PACKET)
+                except BlockingIOError:
+                    break
+                if len(packet) < 20 or packet[0] >> 4 != 4:
+                    continue  # only IPv4 is routed
+                dst = by_addr.get(packet[16:20])
+                if dst is None or dst == src:
+                    continue
+                link = row[dst]
+                if link is None:
+                    continue
+                if link.loss and rand() < link.loss:
+                    link.dropped_packets += 1
+                    continue
+                now = now_fn()
+                if link.rate_bps:
+                    start = link.free_at if link.free_at > now else now
+                    if (start - now) * link.rate_bps / 8 > link.queue_bytes:
+                        link.dropped_packets += 1
+                        continue
+                    link.free_at = start + len(packet) * 8 / link.rate_bps
+                    release = link.free_at + link.delay
+                else:
+                    release = now + link.delay
+                if link.delay > lateness:
+                    release -= lateness
+                link.sent_packets += 1
+                seq += 1
+                heapq.heappush(heap, (release, seq, dst, packet))
+        now = now_fn()
+        while heap and heap[0][0] <= now:
+            due, _, dst, packet = heapq.heappop(heap)
+            lateness = 0.95 * lateness + 0.05 * min(now - due, 0.002)
+            try:
+                os.write(fds[dst], packet)
+            except (BlockingIOError, OSError):
+                pass  # the device's queue is full or it went down: the packet is lost like on a wire
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(PR_SET_TIMERSLACK, 1)  # wake up on time (nanoseconds of slack, not the default 50 us)
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m tpcmesh_operator.local.delayline CONFIG.json", file=sys.stderr)
+        return 2
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with open(argv[0], encoding="utf-8") as fh:
+        config = json.load(fh)
+    try:
+        run(config)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""The WAN emulation lab: one network namespace per node, joined by the delay line.
+
+Topology: every node gets a namespace ``tpcm-<pid>-<node>`` holding one TUN device ``wan0`` with an address from a
+documentation range that collides with no route on the machine. The other end of every TUN device is the delay line
+process (``delayline.py``), which routes packets between the namespaces and holds each one for its link's one-way
+delay (and rate and loss) from the WAN profile. The root namespace is one more endpoint of the delay line (address
+``.1``, no delay), so the local operator reaches every agent's control API.
+
+Without root, ``ip netns`` or ``/dev/net/tun`` the lab falls back to loopback addresses ``127.0.1.x`` (no delays)
+and says so. Everything created is removed by :meth:`Lab.close` - called on exit, on SIGTERM/Ctrl-C, when the delay
+line or a process marked critical dies - and a later start removes what a killed run left behind.
+"""
+
+from __future__ import annotations
+
+import _thread
+import atexit
+import contextlib
+import errno
+import fcntl
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .profile import WanProfile
+
+log = logging.getLogger("tpcmesh.local.lab")
+
+PREFIX = "tpcm-"
+DEVICE_PREFIX = "tp"
+CANDIDATE_SUBNETS = ("198.51.100.0/24", "203.0.113.0/24", "198.18.0.0/24", "198.19.0.0/24", "198.18.100.0/24")
+MTU = 65000
+LOCK_FILE = Path("/run/tpcmesh-lab.lock")
+NETNS_ETC = Path("/etc/netns")
+LOOPBACK_BASE = ipaddress.IPv4Address("127.0.1.1")
+
+
+class LabError(RuntimeError):
+    """The lab could not be built; the message says which step failed and why."""
+
+
+@dataclass
+class Node:
+    name: str
+    address: str
+    netns: str | None = None  # None: loopback mode, processes run in the root namespace
+    device: str | None = None
+
+
+@dataclass
+class Lab:
+    """Build with :meth:`start` (or ``with Lab(profile) as lab``); run processes with :meth:`popen`."""
+
+    profile: WanProfile
+    mode: str = "auto"  # auto | netns | loopback
+    on_failure: Callable[[str], None] | None = None
+    nodes: list[Node] = field(default_factory=list)
+    host_address: str = "127.0.0.1"
+    subnet: str | None = None
+    emulated: bool = False
+    reason: str = ""
+    _processes: list[tuple[subprocess.Popen, bool, str]] = field(default_factory=list)
+    _delayline: subprocess.Popen | None = None
+    _tmp: Path | None = None
+    _closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- building ---------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> Lab:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r} in the lab (nodes: {[n.name for n in self.nodes]})")
+
+    def start(self) -> Lab:
+        want = self.mode
+        if want not in ("auto", "netns", "loopback"):
+            raise LabError(f"lab mode must be auto, netns or loopback, got {want!r}")
+        problem = netns_unavailable_reason()
+        if want == "netns" and problem:
+            raise LabError(f"network namespaces requested but unavailable: {problem}")
+        if want == "loopback" or problem:
+            self.reason = "loopback requested" if want == "loopback" else problem
+            self._start_loopback()
+        else:
+            self._install_cleanup_hooks()
+            try:
+                self._start_netns()
+            except BaseException:
+                self.close()
+                raise
+        return self
+
+    def _start_loopback(self) -> None:
+        self.emulated = False
+        self.host_address = "127.0.0.1"
+        self.nodes = [
+            Node(name=name, address=str(LOOPBACK_BASE + i)) for i, name in enumerate(self.profile.nodes)
+        ]
+        log.warning(
+            "Running on loopback addresses %s-%s without WAN emulation (%s).",
+            self.nodes[0].address, self.nodes[-1].address, self.reason,
+        )
+
+    def _start_netns(self) -> None:
+        remove_leftovers()
+        self._tmp = Path(tempfile.mkdtemp(prefix="tpcmesh-lab-"))
+        pid = os.getpid()
+        with _file_lock(LOCK_FILE):
+            subnet = pick_subnet()
+            self.subnet = str(subnet)
+            hosts = list(subnet.hosts())
+            self.host_address = str(hosts[0])
+            self.nodes = [
+                Node(name=name, address=str(hosts[9 + i]), netns=f"{PREFIX}{pid}-{name}",
+                     device=f"{DEVICE_PREFIX}{pid}-{i}")
+                for i, name in enumerate(self.profile.nodes)
+            ]
+            host_device = f"{DEVICE_PREFIX}{pid}-h"
+            self._start_delayline(host_device)
+            _ip("link", "set", "dev", host_device, "mtu", str(MTU), "up")
+            _ip("addr", "add", f"{self.host_address}/{subnet.prefixlen}", "dev", host_device)
+        for node in self.nodes:
+            assert node.netns and node.device
+            _ip("netns", "add", node.netns)
+            _ip("link", "set", "dev", node.device, "netns", node.netns)
+            _ip("-n", node.netns, "link", "set", "dev", "lo", "up")
+            _ip("-n", node.netns, "link", "set", "dev", node.device, "name", "wan0")
+            node.device = "wan0"
+            _ip("-n", node.netns, "link", "set", "dev", "wan0", "mtu", str(MTU), "up")
+            _ip("-n", node.netns, "addr", "add", f"{node.address}/{subnet.prefixlen}", "dev", "wan0")
+            self._write_hosts(node)
+        self.emulated = True
+        log.info(
+            "Created %d network namespaces on %s joined by the delay line (host side %s).",
+            len(self.nodes), self.subnet, self.host_address,
+        )
+
+    def _write_hosts(self, node: Node) -> None:
+        assert node.netns
+        directory = NETNS_ETC / node.netns
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = ["127.0.0.1 localhost", f"{self.host_address} tpcmesh-host"]
+        lines += [f"{n.address} {n.name}" for n in self.nodes]
+        (directory / "hosts").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def _start_delayline(self, host_device: str) -> None:
+        assert self._tmp
+        endpoints = [{"name": "@host", "address": self.host_address, "device": host_device}]
+        endpoints += [{"name": n.name, "address": n.address, "device": n.device} for n in self.nodes]
+        links = []
+        for a in endpoints:
+            for b in endpoints:
+                if a is b:
+                    continue
+                if "@host" in (a["name"], b["name"]):
+                    links.append({"from": a["name"], "to": b["name"]})
+                    continue
+                spec = self.profile.link(a["name"], b["name"])
+                links.append({
+                    "from": a["name"], "to": b["name"], "delay_s": spec.delay_ms / 1000,
+                    "rate_bps": spec.rate_mbit * 1e6 if spec.rate_mbit else None, "loss": spec.loss_percent / 100,
+                })
+        config_path = self._tmp / "delayline.json"
+        config_path.write_text(json.dumps({"nodes": endpoints, "links": links}), encoding="utf-8")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tpcmesh_operator.local.delayline", str(config_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self._tmp / "delayline.log", "wb"),
+            env=env, start_new_session=True,
+        )
+        self._delayline = proc
+        assert proc.stdout
+        line = _readline_with_timeout(proc.stdout, 10.0)
+        if line.strip() != b"READY":
+            proc.kill()
+            detail = (self._tmp / "delayline.log").read_text(errors="replace").strip()[-2000:]
+            raise LabError(f"the delay line did not start (exit {proc.poll()}): {detail or line!r}")
+        threading.Thread(target=self._watch, args=(proc, "the delay line"), daemon=True).start()
+
+    # -- running processes -----------------------------------------------------------------------------------
+
+    def command(self, node: Node | str, argv: Sequence[str]) -> list[str]:
+        n = self.node(node) if isinstance(node, str) else node
+        if n.netns:
+            return ["ip", "netns", "exec", n.netns, *argv]
+        return list(argv)
+
+    def popen(self, node: Node | str, argv: Sequence[str], *, critical: bool = False, **kwargs) -> subprocess.Popen:
+        """Start ``argv`` inside the node's namespace (its own session); ``critical`` ends the lab if it dies."""
+        n = self.node(node) if isinstance(node, str) else node
+        kwargs.setdefault("start_new_session", True)
+        proc = subprocess.Popen(self.command(n, argv), **kwargs)
+        with self._lock:
+            self._processes.append((proc, critical, f"{argv[0]} on {n.name}"))
+        if critical:
+            threading.Thread(target=self._watch, args=(proc, f"{argv[0]} on {n.name}"), daemon=True).start()
+        return proc
+
+    def run(self, node: Node | str, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command(node, argv), **kwargs)
+
+    def _watch(self, proc: subprocess.Popen, what: str) -> None:
+        code = proc.wait()
+        if self._closed:
+            return
+        message = f"{what} exited unexpectedly with code {code}; the lab was removed"
+        log.error("%s.", message)
+        self.close()
+        if self.on_failure is not None:
+            self.on_failure(message)
+        else:
+            _thread.interrupt_main()
+
+    # -- teardown --------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            processes = list(self._processes)
+        for proc, _, _ in processes:
+            _terminate(proc)
+        if self._delayline is not None:
+            if self._delayline.stdin:
+                with contextlib.suppress(OSError):
+                    self._delayline.stdin.close()
+            _terminate(self._delayline)
+        for node in self.nodes:
+            if node.netns:
+                remove_namespace(node.netns)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        if self.emulated:
+            log.info("Removed the lab's %d network namespaces and the delay line.", len(self.nodes))
+
+    def _install_cleanup_hooks(self) -> None:
+        atexit.register(self.close)
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, _raise_system_exit)
+            if signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGHUP, _raise_system_exit)
+
+
+def _raise_system_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def netns_unavailable_reason() -> str:
+    """Empty when namespaces + TUN can be used here; otherwise why not."""
+    if os.environ.get("TPCMESH_LOCAL_LOOPBACK"):
+        return "TPCMESH_LOCAL_LOOPBACK is set"
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("ip") is None:
+        return "the `ip` command (iproute2) is missing"
+    if not os.path.exists("/dev/net/tun"):
+        return "/dev/net/tun is missing"
+    try:
+        subprocess.run(["ip", "netns", "list"], check=True, capture_output=True, timeout=10)
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"`ip netns` does not work here: {exc}"
+    return ""
+
+
+def used_networks() -> list[ipaddress.IPv4Network]:
+    nets: list[ipaddress.IPv4Network] = []
+    routes = json.loads(_ip("-j", "-4", "route", "show", "table", "all") or "[]")
+    for r in routes:
+        dst = r.get("dst", "")
+        if dst in ("default", "") or r.get("type") in ("broadcast",):
+            continue
+        with contextlib.suppress(ValueError):
+            nets.append(ipaddress.IPv4Network(dst, strict=False))
+    for link in json.loads(_ip("-j", "-4", "addr", "show") or "[]"):
+        for a in link.get("addr_info", []):
+            with contextlib.suppress(ValueError, KeyError):
+                nets.append(ipaddress.IPv4Network(f"{a['local']}/{a['prefixlen']}", strict=False))
+    return nets
+
+
+def pick_subnet() -> ipaddress.IPv4Network:
+    used = used_networks()
+    for candidate in CANDIDATE_SUBNETS:
+        net = ipaddress.IPv4Network(candidate)
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise LabError(f"every candidate range {list(CANDIDATE_SUBNETS)} collides with a route on this machine")
+
+
+def lab_namespaces() -> list[str]:
+    try:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True
+
+
+def remove_namespace(name: str) -> None:
+    """Kill what runs in the namespace, delete it and its /etc/netns directory."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=10).stdout
+        for pid in pids.split():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=10)
+    shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
+
+
+def remove_leftovers(*, all_owners: bool = False) -> list[str]:
+    """Remove namespaces, /etc/netns dirs and devices of labs whose process is gone; returns what was removed."""
+    removed: list[str] = []
+
+    def owner_gone(rest: str) -> bool:
+        pid = rest.split("-", 1)[0]
+        return all_owners or not pid.isdigit() or (int(pid) != os.getpid() and not _pid_alive(int(pid)))
+
+    for name in lab_namespaces():
+        if owner_gone(name[len(PREFIX):]):
+            remove_namespace(name)
+            removed.append(name)
+    if NETNS_ETC.is_dir():
+        for d in NETNS_ETC.iterdir():
+            if d.name.startswith(PREFIX) and owner_gone(d.name[len(PREFIX):]):
+                shutil.rmtree(d, ignore_errors=True)
+    with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+        for link in json.loads(_ip("-j", "link", "show") or "[]"):
+            name = link.get("ifname", "")
+            if name.startswith(DEVICE_PREFIX) and name[len(DEVICE_PREFIX):].split("-")[0].isdigit():
+                if owner_gone(name[len(DEVICE_PREFIX):]):
+                    subprocess.run(["ip", "link", "delete", name], capture_output=True, timeout=10)
+                    removed.append(name)
+    if removed:
+        log.info("Removed leftovers of an earlier lab: %s.", ", ".join(removed))
+    return removed
+
+
+def _terminate(proc: subprocess.Popen, grace: float = 3.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except OSError:
+        with contextlib.suppress(OSError):
+            proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+
+
+def _ip(*args: str) -> str:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        raise LabError(f"`ip {' '.join(args)}` failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _readline_with_timeout(stream, timeout: float) -> bytes:
+    result: list[bytes] = []
+    t = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    return result[0] if result else b""
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LabError(f"another lab holds {path} for over a minute") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,57 @@
+"""WAN profiles: the shipped ones load, bad ones are rejected with a message naming the field."""
+
+from __future__ import annotations
+
+import pytest
+from tpcmesh_operator.local.netns import Lab
+from tpcmesh_operator.local.profile import ProfileError, load_profile, parse_profile
+
+
+def test_default_profile_mirrors_the_papers():
+    p = load_profile()
+    assert len(p.nodes) == 4
+    rtts = sorted({round(p.rtt_ms(a, b), 2) for a in p.nodes for b in p.nodes if a < b})
+    assert rtts[0] < 1 and 2.0 in rtts and 53.0 in rtts
+
+
+def test_fidelity_profile_has_a_rate_and_a_delay():
+    link = load_profile("fidelity").link("near", "far")
+    assert (link.delay_ms, link.rate_mbit) == (20, 500)
+
+
+def test_more_nodes_than_the_profile_names_use_the_default_link():
+    p = load_profile().with_nodes(6)
+    assert p.nodes[4:] == ["node-5", "node-6"]
+    assert p.link("node-5", "site-c") == p.default
+    assert load_profile().with_nodes(2).nodes == ["site-a-1", "site-a-2"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"nodes": []}, "nodes must be a non-empty list"),
+        ({"nodes": ["A b"]}, "nodes[0]"),
+        ({"nodes": ["a", "b"], "links": [{"between": ["a", "c"]}]}, "'c' is not in nodes"),
+        ({"nodes": ["a", "b"], "links": [{"between": ["a", "b"], "delayMs": -1}]}, "links[0].delayMs"),
+        ({"nodes": ["a", "b"], "links": [{"between": ["a", "b"], "rateMbit": "fast"}]}, "must be a number"),
+        ({"nodes": ["a", "b"], "links": [{"between": ["a", "b"], "jitter": 1}]}, "unknown field"),
+        ({"nodes": ["a", "b"], "links": [{"from": "a"}]}, "needs `between"),
+        ({"kind": "Pod", "nodes": ["a"]}, "kind must be WanProfile"),
+    ],
+)
+def test_bad_profiles_name_the_field(data, message):
+    with pytest.raises(ProfileError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
+        parse_profile(data, "p.yaml")
+    assert str(err.value).startswith("p.yaml")
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ProfileError, match="nope.yaml"):
+        load_profile(tmp_path / "nope.yaml")
+
+
+def test_loopback_mode_needs_no_privileges():
+    with Lab(load_profile(), mode="loopback") as lab:
+        assert not lab.emulated
+        assert [n.address for n in lab.nodes] == ["127.0.1.1", "127.0.1.2", "127.0.1.3", "127.0.1.4"]
+        assert lab.command("site-b", ["true"]) == ["true"]

@@ -120,7 +120,17 @@ def django_db_modify_db_settings(request: pytest.FixtureRequest) -> None:
         return
     import dj_database_url
     from django.conf import settings
+    from django.db import connections
 
     server = request.getfixturevalue("postgres_server")
-    settings.DATABASES["default"] = dj_database_url.parse(server.url)
-    settings.DATABASES["default"]["TEST"] = {"NAME": "test_tpcmesh"}
+    # Settings were loaded (from the environment) before this server existed, and Django's connection handler
+    # keeps references to these dicts: update them in place, before the first connection is opened.
+    db = settings.DATABASES["default"]
+    db.update(dj_database_url.parse(server.url))
+    db.setdefault("TEST", {})["NAME"] = "test_tpcmesh"
+    # A wrapper made earlier is of the old backend's class: drop it so the next access builds a PostgreSQL one.
+    connections.close_all()
+    try:
+        delattr(connections._connections, "default")
+    except AttributeError:
+        pass

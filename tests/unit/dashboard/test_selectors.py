@@ -1,0 +1,101 @@
+"""Selectors: grid (latest / mean / median, age, staleness), history, comparisons, classification."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from results import selectors, services
+from results.api.serializers import IngestBatchIn
+from results.models import Benchmark, Node
+
+from tests.support.dashboard import batch, measurement
+
+pytestmark = pytest.mark.django_db
+NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def ingest(body):
+    s = IngestBatchIn(data=body)
+    assert s.is_valid(), s.errors
+    return services.ingest(s.validated_data)
+
+
+@pytest.fixture
+def bench():
+    h = timedelta(hours=1)
+    ingest(batch([
+        measurement("a", "b", gbps=10, finished=NOW - 30 * h, files=2),
+        measurement("a", "b", gbps=20, finished=NOW - 20 * h),
+        measurement("a", "b", gbps=60, finished=NOW - 10 * h),
+        measurement("a", "b", streams=8, gbps=40, finished=NOW - 10 * h),
+        measurement("b", "a", gbps=5, finished=NOW - 72 * h),
+        measurement("a", "b", protocol="rtt", rtt_ms=12.5, finished=NOW - 9 * h),
+        measurement("b", "a", status="failed", gbps=None, error="connection refused", finished=NOW - 73 * h),
+    ]))
+    return Benchmark.objects.get()
+
+
+def cell(grid, src, dst, streams=1):
+    return next(c for c in grid["cells"] if (c["source"], c["destination"], c["streams"]) == (src, dst, streams))
+
+
+def test_latest_grid_takes_the_newest_and_reports_age_and_staleness(bench):
+    g = selectors.grid(bench, "xrootd-https", now=NOW)
+    assert {n["name"] for n in g["nodes"]} == {"a", "b"}
+    ab = cell(g, "a", "b")
+    assert ab["value"] == 60 and ab["age_seconds"] == 36000 and not ab["stale"]
+    assert cell(g, "a", "b", 8)["value"] == 40
+    ba = cell(g, "b", "a")
+    assert ba["value"] == 5 and ba["stale"]  # 72 h > the 48 h default
+    assert selectors.grid(bench, "xrootd-https", streams=8, now=NOW)["cells"] == [cell(g, "a", "b", 8)]
+
+
+def test_mean_and_median_over_a_window(bench):
+    day = timedelta(days=1)
+    mean = selectors.grid(bench, "xrootd-https", streams=1, mode="mean", window=2 * day, now=NOW)
+    assert cell(mean, "a", "b")["value"] == pytest.approx(30)  # 10, 20, 60
+    assert cell(mean, "a", "b")["count"] == 3
+    median = selectors.grid(bench, "xrootd-https", streams=1, mode="median", window=2 * day, now=NOW)
+    assert cell(median, "a", "b")["value"] == 20
+    short = selectors.grid(bench, "xrootd-https", streams=1, mode="mean", window=timedelta(hours=25), now=NOW)
+    assert cell(short, "a", "b")["value"] == pytest.approx(40)
+    assert all(c["destination"] != "a" for c in short["cells"])  # b->a is outside the window
+    with pytest.raises(ValueError, match="mode"):
+        selectors.grid(bench, "xrootd-https", mode="max")
+
+
+def test_latency_grid_uses_rtt(bench):
+    g = selectors.grid(bench, "rtt", now=NOW)
+    assert g["kind"] == "latency" and g["unit"] == "ms"
+    assert cell(g, "a", "b", 0)["value"] == 12.5
+
+
+def test_classify_thresholds():
+    t = {"ok": 30, "warning": 10}
+    assert selectors.classify(30, "succeeded", "throughput", t) == "ok"
+    assert selectors.classify(10, "succeeded", "throughput", t) == "warning"
+    assert selectors.classify(9.9, "succeeded", "throughput", t) == "critical"
+    assert selectors.classify(None, None, "throughput", t) == "none"
+    assert selectors.classify(50, "failed", "throughput", t) == "failed"
+    lat = {"ok": 20, "warning": 80}
+    assert selectors.classify(5, "succeeded", "latency", lat) == "ok"
+    assert selectors.classify(50, "succeeded", "latency", lat) == "warning"
+    assert selectors.classify(81, "succeeded", "latency", lat) == "critical"
+
+
+def test_pair_history_files_errors_and_comparisons(bench):
+    a, b = Node.objects.get(name="a"), Node.objects.get(name="b")
+    history = selectors.pair_history(a, b, bench)
+    assert len(history) == 7
+    assert [p["finished_at"] for p in history] == sorted(p["finished_at"] for p in history)
+    assert {(p["source"], p["destination"]) for p in history} == {("a", "b"), ("b", "a")}
+    assert len(selectors.pair_history(a, b, since=NOW - timedelta(hours=15))) == 3
+    files = selectors.pair_latest_files(a, b, bench)
+    assert [f["source"] for f in files] == ["a"] and [x["seconds"] for x in files[0]["files"]] == [1.0, 2.0]
+    errors = selectors.pair_errors(a, b, bench)
+    assert [e.error for e in errors] == ["connection refused"]
+    rtt = selectors.throughput_vs_rtt(bench)
+    assert {(p["source"], p["streams"], p["rtt_ms"], p["throughput_gbps"]) for p in rtt["xrootd-https"]} == {
+        ("a", 1, 12.5, 60), ("a", 8, 12.5, 40)}
+    pairs = selectors.streams_pairs(bench)
+    assert pairs == [{"protocol": "xrootd-https", "source": "a", "destination": "b", "low_streams": 1,
+                      "high_streams": 8, "low_gbps": 60, "high_gbps": 40}]

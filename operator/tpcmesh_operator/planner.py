@@ -37,6 +37,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class Test:
+    __test__ = False  # not a pytest class
+
     round: int
     setting: Setting
     source: str

@@ -1,0 +1,82 @@
+"""The executor's output against the measurement contract (manifests/schemas/measurement.v1.schema.json)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import jsonschema
+import pytest
+from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.planner import Setting, Test
+from tpcmesh_operator.runs import (
+    MemoryStatusStore,
+    RunExecutor,
+    RunInfo,
+    StaticDirectory,
+    failed_measurement,
+    measurement_from_record,
+    now_iso,
+    rtt_measurement,
+)
+from tpcmesh_operator.spec import parse_spec
+
+from tests.support.paths import REPO
+
+SCHEMA = json.loads((REPO / "manifests/schemas/measurement.v1.schema.json").read_text())
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = {**SCHEMA, "$ref": f"#/$defs/{name}"}
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def record(**kw) -> dict:
+    t = now_iso()
+    r = {"test_id": str(uuid.uuid4()), "protocol": "xrootd-https", "streams": 8, "concurrency": 2,
+         "status": "succeeded", "error": None, "file_size": 1000, "file_count": 2, "total_bytes": 2000,
+         "wall_seconds": 0.5, "mean_transfer_seconds": 0.25, "throughput_gbps": 6.4e-5, "aggregate_gbps": 3.2e-5,
+         "peak_gbps": None, "checksum": "ok", "destination_kind": "store", "started_at": t, "finished_at": t,
+         "files": [{"name": f"f{i}", "size": 1000, "bytes": 1000, "started_at": t, "finished_at": t,
+                    "seconds": 0.25, "error": None, "checksum_ok": True} for i in range(2)],
+         "progress": {"bytes_done": 2000, "files_done": 2, "files_total": 2, "gbps": 0.0}}
+    r.update(kw)
+    return r
+
+
+def test_record_to_measurement_keeps_every_contract_field() -> None:
+    rec = record()
+    validator("transferRecord").validate(rec)
+    m = measurement_from_record(rec, "node-a", "node-b", {"median_ms": 0.2, "min_ms": 0.1, "max_ms": 0.4})
+    validator("measurement").validate(m)
+    assert m["id"] == rec["test_id"] and (m["source"], m["destination"]) == ("node-a", "node-b")
+    assert m["rtt_ms"] == 0.2 and m["throughput_gbps"] == rec["throughput_gbps"] and m["files"] == rec["files"]
+    assert "progress" not in m
+
+
+def test_failed_and_rtt_rows_validate() -> None:
+    spec = parse_spec({})
+    t = Test(0, Setting("gridftp", 8), "a", "b")
+    validator("measurement").validate(failed_measurement(str(uuid.uuid4()), t, spec, "agent b vanished", now_iso()))
+    r = Test(0, Setting("rtt"), "a", "b")
+    ok = rtt_measurement(str(uuid.uuid4()), r, {"min_ms": 0.1, "median_ms": 0.2, "max_ms": 0.3, "error": None},
+                         now_iso())
+    bad = rtt_measurement(str(uuid.uuid4()), r, {"error": "connection refused"}, now_iso())
+    for m in (ok, bad):
+        validator("measurement").validate(m)
+    assert ok["status"] == "succeeded" and bad["status"] == "failed"
+    with pytest.raises(jsonschema.ValidationError):
+        validator("measurement").validate({**ok, "protocol": "ftp"})
+
+
+def test_ingest_batch_validates() -> None:
+    spec = parse_spec({"thresholds": {"good": 5}})
+    agents = [Agent("a", "127.0.1.1", labels={"tpcmesh.io/site": "X", "tpcmesh.io/nic-speed-gbps": "100"}),
+              Agent("b", "127.0.1.2")]
+    ex = RunExecutor(spec, RunInfo("default", "bench", "bench-1", str(uuid.uuid4())), StaticDirectory(agents),
+                     None, None, MemoryStatusStore())  # type: ignore[arg-type]
+    ex._frozen = {a.node: a for a in agents}
+    ex.status = {"phase": "Running", "startTime": now_iso(), "planned": 1, "done": 1}
+    batch = ex._batch([measurement_from_record(record(), "a", "b")])
+    validator("ingestBatch").validate(batch)
+    assert batch["nodes"][0]["site"] == "X" and batch["nodes"][0]["nic_speed_gbps"] == 100.0

@@ -1,0 +1,99 @@
+"""Planner properties: no agent twice in a round, every pair once per setting, rounds = lower bound, determinism."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tpcmesh_operator.planner import RTT, full_mesh_rounds, lower_bound, plan, settings_for
+from tpcmesh_operator.spec import parse_spec
+
+SPEC = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [8, 1]})
+
+
+def names(n: int) -> list[str]:
+    return [f"node-{i:03d}" for i in range(n)]
+
+
+def check_rounds(p) -> None:
+    for rnd in p.rounds():
+        busy = Counter()
+        for t in rnd:
+            busy[t.source] += 1
+            busy[t.destination] += 1
+        assert not busy or max(busy.values()) == 1, "an agent is in two tests of one round"
+
+
+def test_lower_bound_formula() -> None:
+    assert [lower_bound(n) for n in (1, 2, 3, 4, 5, 10, 11)] == [0, 2, 6, 6, 10, 18, 22]
+
+
+@given(st.integers(min_value=2, max_value=60))
+@settings(max_examples=60, deadline=None)
+def test_full_mesh_properties(n: int) -> None:
+    p = plan(names(n), SPEC)
+    assert p.rounds_per_setting == lower_bound(n)
+    assert p.num_rounds == lower_bound(n) * len(p.settings)
+    check_rounds(p)
+    per_setting = Counter((t.setting, t.source, t.destination) for t in p.tests())
+    assert set(per_setting.values()) == {1}
+    expected = {(s, a, b) for s in settings_for(SPEC) for a in names(n) for b in names(n) if a != b}
+    assert set(per_setting) == expected
+
+
+@given(st.lists(st.text("abcdefgh", min_size=1, max_size=6), min_size=2, max_size=15, unique=True), st.randoms())
+@settings(max_examples=40, deadline=None)
+def test_deterministic_whatever_the_input_order(agents: list[str], rnd: random.Random) -> None:
+    shuffled = agents[:]
+    rnd.shuffle(shuffled)
+    assert plan(agents, SPEC) == plan(shuffled, SPEC)
+    assert [t.key for t in plan(agents, SPEC).tests()] == [t.key for t in plan(shuffled, SPEC).tests()]
+
+
+def test_rtt_first_then_protocols_and_streams() -> None:
+    keys = [s.key for s in settings_for(SPEC)]
+    assert keys == [RTT, "xrootd-https/8", "xrootd-https/1", "gridftp/8", "gridftp/1"]
+    no_latency = parse_spec({"protocols": ["iperf3"], "streams": [1], "latency": False})
+    assert [s.key for s in settings_for(no_latency)] == ["iperf3/1"]
+
+
+def test_small_meshes() -> None:
+    assert full_mesh_rounds(0) == [] and full_mesh_rounds(1) == []
+    assert sorted(p for r in full_mesh_rounds(2) for p in r) == [(0, 1), (1, 0)]
+    assert plan(["solo"], SPEC).num_tests == 0
+
+
+def test_explicit_pairs_and_missing_agents() -> None:
+    spec = parse_spec({"pairs": {"mode": "explicit", "explicit": [
+        {"source": "a", "destination": "b"}, {"source": "b", "destination": "a"},
+        {"source": "a", "destination": "c"}, {"source": "a", "destination": "zz"}]}})
+    p = plan(["a", "b", "c"], spec)
+    check_rounds(p)
+    assert sorted({(t.source, t.destination) for t in p.tests()}) == [("a", "b"), ("a", "c"), ("b", "a")]
+    assert p.rounds_per_setting == 3  # a is in all three pairs
+    assert p.skipped == (("a", "zz", "no Ready agent on node zz"),)
+
+
+@given(st.integers(1, 8), st.integers(1, 8), st.sampled_from(["both", "aToB", "bToA"]))
+@settings(max_examples=40, deadline=None)
+def test_groups(na: int, nb: int, direction: str) -> None:
+    labels = {f"a{i}": {"site": "A"} for i in range(na)} | {f"b{i}": {"site": "B"} for i in range(nb)}
+    spec = parse_spec({"pairs": {"mode": "groups", "groupA": {"matchLabels": {"site": "A"}},
+                                 "groupB": {"matchLabels": {"site": "B"}}, "direction": direction}})
+    p = plan(labels, spec)
+    check_rounds(p)
+    pairs = Counter((t.source, t.destination) for t in p.tests() if t.setting.protocol == RTT)
+    assert set(pairs.values()) == {1}
+    want = set()
+    for a in range(na):
+        for b in range(nb):
+            if direction in ("both", "aToB"):
+                want.add((f"a{a}", f"b{b}"))
+            if direction in ("both", "bToA"):
+                want.add((f"b{b}", f"a{a}"))
+    assert set(pairs) == want
+    # each agent's test count is a lower bound on the rounds; greedy stays within twice that
+    degree = max(na, nb) * (2 if direction == "both" else 1)
+    assert degree <= p.rounds_per_setting <= 2 * degree

@@ -1,0 +1,77 @@
+"""Spec parsing: defaults, sizes, round trip, and errors that name the field."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from tpcmesh_operator.spec import SpecError, load_manifest, parse_size, parse_spec, to_dict
+
+from tests.support.paths import REPO
+
+
+def test_defaults_are_the_papers() -> None:
+    s = parse_spec({})
+    assert s.schedule == "@every 12h"
+    assert s.streams == (8, 1)
+    assert s.concurrency == 11
+    assert (s.file_set.count, s.file_set.size) == (11, 10**9)
+    assert s.file_set.name == "11x1000000000"
+    assert s.latency is True
+    assert s.pairs.mode == "fullMesh"
+
+
+@pytest.mark.parametrize("text,value", [
+    ("1GB", 10**9), ("1GiB", 2**30), ("64MB", 64 * 10**6), ("64MiB", 64 * 2**20), ("500kB", 500_000),
+    ("1.5GB", 1_500_000_000), (1234, 1234), ("2048", 2048),
+])
+def test_sizes(text, value) -> None:
+    assert parse_size(text) == value
+
+
+def test_round_trip() -> None:
+    raw = {"schedule": "0 */6 * * *", "protocols": ["builtin", "iperf3"], "streams": [4],
+           "fileSet": {"count": 4, "size": "64MiB"}, "latency": {"enabled": True, "count": 3},
+           "pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "b"}]},
+           "results": {"url": "http://dash:8000/", "tokenSecret": {"name": "tok"}}, "agentSelector": {
+               "matchLabels": {"app": "agent"}}}
+    s = parse_spec(raw)
+    assert parse_spec(to_dict(s)) == s
+    assert s.results.url == "http://dash:8000"
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"schedule": "every day"}, "spec.schedule"),
+    ({"protocols": ["ftp"]}, "spec.protocols[0]"),
+    ({"protocols": ["gridftp", "gridftp"]}, "spec.protocols"),
+    ({"streams": [0]}, "spec.streams[0]"),
+    ({"streams": []}, "spec.streams"),
+    ({"concurrency": 0}, "spec.concurrency"),
+    ({"concurrency": "11"}, "spec.concurrency"),
+    ({"fileSet": {"count": 2, "size": "1 parsec"}}, "spec.fileSet.size"),
+    ({"fileSet": {"dataset": "huge"}}, "spec.fileSet.dataset"),
+    ({"fileSet": {"dataset": "small", "count": 2}}, "spec.fileSet"),
+    ({"pairs": {"mode": "ring"}}, "spec.pairs.mode"),
+    ({"pairs": {"mode": "explicit"}}, "spec.pairs.explicit"),
+    ({"pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "a"}]}}, "spec.pairs.explicit[0]"),
+    ({"pairs": {"mode": "groups", "groupA": {"matchLabels": {"s": "a"}}}}, "spec.pairs.groupB"),
+    ({"results": {"url": "dash:8000"}}, "spec.results.url"),
+    ({"concurrencyPolicy": "Allow"}, "spec.concurrencyPolicy"),
+    ({"timeoutSeconds": -1}, "spec.timeoutSeconds"),
+    ({"suspend": "yes"}, "spec.suspend"),
+    ({"protocols": [], "latency": False}, "spec.protocols"),
+    ({"streamz": [1]}, "spec.streamz"),
+])
+def test_errors_name_the_field(raw, field) -> None:
+    with pytest.raises(SpecError) as e:
+        parse_spec(raw)
+    assert e.value.field == field
+    assert str(e.value).startswith(field + ":")
+
+
+def test_examples_parse() -> None:
+    files = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
+    assert files, "no examples"
+    for f in files:
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc.get("kind") in ("TransferBenchmark",) or (doc and doc.get("spec", {}).get("benchmark")):
+                load_manifest(doc)

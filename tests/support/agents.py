@@ -125,6 +125,16 @@ class AgentHandle:
     def metrics(self) -> str:
         return httpx.get(f"http://{self.address}:{self.metrics_port}/metrics", timeout=10).text
 
+    def metric(self, name: str, **labels: str) -> float | None:
+        """The value of one sample of /metrics (e.g. ``metric("tpcmesh_agent_bytes_total", protocol="builtin")``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+        return None
+
     def file_set(self, **body: Any) -> dict:
         r = self.post("/api/v1/filesets", json=body, timeout=300)
         assert r.status_code == 200, r.text

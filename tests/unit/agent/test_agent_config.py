@@ -1,0 +1,50 @@
+"""Settings: flags > environment > defaults, fail-fast validation, --help."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from tpcmesh_agent.config import SettingsError, load_settings
+
+from tests.support.paths import VENV_BIN
+
+
+@pytest.fixture
+def token(tmp_path):
+    p = tmp_path / "token"
+    p.write_text("0123456789abcdef0123\n")
+    return p
+
+
+def test_env_and_flags(token):
+    env = {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ADDRESS": "127.0.1.9",
+           "TPCMESH_AGENT_BUDGET_BYTES": "8GiB", "TPCMESH_AGENT_PROTOCOLS": "builtin,iperf3",
+           "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "true", "TPCMESH_AGENT_API_PORT": "9000"}
+    s = load_settings(["--api-port", "9001"], env)
+    assert s.address == "127.0.1.9" and s.api_port == 9001 and s.budget_bytes == 8 * 2**30
+    assert s.protocols == ("builtin", "iperf3") and s.token() == "0123456789abcdef0123"
+    assert s.port_of("gridftp") == 2811 and s.sets_dir == s.data_dir / "sets"
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"TPCMESH_AGENT_ADDRESS": "nowhere"}, "address 'nowhere' is not an IP address"),
+    ({"TPCMESH_AGENT_PROTOCOLS": "builtin,ftp"}, "protocols: unknown ftp"),
+    ({"TPCMESH_AGENT_API_PORT": "70000"}, "api_port 70000 is not a TCP port"),
+    ({"TPCMESH_AGENT_API_PORT": "x"}, "api_port: cannot read 'x'"),
+    ({"TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "false"}, "tls_cert/tls_key are required"),
+    ({"TPCMESH_AGENT_TOKEN_FILE": "/nonexistent/token"}, "token_file /nonexistent/token"),
+])
+def test_bad_settings_fail_fast_naming_the_setting(token, env, words):
+    base = {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1"}
+    with pytest.raises(SettingsError) as e:
+        load_settings([], {**base, **env})
+    assert words in str(e.value)
+
+
+def test_help_and_bad_setting_exit_code(token):
+    out = subprocess.run([str(VENV_BIN / "tpcmesh-agent"), "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "--token-file" in out.stdout and "TPCMESH_AGENT_" in out.stdout
+    bad = subprocess.run([str(VENV_BIN / "tpcmesh-agent"), "--address", "x", "--token-file", str(token)],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "invalid setting: address 'x'" in bad.stderr

@@ -1,0 +1,113 @@
+"""Statistics of the transfer record: the 003 paper's throughput, aggregate, peak, checksum verdict, contract."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import jsonschema
+import pytest
+from tpcmesh_agent import records
+from tpcmesh_agent.movers.base import Endpoint, FileResult, FileSpec, TransferJob
+
+from tests.support.paths import REPO
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def _job(n: int, size: int, dest: Path | None = Path("/tmp/x")) -> TransferJob:
+    return TransferJob(test_id="0b7c3f0e-8a3a-4c43-9d7e-2f6f0f9a1c11", protocol="builtin",
+                       source=Endpoint("127.0.1.1", 9080), files=tuple(FileSpec(f"f{i}", size) for i in range(n)),
+                       file_set=f"{n}x{size}", concurrency=n, streams=1, timeout=60, destination_dir=dest)
+
+
+def _res(name: str, size: int, start: float, end: float, **kw) -> FileResult:
+    return FileResult(name=name, size=size, bytes=kw.pop("bytes", size), started_at=T0 + timedelta(seconds=start),
+                      finished_at=T0 + timedelta(seconds=end), **kw)
+
+
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads((REPO / "manifests/schemas/measurement.v1.schema.json").read_text())
+    return jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/transferRecord"},
+                                           format_checker=jsonschema.FormatChecker())
+
+
+def test_throughput_is_total_over_mean_file_time_and_aggregate_over_wall():
+    # two 1 GB files: 2 s and 4 s, overlapping; the test's wall time is 5 s
+    res = [_res("f0", 10**9, 0, 2), _res("f1", 10**9, 1, 5)]
+    rec = records.build_record(_job(2, 10**9), res, T0, T0 + timedelta(seconds=5), "succeeded")
+    assert rec["total_bytes"] == 2 * 10**9
+    assert rec["mean_transfer_seconds"] == pytest.approx(3.0)
+    assert rec["throughput_gbps"] == pytest.approx(16 / 3)  # 16 Gbit / 3 s (SI)
+    assert rec["aggregate_gbps"] == pytest.approx(16 / 5)
+    assert rec["wall_seconds"] == pytest.approx(5.0)
+    assert rec["file_size"] == 10**9 and rec["file_count"] == 2
+    assert [f["seconds"] for f in rec["files"]] == [pytest.approx(2.0), pytest.approx(4.0)]
+    validator().validate(rec)
+
+
+def test_single_file_throughput_equals_aggregate_when_file_spans_the_test():
+    res = [_res("f0", 5 * 10**8, 0, 1)]
+    rec = records.build_record(_job(1, 5 * 10**8), res, T0, T0 + timedelta(seconds=1), "succeeded")
+    assert rec["throughput_gbps"] == pytest.approx(4.0)
+    assert rec["aggregate_gbps"] == pytest.approx(4.0)
+
+
+def test_failed_files_without_bytes_do_not_count_in_mean_and_give_error_summary():
+    res = [_res("f0", 1000, 0, 1), _res("f1", 1000, 0, 3, bytes=0, error="cannot connect")]
+    err = records.failure_summary(res)
+    assert err == "1 of 2 files failed; first: f1: cannot connect"
+    rec = records.build_record(_job(2, 1000), res, T0, T0 + timedelta(seconds=3), "failed", err)
+    assert rec["total_bytes"] == 1000
+    assert rec["mean_transfer_seconds"] == pytest.approx(1.0)
+    validator().validate(rec)
+
+
+def test_short_file_is_a_failure():
+    assert records.failure_summary([_res("f0", 1000, 0, 1, bytes=999)]) == \
+        "1 of 1 files failed; first: f0: received 999 of 1000 bytes"
+
+
+def test_no_bytes_gives_null_rates():
+    res = [_res("f0", 1000, 0, 1, bytes=0, error="refused")]
+    rec = records.build_record(_job(1, 1000), res, T0, T0 + timedelta(seconds=1), "failed", "x")
+    assert rec["throughput_gbps"] is None and rec["aggregate_gbps"] is None and rec["peak_gbps"] is None
+    validator().validate(rec)
+
+
+def test_checksum_verdict():
+    ok, bad, none = (_res("a", 1, 0, 1, checksum_ok=True), _res("b", 1, 0, 1, checksum_ok=False),
+                     _res("c", 1, 0, 1))
+    assert records.checksum_verdict([ok, none]) == "ok"
+    assert records.checksum_verdict([ok, bad]) == "mismatch"
+    assert records.checksum_verdict([none]) == "skipped"
+    rec = records.build_record(_job(1, 1, dest=None), [none], T0, T0 + timedelta(seconds=1), "succeeded")
+    assert rec["checksum"] == "skipped" and rec["destination_kind"] == "sink"
+
+
+def test_peak_is_the_fastest_window_of_at_least_one_second():
+    # 1 Gbit/s for 2 s, then 4 Gbit/s for 2 s, then idle
+    samples = [(0.0, 0), (1.0, 125_000_000), (2.0, 250_000_000), (3.0, 750_000_000), (4.0, 1_250_000_000),
+               (5.0, 1_250_000_000)]
+    assert records.peak_from_samples(samples) == pytest.approx(4e9)
+    rec = records.build_record(_job(1, 1_250_000_000), [_res("f0", 1_250_000_000, 0, 4)], T0,
+                               T0 + timedelta(seconds=5), "succeeded", samples=samples)
+    assert rec["peak_gbps"] == pytest.approx(4.0)
+    assert rec["peak_gbps"] >= rec["aggregate_gbps"]
+
+
+def test_peak_of_a_test_shorter_than_the_window_is_its_mean_rate():
+    assert records.peak_from_samples([(0.0, 0), (0.25, 10**6), (0.5, 2 * 10**6)]) == pytest.approx(32e6)
+    assert records.peak_from_samples([(0.0, 0)]) is None
+
+
+def test_file_marker_peak_is_used_when_higher():
+    res = [_res("f0", 10**9, 0, 2, peak_bps=9e9)]
+    rec = records.build_record(_job(1, 10**9), res, T0, T0 + timedelta(seconds=2), "succeeded",
+                               samples=[(0, 0), (2, 10**9)])
+    assert rec["peak_gbps"] == pytest.approx(9.0)
+
+
+def test_iso_times_are_utc_z():
+    assert records.iso(T0) == "2026-01-01T12:00:00Z"

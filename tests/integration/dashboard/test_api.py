@@ -1,0 +1,204 @@
+"""The REST API against the suite's real PostgreSQL: ingest (idempotency, validation, auth, size), reads
+(filters, ordering, pagination, CSV), aggregates, schema, health and metrics."""
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from results.models import FileTransfer, Measurement, Node, PairLatest
+
+from tests.support.dashboard import batch, measurement
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+INGEST = "/api/v1/ingest/"
+T0 = datetime(2026, 2, 1, tzinfo=UTC)
+
+
+def post(client, body, key=None, raw=None):
+    headers = {"HTTP_AUTHORIZATION": f"Token {key}"} if key else {}
+    return client.post(INGEST, raw if raw is not None else json.dumps(body), content_type="application/json",
+                       **headers)
+
+
+def test_runs_on_postgresql():
+    assert connection.vendor == "postgresql"
+
+
+def test_ingest_is_idempotent_by_measurement_id(client, write_key):
+    ms = [measurement("a", "b", files=3), measurement("b", "a"), measurement("a", "b", protocol="rtt", rtt_ms=4)]
+    body = batch(ms, nodes=[{"name": "a", "site": "siteA", "nic_speed_gbps": 100, "loopback_gbps": 55}])
+    r = post(client, body, write_key)
+    assert r.status_code == 200, r.content
+    assert r.json()["created"] == 3 and r.json()["duplicates"] == 0
+    assert sorted(r.json()["ids"]) == sorted(m["id"] for m in ms)
+    again = post(client, body, write_key)
+    assert again.status_code == 200 and again.json() == {"created": 0, "duplicates": 3, "ids": []}
+    assert Measurement.objects.count() == 3 and FileTransfer.objects.count() == 3
+    a = Node.objects.get(name="a")
+    assert (a.site, a.nic_speed_gbps, a.loopback_gbps) == ("siteA", 100, 55)
+    # A batch repeating one id inside itself, plus one already stored, plus one new.
+    new = measurement("b", "a")
+    r = post(client, batch([new, new, ms[0]]), write_key)
+    assert r.json() == {"created": 1, "duplicates": 2, "ids": [new["id"]]}
+    assert Measurement.objects.count() == 4
+
+
+def test_ingest_keeps_the_latest_cell(client, write_key):
+    old = measurement("a", "b", gbps=1, finished=T0)
+    new = measurement("a", "b", gbps=2, finished=T0 + timedelta(hours=1))
+    post(client, batch([new]), write_key)
+    post(client, batch([old]), write_key)  # arrives late: must not replace the newer cell
+    assert PairLatest.objects.get().measurement_id == uuid.UUID(new["id"])
+
+
+def test_ingest_is_transactional(client, write_key, monkeypatch):
+    from results import services
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    # Measurements and nodes are written before the per-file rows: a failure there must undo them all.
+    monkeypatch.setattr(services.FileTransfer.objects, "bulk_create", fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        post(client, batch([measurement("a", "b", files=2), measurement("b", "a")]), write_key)
+    assert Measurement.objects.count() == 0 and Node.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"throughput_gbps": -1.0}, "measurements[0].throughput_gbps"),
+        ({"protocol": "warp"}, "measurements[0].protocol"),
+        ({"destination": "a"}, "measurements[0].destination"),
+        ({"finished_at": "2020-01-01T00:00:00Z"}, "measurements[0].finished_at"),
+        ({"id": "not-a-uuid"}, "measurements[0].id"),
+        ({"status": "meh"}, "measurements[0].status"),
+        ({"streams": 0}, "measurements[0].streams"),
+    ],
+)
+def test_ingest_validation_names_the_field(client, write_key, change, field):
+    m = measurement("a", "b")
+    m.update(change)
+    r = post(client, batch([m]), write_key)
+    assert r.status_code == 400
+    assert field in [e["field"] for e in r.json()["errors"]], r.json()
+    assert Measurement.objects.count() == 0
+
+
+def test_ingest_contract_check_catches_what_fields_do_not(client, write_key):
+    # A file name with a slash is valid for neither; a missing benchmark name is a field error.
+    body = batch([measurement("a", "b")])
+    del body["benchmark"]["name"]
+    r = post(client, body, write_key)
+    assert r.status_code == 400 and "benchmark.name" in [e["field"] for e in r.json()["errors"]]
+    r = post(client, None, write_key, raw="{not json")
+    assert r.status_code == 400
+
+
+def test_ingest_oversized_body_is_refused(client, write_key):
+    with override_settings(MAX_BODY_BYTES=2000):
+        r = post(client, batch([measurement("a", "b", files=20)]), write_key)
+    assert r.status_code == 413 and "exceeds" in r.json()["detail"]
+    assert Measurement.objects.count() == 0
+
+
+def test_ingest_auth(client, write_key, read_key):
+    body = batch([measurement("a", "b")])
+    assert post(client, body).status_code == 401
+    assert post(client, body, "wrong-key").status_code == 401
+    r = post(client, body, read_key)
+    assert r.status_code == 403 and "read-only" in r.json()["detail"]
+    r = client.post(INGEST, json.dumps(body), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Bearer {write_key}")
+    assert r.status_code == 200
+    assert Measurement.objects.count() == 1
+
+
+def test_read_access_open_or_token(client, read_key):
+    assert client.get("/api/v1/measurements/").status_code == 200
+    with override_settings(READ_ACCESS="token"):
+        assert client.get("/api/v1/measurements/").status_code == 401
+        assert client.get("/api/v1/measurements/", HTTP_AUTHORIZATION="Token nope").status_code == 401
+        assert client.get("/api/v1/measurements/", HTTP_AUTHORIZATION=f"Token {read_key}").status_code == 200
+    assert client.post("/api/v1/nodes/", {}, HTTP_AUTHORIZATION=f"Token {read_key}").status_code in (403, 405)
+
+
+@pytest.fixture
+def archive(client, write_key):
+    ms = [measurement("a", "b", protocol="builtin", streams=s, gbps=g, finished=T0 + timedelta(hours=i))
+          for i, (s, g) in enumerate([(1, 10), (8, 40), (1, 12), (8, 44), (1, 14)])]
+    ms += [measurement("b", "a", protocol="gridftp", gbps=None, status="failed", error="refused", finished=T0),
+           measurement("a", "b", protocol="rtt", rtt_ms=20, finished=T0)]
+    assert post(client, batch(ms, name="bench1", run="r1"), write_key).status_code == 200
+    return ms
+
+
+def results(r):
+    assert r.status_code == 200, r.content
+    return r.json()["results"]
+
+
+def test_filters_ordering_pagination(client, archive):
+    assert len(results(client.get("/api/v1/measurements/"))) == 7
+    assert len(results(client.get("/api/v1/measurements/?protocol=builtin&streams=8"))) == 2
+    assert len(results(client.get("/api/v1/measurements/?source=b&status=failed"))) == 1
+    assert len(results(client.get("/api/v1/measurements/?benchmark=mesh/bench1&destination=b"))) == 6
+    after = (T0 + timedelta(hours=3)).isoformat().replace("+00:00", "Z")
+    assert len(results(client.get(f"/api/v1/measurements/?finished_after={after}"))) == 2
+    ordered = results(client.get("/api/v1/measurements/?protocol=builtin&ordering=throughput_gbps"))
+    assert [m["throughput_gbps"] for m in ordered] == [10, 12, 14, 40, 44]
+    page = client.get("/api/v1/measurements/?limit=3&offset=3").json()
+    assert page["count"] == 7 and len(page["results"]) == 3 and page["next"] and page["previous"]
+    big = client.get("/api/v1/measurements/?limit=5000").json()
+    assert "limit=1000" in (big["next"] or "limit=1000")  # capped at the maximum
+    assert client.get("/api/v1/measurements/?protocol=warp").status_code == 400
+    detail = client.get(f"/api/v1/measurements/{archive[0]['id']}/").json()
+    assert detail["source"] == "a" and "files" in detail
+    assert results(client.get("/api/v1/nodes/?site="))[0]["name"] == "a"
+    assert results(client.get("/api/v1/runs/?benchmark=bench1"))[0]["name"] == "r1"
+    assert results(client.get("/api/v1/benchmarks/"))[0]["thresholds_effective"]["throughput"]["ok"] == 30
+
+
+def test_csv_export(client, archive):
+    r = client.get("/api/v1/measurements/?format=csv&protocol=builtin&ordering=finished_at")
+    assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
+    lines = r.content.decode().strip().splitlines()
+    header = lines[0].split(",")
+    assert "throughput_gbps" in header and "files" not in header
+    assert len(lines) == 6
+    assert lines[1].split(",")[header.index("throughput_gbps")] == "10.0"
+
+
+def test_aggregates(client, archive):
+    g = client.get("/api/v1/grid/?benchmark=mesh/bench1&protocol=builtin&streams=1").json()
+    assert [(c["source"], c["destination"], c["value"]) for c in g["cells"]] == [("a", "b", 14)]
+    assert g["thresholds"] == {"ok": 30, "warning": 10}
+    m = client.get("/api/v1/grid/?benchmark=mesh/bench1&protocol=builtin&streams=1&mode=median&window=3650d").json()
+    assert m["cells"][0]["value"] == 12 and m["cells"][0]["count"] == 3
+    assert client.get("/api/v1/grid/?benchmark=mesh/bench1&protocol=builtin&window=soon").json() == {
+        "window": "'soon' is not a duration like 3600, 30m, 12h or 7d"}
+    assert client.get("/api/v1/grid/?benchmark=mesh/nope&protocol=builtin").status_code == 404
+    assert "protocol" in client.get("/api/v1/grid/?benchmark=mesh/bench1").json()
+    h = client.get("/api/v1/pairs/history/?source=b&destination=a&since=3650d").json()
+    assert len(h) == 7 and h[0]["finished_at"] <= h[-1]["finished_at"]
+    rtt = client.get("/api/v1/compare/rtt/?benchmark=mesh/bench1").json()
+    assert {(p["streams"], p["rtt_ms"], p["throughput_gbps"]) for p in rtt["builtin"]} == {(1, 20, 14), (8, 20, 44)}
+    s = client.get("/api/v1/compare/streams/?benchmark=mesh/bench1").json()
+    assert s == [{"protocol": "builtin", "source": "a", "destination": "b", "low_streams": 1, "high_streams": 8,
+                  "low_gbps": 14, "high_gbps": 44}]
+
+
+def test_schema_ui_health_metrics(client, write_key):
+    schema = client.get("/api/schema/?format=json")
+    assert schema.status_code == 200 and "/api/v1/ingest/" in schema.json()["paths"]
+    ui = client.get("/api/schema/swagger-ui/")
+    assert ui.status_code == 200 and b"/static/drf_spectacular_sidecar/" in ui.content and b"cdn" not in ui.content
+    assert client.get("/api/schema/redoc/").status_code == 200
+    assert client.get("/healthz").json() == {"status": "ok"}
+    post(client, batch([measurement("a", "b")]), write_key)
+    text = client.get("/metrics").content.decode()
+    assert 'tpcmesh_dashboard_ingested_measurements_total{result="created"}' in text
+    assert 'tpcmesh_dashboard_http_requests_total{code="200",method="POST",route="api/v1/ingest/"}' in text

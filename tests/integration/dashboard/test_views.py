@@ -1,0 +1,87 @@
+"""Pages against the real PostgreSQL: grid cells and their classes, pair page data, comparison, index."""
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.dashboard import batch, measurement
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+@pytest.fixture
+def seeded(client, write_key):
+    now = datetime.now(UTC)
+    ms = [
+        measurement("n1", "n2", streams=8, gbps=45, finished=now - timedelta(hours=1), files=3),
+        measurement("n2", "n1", streams=8, gbps=5, finished=now - timedelta(hours=1)),
+        measurement("n1", "n3", streams=8, gbps=15, finished=now - timedelta(days=5)),  # stale
+        measurement("n3", "n1", streams=8, gbps=None, status="failed", error="TLS handshake failed", finished=now),
+        measurement("n1", "n2", streams=1, gbps=12, finished=now - timedelta(hours=1)),
+        measurement("n1", "n2", protocol="rtt", rtt_ms=90, finished=now),
+    ]
+    nodes = [{"name": "n1", "site": "zeta", "loopback_gbps": 50}, {"name": "n2", "site": "alpha"},
+             {"name": "n3", "site": "beta"}]
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, nodes=nodes)), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200
+
+
+def grid_rows(html: str) -> dict[str, list[str]]:
+    rows = {}
+    for name, cells in re.findall(r'<tr><th class="rh" data-n="([^"]+)"[^>]*>[^<]*</th>(.*?)</tr>', html):
+        rows[name] = re.findall(r'<td class="([^"]*)"', cells)
+    return rows
+
+
+def test_grid_page_classes(client, seeded):
+    r = client.get("/grid/mesh/nightly/?protocol=xrootd-https")
+    assert r.status_code == 200
+    rows = grid_rows(r.content.decode())
+    assert list(rows) == ["n1", "n2", "n3"]
+    # n1 row: diagonal (loopback 50 -> ok), n1->n2 ok / n2->n1 critical, n1->n3 warning stale / n3->n1 failed
+    assert rows["n1"][0] == "diag a-ok b-ok"
+    assert rows["n1"][1] == "a-ok b-critical"
+    assert rows["n1"][2] == "a-warning b-failed sa"
+    assert rows["n2"] == ["a-critical b-ok", "diag", "a-none b-none"]
+    by_site = grid_rows(client.get("/grid/mesh/nightly/?protocol=xrootd-https&sort=site").content.decode())
+    assert list(by_site) == ["n2", "n3", "n1"]
+    streams = grid_rows(client.get("/grid/mesh/nightly/?protocol=xrootd-https&split=streams").content.decode())
+    assert streams["n1"][1] == "a-ok b-warning"  # 8 streams 45, 1 stream 12
+    latency = client.get("/grid/mesh/nightly/?protocol=rtt").content.decode()
+    assert grid_rows(latency)["n1"][1] == "a-critical b-none" and "ms" in latency
+    assert client.get("/grid/mesh/nightly/?protocol=warp").status_code == 400
+    assert client.get("/grid/mesh/missing/").status_code == 404
+
+
+def test_pair_page(client, seeded):
+    r = client.get("/pair/n1/n2/?benchmark=mesh/nightly")
+    assert r.status_code == 200
+    body = r.content.decode()
+    data = json.loads(re.search(r'<script id="pair-data" type="application/json">(.*?)</script>', body).group(1))
+    assert set(data["throughput"]) == {"xrootd-https ×8 n1 → n2", "xrootd-https ×8 n2 → n1",
+                                       "xrootd-https ×1 n1 → n2"}
+    assert list(data["rtt"]) == ["RTT n1 → n2"]
+    assert data["files"][0]["seconds"] == [1.0, 2.0, 3.0]
+    assert "vendor/chart.umd.min.js" in body
+    errors = client.get("/pair/n1/n3/").content.decode()
+    assert "TLS handshake failed" in errors
+    assert client.get("/pair/n1/nope/").status_code == 404
+
+
+def test_compare_and_index(client, seeded):
+    body = client.get("/compare/mesh/nightly/").content.decode()
+    data = json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', body).group(1))
+    assert {(p["streams"], p["rtt_ms"]) for p in data["rtt"]["xrootd-https"]} == {(8, 90), (1, 90)}
+    assert data["streams"][0]["low_gbps"] == 12 and data["streams"][0]["high_gbps"] == 45
+    index = client.get("/").content.decode()
+    assert "mesh/nightly" in index and "/grid/mesh/nightly/?protocol=rtt" in index
+
+
+def test_static_chart_library_is_served(client):
+    from django.contrib.staticfiles import finders
+
+    assert finders.find("vendor/chart.umd.min.js"), "run hack/setup.sh (npm ci + dashboard/hack-assets.sh)"
+    assert finders.find("results/grid.js")

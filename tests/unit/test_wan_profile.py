@@ -53,5 +53,6 @@ def test_missing_file_is_named(tmp_path):
 def test_loopback_mode_needs_no_privileges():
     with Lab(load_profile(), mode="loopback") as lab:
         assert not lab.emulated
-        assert [n.address for n in lab.nodes] == ["127.0.1.1", "127.0.1.2", "127.0.1.3", "127.0.1.4"]
+        addresses = [n.address for n in lab.nodes]
+        assert len(set(addresses)) == 4 and all(a.startswith("127.0.") for a in addresses)
         assert lab.command("site-b", ["true"]) == ["true"]

@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .profile import WanProfile
 
@@ -44,6 +46,10 @@ MTU = 65000
 LOCK_FILE = Path("/run/tpcmesh-lab.lock")
 NETNS_ETC = Path("/etc/netns")
 LOOPBACK_BASE = ipaddress.IPv4Address("127.0.1.1")
+# Loopback addresses are held with an flock in this directory (shared with the tests' agent fixture) so parallel
+# meshes never share one.
+LOOPBACK_LOCK_DIR = Path(tempfile.gettempdir()) / "tpcmesh-test-addresses"
+LOOPBACK_PROBE_PORTS = (9443, 9464, 9080, 1094, 8444, 2811, 5201)
 
 
 class LabError(RuntimeError):
@@ -73,6 +79,8 @@ class Lab:
     _processes: list[tuple[subprocess.Popen, bool, str]] = field(default_factory=list)
     _delayline: subprocess.Popen | None = None
     _tmp: Path | None = None
+    _cleanups: list[Callable[[], None]] = field(default_factory=list)
+    _held: list[int] = field(default_factory=list)
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -98,11 +106,11 @@ class Lab:
         problem = netns_unavailable_reason()
         if want == "netns" and problem:
             raise LabError(f"network namespaces requested but unavailable: {problem}")
+        self._install_cleanup_hooks()
         if want == "loopback" or problem:
             self.reason = "loopback requested" if want == "loopback" else problem
             self._start_loopback()
         else:
-            self._install_cleanup_hooks()
             try:
                 self._start_netns()
             except BaseException:
@@ -113,9 +121,31 @@ class Lab:
     def _start_loopback(self) -> None:
         self.emulated = False
         self.host_address = "127.0.0.1"
-        self.nodes = [
-            Node(name=name, address=str(LOOPBACK_BASE + i)) for i, name in enumerate(self.profile.nodes)
-        ]
+        LOOPBACK_LOCK_DIR.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(LOOPBACK_LOCK_DIR, 0o1777)
+        addresses: list[str] = []
+        for i in range(9 * 254):
+            if len(addresses) == len(self.profile.nodes):
+                break
+            address = f"127.0.{1 + i // 254}.{1 + i % 254}"
+            try:
+                fd = os.open(LOOPBACK_LOCK_DIR / address, os.O_CREAT | os.O_RDWR, 0o666)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            if not _address_free(address):
+                os.close(fd)
+                continue
+            self._held.append(fd)
+            addresses.append(address)
+        if len(addresses) < len(self.profile.nodes):
+            raise LabError("no free loopback addresses 127.0.1.1-127.0.9.254 for the mesh")
+        self.nodes = [Node(name=name, address=a) for name, a in zip(self.profile.nodes, addresses, strict=True)]
         log.warning(
             "Running on loopback addresses %s-%s without WAN emulation (%s).",
             self.nodes[0].address, self.nodes[-1].address, self.reason,
@@ -165,9 +195,9 @@ class Lab:
 
     def _start_delayline(self, host_device: str) -> None:
         assert self._tmp
-        endpoints = [{"name": "@host", "address": self.host_address, "device": host_device}]
+        endpoints: list[dict[str, Any]] = [{"name": "@host", "address": self.host_address, "device": host_device}]
         endpoints += [{"name": n.name, "address": n.address, "device": n.device} for n in self.nodes]
-        links = []
+        links: list[dict[str, Any]] = []
         for a in endpoints:
             for b in endpoints:
                 if a is b:
@@ -200,21 +230,29 @@ class Lab:
 
     # -- running processes -----------------------------------------------------------------------------------
 
-    def command(self, node: Node | str, argv: Sequence[str]) -> list[str]:
+    def add_cleanup(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at close, after the lab's processes were stopped."""
+        self._cleanups.append(fn)
+
+    def command(self, node: Node | str | None, argv: Sequence[str]) -> list[str]:
+        """``argv`` wrapped to run in the node's namespace (None: the root namespace)."""
         n = self.node(node) if isinstance(node, str) else node
-        if n.netns:
+        if n is not None and n.netns:
             return ["ip", "netns", "exec", n.netns, *argv]
         return list(argv)
 
-    def popen(self, node: Node | str, argv: Sequence[str], *, critical: bool = False, **kwargs) -> subprocess.Popen:
-        """Start ``argv`` inside the node's namespace (its own session); ``critical`` ends the lab if it dies."""
+    def popen(self, node: Node | str | None, argv: Sequence[str], *, critical: bool = False,
+              **kwargs) -> subprocess.Popen:
+        """Start ``argv`` inside the node's namespace (None: the root one) in a session of its own; it is stopped
+        at close, and a ``critical`` one that dies before takes the whole lab down."""
         n = self.node(node) if isinstance(node, str) else node
         kwargs.setdefault("start_new_session", True)
+        what = f"{Path(argv[0]).name} on {n.name if n else 'the host'}"
         proc = subprocess.Popen(self.command(n, argv), **kwargs)
         with self._lock:
-            self._processes.append((proc, critical, f"{argv[0]} on {n.name}"))
+            self._processes.append((proc, critical, what))
         if critical:
-            threading.Thread(target=self._watch, args=(proc, f"{argv[0]} on {n.name}"), daemon=True).start()
+            threading.Thread(target=self._watch, args=(proc, what), daemon=True).start()
         return proc
 
     def run(self, node: Node | str, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
@@ -250,6 +288,15 @@ class Lab:
         for node in self.nodes:
             if node.netns:
                 remove_namespace(node.netns)
+        for fn in reversed(self._cleanups):
+            try:
+                fn()
+            except Exception:  # one failed cleanup must not keep the others from running
+                log.exception("A cleanup step of the lab failed")
+        for fd in self._held:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._held.clear()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         if self.emulated:
@@ -364,6 +411,16 @@ def remove_leftovers(*, all_owners: bool = False) -> list[str]:
     if removed:
         log.info("Removed leftovers of an earlier lab: %s.", ", ".join(removed))
     return removed
+
+
+def _address_free(address: str) -> bool:
+    for port in LOOPBACK_PROBE_PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind((address, port))
+            except OSError:
+                return False
+    return True
 
 
 def _terminate(proc: subprocess.Popen, grace: float = 3.0) -> None:

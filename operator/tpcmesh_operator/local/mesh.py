@@ -1,0 +1,199 @@
+"""The local mesh's parts: certificates, real agents in the lab, the dashboard on SQLite.
+
+Each part is a real process (``tpcmesh-agent``, the dashboard under gunicorn) started the way a cluster starts it,
+configured through the same settings (environment variables), and stopped by the lab's cleanup.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from .. import pki
+from ..agents import DEFAULT_PORTS, Agent
+from .netns import Lab, Node
+
+log = logging.getLogger("tpcmesh.local")
+
+REPO = Path(__file__).resolve().parents[3]
+DASHBOARD_DIR = REPO / "dashboard"
+ALL_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
+
+
+class MeshError(RuntimeError):
+    """A part of the local mesh did not start; the message says which and shows its log."""
+
+
+def venv_command(name: str) -> str:
+    """A console script of the running virtualenv (``tpcmesh-agent``, ``gunicorn``), else from PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        raise MeshError(f"the command {name!r} is not installed (run `make setup`)")
+    return found
+
+
+@dataclass
+class Certificates:
+    directory: Path
+    ca_file: Path
+    hosts: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, directory: Path, nodes: list[Node]) -> Certificates:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o755)
+        ca = pki.create_ca("tpcmesh local CA")
+        ca_file = directory / "ca.crt"
+        ca_file.write_bytes(ca.cert_pem)
+        certs = cls(directory=directory, ca_file=ca_file)
+        for node in nodes:
+            kp = pki.issue_host_cert(ca, node.name, [node.address, node.name])
+            cert, key = directory / f"{node.name}.crt", directory / f"{node.name}.key"
+            kp.write(cert, key)
+            # Servers the agent runs as its unprivileged run_user (xrootd refuses root) must read the key; the
+            # directory is the demo's own temporary one.
+            os.chmod(key, 0o644)
+            certs.hosts[node.name] = (cert, key)
+        return certs
+
+
+@dataclass
+class LocalAgent:
+    node: Node
+    process: subprocess.Popen
+    data_dir: Path
+    log_file: Path
+    info: dict = field(default_factory=dict)
+
+    def agent(self) -> Agent:
+        return Agent(node=self.node.name, address=self.node.address, ports=dict(DEFAULT_PORTS),
+                     labels={"tpcmesh.io/site": self.node.name.rsplit("-", 1)[0] if self.node.name[-1].isdigit()
+                             else self.node.name}, name=self.node.name)
+
+    def available(self) -> list[str]:
+        return [p for p, v in (self.info.get("protocols") or {}).items() if v.get("available")]
+
+
+def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budget_bytes: int,
+                 protocols: tuple[str, ...] = ALL_PROTOCOLS, wait: float = 60.0) -> list[LocalAgent]:
+    """One real ``tpcmesh-agent`` per lab node (in its namespace), waited for until /readyz answers."""
+    token_file = state / "agent-token"
+    token_file.write_text(token + "\n", encoding="utf-8")
+    os.chmod(token_file, 0o600)
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else state
+    data_root = Path(shm) / f"tpcmesh-local-{os.getpid()}"
+    data_root.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_root, 0o755)
+    agents = []
+    for node in lab.nodes:
+        cert, key = certs.hosts[node.name]
+        data_dir = data_root / node.name
+        data_dir.mkdir(exist_ok=True)
+        os.chmod(data_dir, 0o755)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TPCMESH_AGENT_")}
+        settings = {
+            "address": node.address, "node_name": node.name, "data_dir": data_dir, "token_file": token_file,
+            "tls_cert": cert, "tls_key": key, "ca_file": certs.ca_file, "budget_bytes": budget_bytes,
+            "protocols": ",".join(protocols), "log_level": "INFO",
+        }
+        for k, v in settings.items():
+            env[f"TPCMESH_AGENT_{k.upper()}"] = str(v)
+        log_file = state / f"agent-{node.name}.log"
+        with open(log_file, "wb") as out:
+            proc = lab.popen(node, [venv_command("tpcmesh-agent")], env=env, stdout=out, stderr=subprocess.STDOUT,
+                             critical=True)
+        agents.append(LocalAgent(node=node, process=proc, data_dir=data_dir, log_file=log_file))
+    lab.add_cleanup(lambda: shutil.rmtree(data_root, ignore_errors=True))
+    ctx = ssl.create_default_context(cafile=str(certs.ca_file))
+    deadline = time.monotonic() + wait
+    with httpx.Client(verify=ctx, timeout=3, headers={"Authorization": f"Bearer {token}"}) as client:
+        for a in agents:
+            url = f"https://{a.node.address}:{DEFAULT_PORTS['control']}"
+            while True:
+                if a.process.poll() is not None:
+                    raise MeshError(f"the agent on {a.node.name} exited with {a.process.returncode}:\n"
+                                    f"{_tail(a.log_file)}")
+                try:
+                    if client.get(url + "/readyz").status_code == 200:
+                        a.info = client.get(url + "/api/v1/info").json()
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise MeshError(f"the agent on {a.node.name} was not ready after {wait:g} s:\n{_tail(a.log_file)}")
+                time.sleep(0.1)
+    return agents
+
+
+@dataclass
+class Dashboard:
+    url: str
+    token: str
+    process: subprocess.Popen
+    log_file: Path
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def start_dashboard(lab: Lab, state: Path, port: int, wait: float = 60.0) -> Dashboard:
+    """The dashboard on a SQLite file in ``state``: migrated, with a write token, under gunicorn on 127.0.0.1."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = f"sqlite:///{state / 'dashboard.sqlite3'}"
+    env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    env["PYTHONPATH"] = os.pathsep.join([str(DASHBOARD_DIR), env.get("PYTHONPATH", "")])
+    log_file = state / "dashboard.log"
+    manage = [sys.executable, str(DASHBOARD_DIR / "manage.py")]
+    for argv in ([*manage, "migrate", "--noinput"],):
+        result = subprocess.run(argv, env=env, cwd=DASHBOARD_DIR, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise MeshError(f"`{' '.join(argv[1:])}` failed:\n{result.stdout[-2000:]}{result.stderr[-4000:]}")
+    name = f"tpcmesh-local-{os.getpid()}-{secrets.token_hex(3)}"
+    result = subprocess.run([*manage, "create_api_token", name, "--write"], env=env, cwd=DASHBOARD_DIR,
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise MeshError(f"create_api_token failed:\n{result.stderr[-4000:]}")
+    token = result.stdout.strip().splitlines()[-1]
+    if port == 0:
+        port = free_port()
+    with open(log_file, "wb") as out:
+        proc = lab.popen(None, [venv_command("gunicorn"), "--chdir", str(DASHBOARD_DIR), "--bind",
+                                f"127.0.0.1:{port}", "--workers", "2", "--threads", "4", "--timeout", "120",
+                                "config.wsgi"], env=env, stdout=out, stderr=subprocess.STDOUT, critical=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + wait
+    while True:
+        if proc.poll() is not None:
+            raise MeshError(f"the dashboard exited with {proc.returncode}:\n{_tail(log_file)}")
+        try:
+            if httpx.get(url + "/healthz", timeout=3).status_code == 200:
+                return Dashboard(url=url, token=token, process=proc, log_file=log_file)
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise MeshError(f"the dashboard did not answer /healthz after {wait:g} s:\n{_tail(log_file)}")
+        time.sleep(0.2)
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"

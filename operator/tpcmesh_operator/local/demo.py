@@ -155,8 +155,12 @@ def choose_protocols(spec: BenchmarkSpec, agents: list) -> tuple[BenchmarkSpec, 
 
 
 def demo(opts: DemoOptions) -> int:
-    name, spec = load_benchmark(Path(opts.benchmark))
-    profile = load_profile(opts.profile).with_nodes(opts.agents)
+    try:
+        name, spec = load_benchmark(Path(opts.benchmark))
+        profile = load_profile(opts.profile).with_nodes(opts.agents)
+    except (DemoError, ProfileError) as e:
+        print(f"tpcmesh-local: {e}", file=sys.stderr)
+        return 2
     state = Path(opts.state_dir) if opts.state_dir else Path(tempfile.mkdtemp(prefix="tpcmesh-local-"))
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o755)

@@ -1,0 +1,198 @@
+"""`tpcmesh-local demo` end to end: real agents, the real dashboard, the operator's executor, the lab.
+
+Drives the command headless with a short benchmark, then checks what the dashboard stored (REST API) and that the
+grid page renders. As root with namespaces the stored RTTs show the profile's delays; with the loopback switch (what
+a non-root user gets) it still measures.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from tpcmesh_operator.local.netns import lab_namespaces, netns_unavailable_reason
+
+from tests.support.paths import REPO, VENV_BIN
+
+pytestmark = pytest.mark.e2e
+
+ALL = ["builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3"]
+BENCHMARK = """\
+apiVersion: tpcmesh.io/v1alpha1
+kind: TransferBenchmark
+metadata:
+  name: {name}
+spec:
+  protocols: [{protocols}]
+  streams: [1]
+  concurrency: 2
+  fileSet: {{count: 2, size: 2MB}}
+  latency: {{enabled: true, count: 5}}
+  timeoutSeconds: 60
+  retries: 1
+"""
+PROFILE = """\
+kind: WanProfile
+nodes: [east, east-metro, west]
+links:
+  - {between: [east, east-metro], delayMs: 1}
+  - {between: [east, west], delayMs: 15}
+  - {between: [east-metro, west], delayMs: 15}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Demo:
+    """A `tpcmesh-local demo` process whose output is collected by a thread."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen([str(VENV_BIN / "tpcmesh-local"), "demo", *args], cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})})
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.lines:
+                if line.startswith(prefix):
+                    return line
+            if self.proc.poll() is not None:
+                time.sleep(0.2)
+                raise AssertionError(f"demo exited with {self.proc.returncode} before {prefix!r}:\n{self.output}")
+            time.sleep(0.2)
+        raise AssertionError(f"no {prefix!r} within {timeout} s:\n{self.output}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._reader.join(5)
+        return self.proc.returncode
+
+
+def measurements(base: str, benchmark: str) -> list[dict]:
+    r = httpx.get(f"{base}/api/v1/measurements/", params={"benchmark": f"local/{benchmark}", "limit": 1000},
+                  timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    return body["results"] if isinstance(body, dict) else body
+
+
+def available_protocols(output: str) -> set[str]:
+    """What the demo said the agents offer (builtin always; others when their Debian programs are installed)."""
+    sets = [set(line.split(": ", 1)[1].split(", ")) for line in output.splitlines()
+            if line.startswith("  ") and " at " in line and ": " in line and "Left out" not in line]
+    assert sets, output
+    return set.intersection(*sets) & set(ALL)
+
+
+def check_grid(base: str, name: str, got: list[dict], protocols: set[str], nodes: list[str]) -> None:
+    pairs = {(a, b) for a in nodes for b in nodes if a != b}
+    for proto in protocols:
+        cells = {(m["source"], m["destination"]) for m in got if m["protocol"] == proto and m["status"] == "succeeded"}
+        assert cells == pairs, f"{proto}: measured {sorted(cells)} of {sorted(pairs)}"
+        page = httpx.get(f"{base}/grid/local/{name}/", params={"protocol": proto}, timeout=30)
+        assert page.status_code == 200, page.text[:2000]
+        assert all(n in page.text for n in nodes)
+    moved = [m for m in got if m["protocol"] == "builtin"]
+    assert all(m["throughput_gbps"] > 0 and m["total_bytes"] == 4_000_000 for m in moved), moved
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(bool(netns_unavailable_reason()), reason=f"no netns lab: {netns_unavailable_reason()}")
+def test_demo_in_the_wan_lab_serves_a_grid_with_the_profile_delays(tmp_path: Path):
+    (tmp_path / "bench.yaml").write_text(BENCHMARK.format(name="e2e-lab", protocols=", ".join(ALL)))
+    (tmp_path / "profile.yaml").write_text(PROFILE)
+    demo = Demo(["--agents", "3", "--benchmark", str(tmp_path / "bench.yaml"), "--profile",
+                 str(tmp_path / "profile.yaml"), "--port", str(free_port())])
+    try:
+        url = demo.wait_for("Grid: ", 200).split(" ", 1)[1]
+        demo.wait_for("Serving until Ctrl-C", 10)
+        base = url.split("/grid/")[0]
+        assert "WAN lab: 3 network namespaces" in demo.output
+        got = measurements(base, "e2e-lab")
+        protocols = available_protocols(demo.output)
+        assert "builtin" in protocols
+        check_grid(base, "e2e-lab", got, protocols, ["east", "east-metro", "west"])
+        rtt = {(m["source"], m["destination"]): m["rtt_ms"] for m in got if m["protocol"] == "rtt"}
+        assert len(rtt) == 6
+        for (a, b), ms in rtt.items():
+            want = 30.0 if "west" in (a, b) else 2.0
+            # The agents' probe adds its own ~0.5 ms; the emulated delay must dominate and match within 10 %.
+            assert want * 0.9 <= ms <= want * 1.1 + 1.0, (a, b, ms)
+    finally:
+        code = demo.stop()
+    assert code in (0, 130), demo.output
+    pid = demo.proc.pid
+    assert not [n for n in lab_namespaces() if n.startswith(f"tpcm-{pid}-")]
+
+
+def test_demo_once_on_loopback_still_measures(tmp_path: Path):
+    """What a user without root gets (forced here with TPCMESH_LOCAL_LOOPBACK): loopback addresses, real numbers."""
+    (tmp_path / "bench.yaml").write_text(BENCHMARK.format(name="e2e-loopback", protocols=", ".join(ALL)))
+    state = tmp_path / "state"
+    demo = Demo(["--once", "--agents", "2", "--benchmark", str(tmp_path / "bench.yaml"), "--port", str(free_port()),
+                 "--state-dir", str(state)], env={"TPCMESH_LOCAL_LOOPBACK": "1"})
+    assert demo.proc.wait(240) == 0, demo.output
+    demo.stop()
+    assert "No WAN emulation (TPCMESH_LOCAL_LOOPBACK is set)" in demo.output
+    assert "Grid: http://127.0.0.1:" in demo.output
+    # The run is over and its dashboard stopped: serve the same SQLite database again and read it back.
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{state / 'dashboard.sqlite3'}",
+           "PYTHONPATH": str(REPO / "dashboard")}
+    server = subprocess.Popen([str(VENV_BIN / "gunicorn"), "--chdir", str(REPO / "dashboard"), "--bind",
+                               f"127.0.0.1:{port}", "config.wsgi"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if httpx.get(base + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        got = measurements(base, "e2e-loopback")
+        check_grid(base, "e2e-loopback", got, available_protocols(demo.output), ["site-a-1", "site-a-2"])
+        assert {m["protocol"] for m in got} >= {"builtin", "rtt"}
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_a_bad_benchmark_is_named(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: TransferBenchmark\nmetadata: {name: x}\nspec: {streams: [0]}\n")
+    result = subprocess.run([str(VENV_BIN / "tpcmesh-local"), "demo", "--once", "--benchmark", str(bad)],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "TPCMESH_LOCAL_LOOPBACK": "1"})
+    assert result.returncode != 0
+    assert str(bad) in result.stderr and "streams" in result.stderr, result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 
@@ -19,7 +20,8 @@ async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float =
         except TimeoutError:
             errors.append(f"connect to {host}:{port} timed out after {timeout:g} s")
         except OSError as e:
-            errors.append(f"connect to {host}:{port} failed: {e.strerror or e}")
+            reason = os.strerror(e.errno) if e.errno else str(e)
+            errors.append(f"connect to {host}:{port} failed: {reason}")
         else:
             samples.append((time.perf_counter() - t0) * 1000)
             writer.close()

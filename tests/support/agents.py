@@ -314,18 +314,29 @@ def _cleanup(handle: AgentHandle) -> None:
         _POOL.release(handle.address)
 
 
-@pytest.fixture
-def agent_factory(tpcmesh_pki: TestPKI, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Call ``agent_factory(**settings)`` to start an agent; every agent is stopped at the test's end."""
+def _factory(pki_: TestPKI, node: Any) -> Iterator[Any]:
     started: list[AgentHandle] = []
 
     def factory(name: str | None = None, **settings: Any) -> AgentHandle:
-        h = start_agent(tpcmesh_pki, name=name, **settings)
+        h = start_agent(pki_, name=name, **settings)
         started.append(h)
         return h
 
     yield factory
     for h in started:
         h.stop()
-        request.node.add_report_section("teardown", f"log of {h.name} ({h.address})", h.log()[-8000:])
+        if hasattr(node, "add_report_section"):
+            node.add_report_section("teardown", f"log of {h.name} ({h.address})", h.log()[-8000:])
         _cleanup(h)
+
+
+@pytest.fixture
+def agent_factory(tpcmesh_pki: TestPKI, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Call ``agent_factory(**settings)`` to start an agent; every agent is stopped at the test's end."""
+    yield from _factory(tpcmesh_pki, request.node)
+
+
+@pytest.fixture(scope="module")
+def module_agent_factory(tpcmesh_pki: TestPKI, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Like ``agent_factory``, but the agents live until the module's last test (share them to save time)."""
+    yield from _factory(tpcmesh_pki, request.node)

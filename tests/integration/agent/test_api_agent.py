@@ -1,0 +1,150 @@
+"""The control API of a real agent: authentication, bad input, file sets, info, RTT probe, metrics, mTLS."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def agent(module_agent_factory):
+    return module_agent_factory()
+
+
+def _transfer_body(**over):
+    body = {"test_id": str(uuid.uuid4()), "protocol": "builtin", "source": {"host": "127.0.1.250", "port": 9080},
+            "file_set": {"count": 1, "size": 1000}}
+    body.update(over)
+    return body
+
+
+def test_health_needs_no_token_but_the_api_does(agent):
+    anon = agent.client(token="")
+    assert anon.get("/healthz").json() == {"status": "ok"}
+    assert anon.get("/readyz").json() == {"status": "ready"}
+    for method, path in [("GET", "/api/v1/info"), ("POST", "/api/v1/transfers"), ("POST", "/api/v1/filesets"),
+                         ("GET", f"/api/v1/transfers/{uuid.uuid4()}"), ("POST", "/api/v1/probes/rtt")]:
+        r = anon.request(method, path, json={})
+        assert r.status_code == 401, (method, path)
+        assert "bearer token" in r.json()["error"]
+    wrong = agent.client(token=agent.token[:-1] + ("x" if agent.token[-1] != "x" else "y"))
+    assert wrong.get("/api/v1/info").status_code == 401
+    basic = agent.client(token="")
+    assert basic.get("/api/v1/info", headers={"Authorization": f"Basic {agent.token}"}).status_code == 401
+    assert agent.get("/api/v1/info").status_code == 200
+
+
+def test_token_rotation_is_read_from_the_file(agent_factory):
+    agent = agent_factory()
+    agent.token_file.write_text("a-new-token-of-enough-length\n")
+    assert agent.get("/api/v1/info").status_code == 401
+    assert agent.client(token="a-new-token-of-enough-length").get("/api/v1/info").status_code == 200
+
+
+def test_info(agent):
+    info = agent.get("/api/v1/info").json()
+    assert info["node"] == agent.name and info["address"] == agent.address and info["version"]
+    assert set(info["protocols"]) == {"builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3"}
+    assert info["protocols"]["builtin"] == {"available": True, "running": True, "port": agent.builtin_port,
+                                            "message": None, "restarts": 0}
+    for p in ("xrootd-https", "xrootd-root", "gridftp", "iperf3"):  # the fixture enables only builtin
+        assert info["protocols"][p]["available"] is False
+        assert info["protocols"][p]["message"] == "disabled by the protocols setting"
+
+
+@pytest.mark.parametrize("over, status, words", [
+    ({"protocol": "scp"}, 422, "protocol 'scp' is unknown"),
+    ({"test_id": "not-a-uuid"}, 422, "test_id must be a UUID"),
+    ({"file_set": {"count": 1, "size": -5}}, 422, "file_set.size -5 is out of range"),
+    ({"file_set": {"count": 1, "size": 10**18}}, 422, "file_set.size 1000000000000000000 is out of range"),
+    ({"file_set": {"count": -1, "size": 10}}, 422, "file_set.count -1 is out of range"),
+    ({"file_set": {"dataset": "gigantic"}}, 422, "file_set.dataset 'gigantic' is unknown"),
+    ({"files": [{"name": "../../etc/passwd", "size": 10}]}, 422, "files[0].name '../../etc/passwd' is invalid"),
+    ({"files": [{"name": "a/b", "size": 10}]}, 422, "files[0].name 'a/b' is invalid"),
+    ({"files": [{"name": "a", "size": -1}]}, 422, "size -1 is out of range"),
+    ({"files": [{"name": "a", "size": 1, "checksum": "md5:x"}]}, 422, "files[0].checksum must look like adler32"),
+    ({"streams": 0}, 422, "streams 0 is out of range (1..100)"),
+    ({"streams": 101}, 422, "streams 101 is out of range (1..100)"),
+    ({"concurrency": 0}, 422, "concurrency 0 is out of range"),
+    ({"streams": 100, "concurrency": 100}, 422, "streams*concurrency 10000 exceeds 1024"),
+    ({"timeout_seconds": -1}, 422, "timeout_seconds must be a number"),
+    ({"destination": "disk"}, 422, "destination must be 'store' or 'sink'"),
+    ({"source": None}, 422, "source must be an object"),
+    ({"source": {"host": "bad host!", "port": 1}}, 422, "source.host 'bad host!' is not a valid host name"),
+    ({"source": {"host": "127.0.0.1", "port": 0}}, 422, "port 0 is out of range"),
+    ({"protocol": "iperf3"}, 422, "protocol iperf3 is unavailable on this agent: disabled by the protocols setting"),
+    ({"file_set": {"count": 3, "size": 10**9}}, 422, "does not fit the budget"),
+])
+def test_bad_transfer_requests_are_refused_naming_the_field(agent, over, status, words):
+    r = agent.post("/api/v1/transfers", json=_transfer_body(**over))
+    assert r.status_code == status, r.text
+    assert words in r.json()["error"]
+    assert agent.get("/api/v1/info").json()["running_test_id"] is None
+
+
+def test_malformed_bodies(agent):
+    r = agent.post("/api/v1/transfers", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]
+    r = agent.post("/api/v1/transfers", json=[1, 2])
+    assert r.status_code == 400 and "JSON object" in r.json()["error"]
+    assert agent.get(f"/api/v1/transfers/{uuid.uuid4()}").status_code == 404
+
+
+def test_file_sets_and_budget(agent_factory):
+    a, b = agent_factory(), agent_factory(budget_bytes=10**6)
+    fs = a.file_set(count=3, size=1234)
+    assert fs["name"] == "3x1234" and fs["total_bytes"] == 3 * 1234
+    assert [f["name"] for f in fs["files"]] == ["file-0000.dat", "file-0001.dat", "file-0002.dat"]
+    assert all(f["size"] == 1234 and f["checksum"].startswith("adler32:") for f in fs["files"])
+    assert a.file_set(count=3, size=1234, verify=True) == fs  # reuse, verified
+    assert b.file_set(count=3, size=1234) == fs  # identical on every agent
+    r = b.post("/api/v1/filesets", json={"count": 2, "size": 400_000})
+    assert r.status_code == 422
+    assert r.json()["error"].startswith("file set 2x400000 needs 800000 bytes plus 800000 to receive one set")
+    assert not (b.data_dir / "data" / "sets" / "2x400000").exists()  # refused before writing
+    assert b.get("/api/v1/filesets").json() == {"file_sets": ["3x1234"]}
+    for bad, words in [({"count": 0, "size": 1}, "file_set.count 0"), ({"dataset": "x"}, "dataset 'x' is unknown"),
+                       ({"size": "big"}, "file_set.size must be an integer")]:
+        r = a.post("/api/v1/filesets", json=bad)
+        assert r.status_code == 422 and words in r.json()["error"]
+    assert a.delete("/api/v1/filesets/3x1234").json() == {"deleted": "3x1234"}
+    assert a.delete("/api/v1/filesets/3x1234").status_code == 404
+    assert a.delete("/api/v1/filesets/..").status_code in (404, 422)
+
+
+def test_rtt_probe(agent_factory):
+    a, b = agent_factory(), agent_factory()
+    r = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": b.api_port, "count": 5}).json()
+    assert r["samples"] == 5 and r["error"] is None
+    assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"] < 1000
+    closed = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": 9, "count": 2}).json()
+    assert closed["samples"] == 0 and closed["min_ms"] is None and "refused" in closed["error"].lower()
+    bad = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": 70000})
+    assert bad.status_code == 422 and "port must be an integer 1-65535" in bad.json()["error"]
+    assert a.post("/api/v1/probes/rtt", json={"host": b.address, "count": 1000}).status_code == 422
+
+
+def test_metrics_endpoint(agent):
+    text = agent.metrics()
+    for name in ("tpcmesh_agent_active_transfers", "tpcmesh_agent_server_up"):
+        assert f"# TYPE {name} gauge" in text
+    assert "# TYPE tpcmesh_agent_transfers_total counter" in text
+    assert "# TYPE tpcmesh_agent_bytes_total counter" in text
+    assert agent.metric("tpcmesh_agent_server_up", server="builtin") == 1.0
+
+
+def test_mtls_requires_a_client_certificate(agent_factory, tpcmesh_pki):
+    agent = agent_factory(client_ca_file=str(tpcmesh_pki.ca_file))
+    assert agent.client(token="").get("/healthz").status_code == 200  # probes need no certificate
+    r = agent.get("/api/v1/info")
+    assert r.status_code == 401 and "client certificate" in r.json()["error"]
+    cert, key = tpcmesh_pki.host_cert("operator-client", ["127.0.0.1"])
+    ctx = agent.ssl_context()
+    ctx.load_cert_chain(str(cert), str(key))
+    with httpx.Client(base_url=agent.base_url, verify=ctx,
+                      headers={"Authorization": f"Bearer {agent.token}"}) as c:
+        assert c.get("/api/v1/info").status_code == 200

@@ -1,0 +1,131 @@
+"""The built-in data server speaks standard HTTP/1.1 and the WLCG HTTP-TPC pull, checked with curl."""
+
+from __future__ import annotations
+
+import subprocess
+import zlib
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SIZE = 3_000_001
+
+
+def curl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(["curl", "-sS", "--noproxy", "*", *args], capture_output=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def agents(module_agent_factory):
+    src = module_agent_factory()
+    dst = module_agent_factory(marker_interval=0.2)
+    tls_src = module_agent_factory(builtin_tls=True)
+    return src, dst, tls_src
+
+
+@pytest.fixture(scope="module")
+def fileset(agents):
+    src, _, tls_src = agents
+    fs = src.file_set(count=2, size=SIZE)
+    assert tls_src.file_set(count=2, size=SIZE) == fs
+    return fs
+
+
+def _url(agent, fs, i=0, scheme="http"):
+    return f"{scheme}://{agent.address}:{agent.builtin_port}/files/{fs['name']}/{fs['files'][i]['name']}"
+
+
+def test_get_head_and_range(agents, fileset):
+    src = agents[0]
+    path = src.data_dir / "data" / "sets" / fileset["name"] / fileset["files"][0]["name"]
+    data = path.read_bytes()
+    full = curl("-D", "-", "-o", "/dev/stdout", _url(src, fileset))
+    head, _, body = full.stdout.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and f"Content-Length: {SIZE}".encode() in head
+    assert b"Accept-Ranges: bytes" in head and body == data
+    assert f"adler32:{zlib.adler32(body):08x}" == fileset["files"][0]["checksum"]
+    rng = curl("-D", "-", "-o", "/dev/stdout", "-r", "1000-1999", _url(src, fileset))
+    head, _, body = rng.stdout.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 206") and f"Content-Range: bytes 1000-1999/{SIZE}".encode() in head
+    assert body == data[1000:2000]
+    tail = curl("-o", "/dev/stdout", "-r", "-10", _url(src, fileset))
+    assert tail.stdout == data[-10:]
+    head_only = curl("-I", _url(src, fileset))
+    assert b"200 OK" in head_only.stdout and f"Content-Length: {SIZE}".encode() in head_only.stdout
+    bad = curl("-o", "/dev/null", "-w", "%{http_code}", "-r", f"{SIZE}-", _url(src, fileset))
+    assert bad.stdout == b"416"
+    # keep-alive: two requests on one connection
+    two = curl("-v", "-o", "/dev/null", "-o", "/dev/null", _url(src, fileset), _url(src, fileset, 1))
+    assert b"Re-using existing connection" in two.stderr or b"Reusing existing" in two.stderr
+
+
+@pytest.mark.parametrize("path, code", [
+    ("/files/{set}/nope.dat", "404"),
+    ("/files/{set}/..%2F..%2Fetc%2Fpasswd", "400"),
+    ("/files/..", "404"),
+    ("/etc/passwd", "404"),
+])
+def test_get_bad_paths(agents, fileset, path, code):
+    src = agents[0]
+    url = f"http://{src.address}:{src.builtin_port}" + path.format(set=fileset["name"])
+    assert curl("--path-as-is", "-o", "/dev/null", "-w", "%{http_code}", url).stdout.decode() == code
+
+
+@pytest.mark.parametrize("streams", [1, 4])
+def test_copy_pull_with_curl(agents, fileset, streams):
+    src, dst, _ = agents
+    name = f"pulled-{streams}.dat"
+    r = curl("-X", "COPY", "-H", f"Source: {_url(src, fileset)}", "-H", "Credential: none",
+             "-H", f"X-Number-Of-Streams: {streams}", "-H", f"Authorization: Bearer {dst.token}",
+             "-D", "-", f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}")
+    text = r.stdout.decode()
+    assert text.startswith("HTTP/1.1 202 Accepted") and "Content-Type: text/perf-marker-stream" in text
+    body = text.partition("\r\n\r\n")[2]
+    assert body.startswith("Perf Marker\nTimestamp: ")
+    assert "Stripe Index: 0\n" in body and "Total Stripe Count: 1\nEnd\n" in body
+    assert f"Stripe Bytes Transferred: {SIZE}\n" in body
+    assert body.rstrip("\n").splitlines()[-1] == "success: Created"
+    got = (dst.data_dir / "data" / "incoming" / name).read_bytes()
+    assert f"adler32:{zlib.adler32(got):08x}" == fileset["files"][0]["checksum"]
+    d = curl("-X", "DELETE", "-H", f"Authorization: Bearer {dst.token}", "-o", "/dev/null", "-w", "%{http_code}",
+             f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}")
+    assert d.stdout == b"204" and not (dst.data_dir / "data" / "incoming" / name).exists()
+
+
+def test_copy_pull_over_tls_from_a_tls_source(agents, fileset):
+    _, dst, tls_src = agents
+    r = curl("-X", "COPY", "-H", f"Source: {_url(tls_src, fileset, 1, 'https')}", "-H", "Credential: none",
+             "-H", "X-Number-Of-Streams: 2", "-H", f"Authorization: Bearer {dst.token}",
+             f"http://{dst.address}:{dst.builtin_port}/files/incoming/tls.dat")
+    assert r.stdout.decode().rstrip("\n").splitlines()[-1] == "success: Created"
+    got = (dst.data_dir / "data" / "incoming" / "tls.dat").read_bytes()
+    assert f"adler32:{zlib.adler32(got):08x}" == fileset["files"][1]["checksum"]
+    # the TLS data port serves HTTPS with the agent's host certificate
+    ok = curl("--cacert", str(tls_src.ca_file), "-o", "/dev/null", "-w", "%{http_code}",
+              _url(tls_src, fileset, 0, "https"))
+    assert ok.stdout == b"200"
+
+
+def test_copy_failures_end_with_a_failure_line(agents, fileset):
+    src, dst, _ = agents
+    base = f"http://{dst.address}:{dst.builtin_port}/files/incoming/x.dat"
+    auth = ("-H", f"Authorization: Bearer {dst.token}")
+    missing = curl("-X", "COPY", "-H", f"Source: http://{src.address}:{src.builtin_port}/files/{fileset['name']}/no",
+                   *auth, base)
+    last = missing.stdout.decode().rstrip("\n").splitlines()[-1]
+    assert last.startswith("failure: ") and "answered 404" in last
+    refused = curl("-X", "COPY", "-H", f"Source: http://{src.address}:9/x", *auth, base)
+    assert refused.stdout.decode().rstrip("\n").splitlines()[-1].startswith("failure: cannot connect")
+    assert not (dst.data_dir / "data" / "incoming" / "x.dat").exists()
+    for headers, code in [((), "400"),  # no Source
+                          (("-H", f"Source: {_url(src, fileset)}", "-H", "Credential: gridsite"), "400"),
+                          (("-H", f"Source: {_url(src, fileset)}", "-H", "X-Number-Of-Streams: 101"), "400"),
+                          (("-H", "Source: file:///etc/passwd"), "400")]:
+        r = curl("-X", "COPY", *headers, *auth, "-o", "/dev/null", "-w", "%{http_code}", base)
+        assert r.stdout.decode() == code, headers
+    noauth = curl("-X", "COPY", "-H", f"Source: {_url(src, fileset)}", "-o", "/dev/null", "-w", "%{http_code}", base)
+    assert noauth.stdout == b"401"
+    elsewhere = curl("-X", "COPY", "-H", f"Source: {_url(src, fileset)}", *auth, "-o", "/dev/null", "-w",
+                     "%{http_code}", f"http://{dst.address}:{dst.builtin_port}/files/{fileset['name']}/y")
+    assert elsewhere.stdout == b"403"

@@ -192,7 +192,7 @@ def throughput_vs_rtt(bench: Benchmark) -> dict[str, list[dict[str, Any]]]:
         "protocol", "streams", "source_id", "destination_id", "measurement__throughput_gbps", "measurement__rtt_ms"
     )
     for protocol, st, src, dst, gbps, own_rtt in rows:
-        rtt = own_rtt if own_rtt is not None else rtts.get((src, dst))
+        rtt = own_rtt if own_rtt is not None else rtts.get((src, dst), rtts.get((dst, src)))  # RTT is symmetric
         if gbps is None or rtt is None:
             continue
         out[protocol].append({"source": names[src], "destination": names[dst], "streams": st, "rtt_ms": rtt,

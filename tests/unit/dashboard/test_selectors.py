@@ -95,7 +95,7 @@ def test_pair_history_files_errors_and_comparisons(bench):
     assert [e.error for e in errors] == ["connection refused"]
     rtt = selectors.throughput_vs_rtt(bench)
     assert {(p["source"], p["streams"], p["rtt_ms"], p["throughput_gbps"]) for p in rtt["xrootd-https"]} == {
-        ("a", 1, 12.5, 60), ("a", 8, 12.5, 40)}
+        ("a", 1, 12.5, 60), ("a", 8, 12.5, 40), ("b", 1, 12.5, 5)}  # b->a takes a->b's RTT (symmetric)
     pairs = selectors.streams_pairs(bench)
     assert pairs == [{"protocol": "xrootd-https", "source": "a", "destination": "b", "low_streams": 1,
                       "high_streams": 8, "low_gbps": 60, "high_gbps": 40}]

@@ -1,0 +1,162 @@
+"""The grid in headless Debian chromium (Playwright): colours of known cells, hover, click through to the pair
+page and its drawn plot, the comparison page, and a 100×100 mesh. Screenshots go to the artifacts dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from results import services
+from results.api.serializers import IngestBatchIn
+
+from tests.support.dashboard import batch, measurement
+from tests.support.paths import ARTIFACTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+OK, WARNING, CRITICAL, FAILED, NONE = "#2e9e44", "#f2b33d", "#d83a34", "#7b1fa2", "#c9c9c9"
+WARNING_STALE = "#f8dca6"
+
+
+def ingest(body):
+    s = IngestBatchIn(data=body)
+    assert s.is_valid(), s.errors
+    return services.ingest(s.validated_data)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} missing: apt-get install chromium (hack/debian-packages.txt)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop in this thread; the test's own database calls (seeding, flushing)
+    # are synchronous and safe here, so lift Django's async-context guard for these tests only.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            yield b
+            b.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def seeded(transactional_db):
+    now = datetime.now(UTC)
+    h = timedelta(hours=1)
+    ms = []
+    for i in range(6):  # a history for the pair plot
+        ms.append(measurement("n1", "n2", streams=8, gbps=40 + i, finished=now - (6 - i) * 12 * h, files=4))
+        ms.append(measurement("n2", "n1", streams=8, gbps=5 + i * 0.1, finished=now - (6 - i) * 12 * h))
+        ms.append(measurement("n1", "n2", protocol="rtt", rtt_ms=30 + i, finished=now - (6 - i) * 12 * h))
+    ms += [
+        measurement("n1", "n3", streams=8, gbps=15, finished=now - 5 * 24 * h),  # stale warning
+        measurement("n3", "n1", streams=8, gbps=None, status="failed", error="TLS handshake failed", finished=now),
+        measurement("n2", "n3", streams=8, gbps=25, finished=now - h),
+    ]
+    nodes = [{"name": "n1", "site": "s1", "loopback_gbps": 50}, {"name": "n2", "site": "s2"},
+             {"name": "n3", "site": "s3"}, {"name": "n4", "site": "s4"}]
+    ingest(batch(ms, nodes=nodes))
+    # n4 only measured with another protocol: a row and column without data in this grid
+    ingest(batch([measurement("n4", "n1", protocol="gridftp", streams=8, finished=now)]))
+    return now
+
+
+def cell_colours(page, src: str, dst: str) -> tuple[str, str]:
+    return tuple(page.evaluate(
+        """([src, dst]) => {
+          const names = Array.from(document.querySelectorAll('#grid thead th.ch')).map(th => th.dataset.n);
+          const row = document.querySelector(`#grid tbody th.rh[data-n="${src}"]`).parentElement;
+          const td = row.cells[names.indexOf(dst) + 1];
+          const cs = getComputedStyle(td);
+          return [cs.getPropertyValue('--a').trim(), cs.getPropertyValue('--b').trim()];
+        }""",
+        [src, dst],
+    ))
+
+
+def cell(page, src: str, dst: str):
+    names = page.eval_on_selector_all("#grid thead th.ch", "ths => ths.map(th => th.dataset.n)")
+    return page.locator(f'#grid tbody th.rh[data-n="{src}"]').locator("xpath=..").locator("td").nth(names.index(dst))
+
+
+def test_grid_colours_hover_and_pair_page(page, live_server, seeded):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.goto(f"{live_server.url}/grid/mesh/nightly/?protocol=xrootd-https")
+    assert cell_colours(page, "n1", "n2") == (OK, CRITICAL)  # 45 out, 5.5 back
+    assert cell_colours(page, "n1", "n3") == (WARNING_STALE, FAILED)
+    assert cell_colours(page, "n2", "n3") == (WARNING, NONE)
+    assert cell_colours(page, "n1", "n4") == (NONE, NONE)
+    assert cell_colours(page, "n1", "n1") == (OK, OK)  # loopback ceiling 50
+    # The drawn background really uses those colours (upper-left / lower-right halves).
+    bg = cell(page, "n1", "n2").evaluate("td => getComputedStyle(td).backgroundImage")
+    assert "rgb(46, 158, 68)" in bg and "rgb(216, 58, 52)" in bg
+
+    cell(page, "n1", "n2").hover()
+    tip = page.locator("#tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert "n1 → n2 ×8: 45.00 Gbit/s" in text and "n2 → n1 ×8: 5.50 Gbit/s" in text
+    assert seeded.strftime("%Y-%m-%d") in text or "UTC" in text
+    assert "UTC" in text and "h ago" in text
+    cell(page, "n3", "n1").hover()
+    assert "TLS handshake failed" in tip.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "grid.png"), full_page=True)
+
+    cell(page, "n1", "n2").click()
+    page.wait_for_url("**/pair/n1/n2/**")
+    page.wait_for_function("() => window.Chart && Chart.getChart('history') && Chart.getChart('files')")
+    datasets = page.evaluate("() => Chart.getChart('history').data.datasets.map(d => [d.label, d.data.length])")
+    assert ["xrootd-https ×8 n1 → n2", 6] in datasets and ["RTT n1 → n2", 6] in datasets
+    drawn = page.evaluate(
+        """() => { const c = document.getElementById('history');
+                   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                   let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }"""
+    )
+    assert drawn > 2000, f"history canvas looks empty ({drawn} painted pixels)"
+    page.screenshot(path=str(ARTIFACTS / "pair.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/compare/mesh/nightly/")
+    page.wait_for_function("() => window.Chart && Chart.getChart('rtt') && Chart.getChart('streams')")
+    points = page.evaluate("() => Chart.getChart('rtt').data.datasets.map(d => d.data.length)")
+    assert sum(points) == 2  # n1->n2 and n2->n1: the only pairs with an RTT measured (either direction)
+    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+
+def test_grid_100_by_100_stays_lean(page, live_server, transactional_db):
+    now = datetime.now(UTC)
+    names = [f"dtn{i:03d}" for i in range(100)]
+    ms = [measurement(s, d, streams=8, gbps=(i * 7 + j * 3) % 50, finished=now - timedelta(hours=(i + j) % 60))
+          for i, s in enumerate(names) for j, d in enumerate(names) if s != d]
+    for k in range(0, len(ms), 5000):
+        ingest(batch(ms[k:k + 5000], run="big"))
+    page.goto(f"{live_server.url}/grid/mesh/nightly/?protocol=xrootd-https")
+    stats = page.evaluate(
+        """() => ({cells: document.querySelectorAll('#grid td').length,
+                   elements: document.getElementsByTagName('*').length,
+                   loadMs: performance.getEntriesByType('navigation')[0].duration})"""
+    )
+    assert stats["cells"] == 100 * 100
+    assert stats["elements"] < 10_600, stats  # one element per cell, no per-cell children
+    (ARTIFACTS / "grid-100x100.txt").write_text(f"{stats}\n")
+    cell(page, "dtn042", "dtn017").hover()
+    assert "dtn042 → dtn017 ×8" in page.locator("#tip").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "grid-100x100.png"))

@@ -535,8 +535,11 @@ class RunExecutor:
         if not force and self.options.save_every and now - self._last_save < self.options.save_every:
             return
         self._last_save = now
-        self.status["undelivered"] = len(self.status.get("outbox") or [])
-        await self.store.save(self.status)
+        st = self.status
+        st["undelivered"] = len(st.get("outbox") or [])
+        st["progress"] = f"{st.get('done', 0)}/{st.get('planned', 0)}"
+        st["round"] = f"{st.get('currentRound', 0)}/{st.get('totalRounds', 0)}"
+        await self.store.save(st)
 
     async def _directory_safe(self) -> Sequence[Agent]:
         try:

@@ -1,0 +1,55 @@
+"""Operator settings: one typed object from the environment (`TPCMESH_OPERATOR_<NAME>`), failing fast."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespaces: str = ""  # comma-separated; empty: cluster-wide
+    agent_namespace: str = ""  # where agent pods live; empty: the benchmark's namespace
+    agent_selector: str = "app.kubernetes.io/name=tpcmesh,app.kubernetes.io/component=agent"
+    agent_token_file: str = "/var/run/tpcmesh/agent-token/token"
+    ca_file: str = "/var/run/tpcmesh/ca/ca.crt"
+    timer_interval: float = 30.0  # seconds between schedule checks
+    poll_interval: float = 2.0  # seconds between polls of a running test
+    unreachable_grace: float = 30.0
+    delivery_max_seconds: float = 60.0
+    metrics_port: int = 8080  # 0: no metrics server
+    metrics_address: str = "0.0.0.0"
+    peering: str = "tpcmesh"  # kopf peering name (one active operator); empty: standalone
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            key = "TPCMESH_OPERATOR_" + f.name.upper()
+            if key not in env:
+                continue
+            raw = env[key]
+            try:
+                values[f.name] = float(raw) if f.type == "float" else int(raw) if f.type == "int" else raw
+            except ValueError:
+                raise SettingsError(f"{key}: expected a {f.type}, got {raw!r}") from None
+        s = cls(**values)  # type: ignore[arg-type]
+        if s.timer_interval <= 0 or s.poll_interval <= 0:
+            raise SettingsError("TPCMESH_OPERATOR_TIMER_INTERVAL and _POLL_INTERVAL must be positive")
+        return s
+
+    def agent_token(self) -> str:
+        p = Path(self.agent_token_file)
+        try:
+            return p.read_text().strip()
+        except OSError as e:
+            raise SettingsError(f"TPCMESH_OPERATOR_AGENT_TOKEN_FILE: cannot read {p}: {e.strerror}") from None
+
+    def ca(self) -> str | None:
+        return self.ca_file if self.ca_file and Path(self.ca_file).exists() else None

@@ -1,0 +1,120 @@
+"""Kubernetes edges of the run executor: the TransferRun status store and agent discovery from Ready pods.
+
+The kubernetes client is synchronous; calls run in a thread so the operator's event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from .agents import DEFAULT_PORTS, Agent
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "tpcmesh.io", "v1alpha1"
+BENCHMARKS, RUNS = "transferbenchmarks", "transferruns"
+PORTS_ANNOTATION = "tpcmesh.io/ports"  # optional JSON {"control": 9443, ...} on an agent pod
+
+
+def custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi()
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api()
+
+
+class KubeStatusStore:
+    """Loads and saves a TransferRun's status (status subresource, JSON merge patch).
+
+    Keys present in the last saved status and absent now are sent as null, so they are removed."""
+
+    def __init__(self, namespace: str, name: str, extra: Mapping[str, Any] | None = None) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.extra = dict(extra or {})
+        self._keys: set[str] = set()
+
+    async def load(self) -> dict[str, Any] | None:
+        obj = await asyncio.to_thread(custom().get_namespaced_custom_object, GROUP, VERSION, self.namespace, RUNS,
+                                      self.name)
+        status = dict(obj.get("status") or {})
+        status.pop("kopf", None)
+        self._keys = set(status)
+        return status if status.get("agents") is not None or status.get("phase") else None
+
+    async def save(self, status: dict[str, Any]) -> None:
+        body = {**status, **self.extra}
+        patch = {**{k: None for k in self._keys - set(body)}, **json.loads(json.dumps(body))}
+        await asyncio.to_thread(custom().patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, RUNS,
+                                self.name, {"status": patch})
+        self._keys = set(body)
+
+
+def _ready(pod: Any) -> bool:
+    if pod.metadata.deletion_timestamp is not None or not pod.status or not pod.status.pod_ip:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
+def _ports(pod: Any) -> dict[str, int]:
+    ports = dict(DEFAULT_PORTS)
+    raw = (pod.metadata.annotations or {}).get(PORTS_ANNOTATION)
+    if raw:
+        try:
+            ports.update({k: int(v) for k, v in json.loads(raw).items()})
+        except (ValueError, AttributeError):
+            log.warning("Pod %s has an invalid %s annotation: %r", pod.metadata.name, PORTS_ANNOTATION, raw)
+    return ports
+
+
+def selector_string(match_labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+
+
+class KubeAgentDirectory:
+    """The Ready agent pods matching the selector; address = pod IP (node IP with hostNetwork); node labels."""
+
+    def __init__(self, namespace: str, pod_selector: str, node_selector: Mapping[str, str] | None = None) -> None:
+        self.namespace = namespace
+        self.pod_selector = pod_selector
+        self.node_selector = dict(node_selector or {})
+
+    async def agents(self) -> Sequence[Agent]:
+        return await asyncio.to_thread(self._agents)
+
+    def _agents(self) -> list[Agent]:
+        api = core()
+        pods = api.list_namespaced_pod(self.namespace, label_selector=self.pod_selector).items
+        nodes = {n.metadata.name: n for n in api.list_node().items}
+        out: dict[str, Agent] = {}
+        for pod in sorted(pods, key=lambda p: p.metadata.name):
+            node_name = pod.spec.node_name
+            if not _ready(pod) or not node_name or node_name in out:
+                continue
+            node = nodes.get(node_name)
+            labels = dict(node.metadata.labels or {}) if node else {}
+            if any(labels.get(k) != v for k, v in self.node_selector.items()):
+                continue
+            out[node_name] = Agent(node=node_name, address=pod.status.pod_ip, ports=_ports(pod), labels=labels,
+                                   name=pod.metadata.name)
+        return list(out.values())
+
+
+async def read_secret_key(namespace: str, name: str, key: str) -> str:
+    try:
+        s = await asyncio.to_thread(core().read_namespaced_secret, name, namespace)
+    except ApiException as e:
+        raise LookupError(f"Secret {namespace}/{name}: {e.reason}") from None
+    data = (s.data or {}).get(key)
+    if data is None:
+        raise LookupError(f"Secret {namespace}/{name} has no key {key!r}")
+    return base64.b64decode(data).decode().strip()

@@ -1,0 +1,71 @@
+"""kopf handler registration, and nothing else: the work is in controller.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from . import controller
+from .config import Settings
+from .kube import BENCHMARKS, GROUP, RUNS, VERSION
+
+SETTINGS = Settings.from_env()
+
+
+def _load_kube_config() -> None:
+    from kubernetes import config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
+    _load_kube_config()
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tpcmesh.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="tpcmesh.io")
+    settings.persistence.finalizer = "tpcmesh.io/operator"
+    settings.posting.level = logging.INFO
+    settings.peering.name = SETTINGS.peering or "tpcmesh"
+    settings.peering.standalone = not SETTINGS.peering
+    settings.peering.mandatory = False
+    if SETTINGS.metrics_port:
+        start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
+        logger.info("Started metrics on %s:%d", SETTINGS.metrics_address, SETTINGS.metrics_port)
+
+
+@kopf.on.create(GROUP, VERSION, BENCHMARKS)
+@kopf.on.update(GROUP, VERSION, BENCHMARKS, field="spec")
+@kopf.on.resume(GROUP, VERSION, BENCHMARKS)
+def benchmark_changed(spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, name: str,
+                      **_: Any) -> None:
+    out = controller.reconcile_benchmark(dict(spec), dict(meta), dict(status), dt.datetime.now(dt.UTC))
+    patch.status.update(out)
+    ready = next(c for c in out["conditions"] if c["type"] == "Ready")
+    if ready["reason"] == "InvalidSpec":
+        raise kopf.PermanentError(ready["message"])
+
+
+@kopf.timer(GROUP, VERSION, BENCHMARKS, interval=SETTINGS.timer_interval, initial_delay=1.0, idle=None)
+async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kopf.Patch, **_: Any) -> None:
+    def event(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+
+    out = await controller.tick_benchmark(name, namespace, dict(body), dt.datetime.now(dt.UTC),
+                                          lambda m: kopf.adopt(m, owner=body), event)
+    patch.status.update(out)
+
+
+@kopf.daemon(GROUP, VERSION, RUNS, cancellation_timeout=10.0)
+async def run_daemon(body: kopf.Body, name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped,
+                     **_: Any) -> None:
+    def event(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message[:1000])
+
+    await controller.drive_run(name, namespace, uid, dict(body), SETTINGS, event, stopped)

@@ -37,4 +37,13 @@ lint: setup ## ruff and mypy
 	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator
 
 .PHONY: bench
-bench: bench-movers bench-dashboard bench-planner ## Run every benchmark; results go to BENCHMARKS.md
+bench: bench-movers bench-dashboard bench-planner bench-fidelity ## Run every benchmark; results go to BENCHMARKS.md
+
+# ---- local mode: tpcmesh-local, the WAN lab ----
+.PHONY: bench-fidelity
+bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms
+	$(VENV)/bin/tpcmesh-local bench-fidelity --output BENCHMARKS.md
+
+.PHONY: local-cleanup
+local-cleanup: ## Remove network namespaces and devices left behind by killed local runs
+	$(VENV)/bin/tpcmesh-local cleanup

@@ -1,0 +1,162 @@
+"""`make bench-fidelity`: is the emulated WAN link believable, and do the agents measure it right?
+
+On one lab link (the shipped ``fidelity`` profile: 500 Mbit/s, 20 ms each way) it runs, alternately and several
+times, iperf3 (4 streams, far -> near) and the built-in mover through two real agents (4 files at once, 1 stream
+each, far -> near into a sink), and the agents' RTT probe. Pass: the mover's wall-clock throughput within +-10 % of
+iperf3's, and the probe's median RTT within 10 % of the profile. Results replace the ``bench-fidelity`` section of
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import secrets
+import shutil
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from ..agents import DEFAULT_PORTS
+from .mesh import Certificates, MeshError, start_agents
+from .netns import Lab, LabError, netns_unavailable_reason
+from .profile import load_profile
+
+log = logging.getLogger("tpcmesh.local.fidelity")
+START, END = "<!-- bench-fidelity:start -->", "<!-- bench-fidelity:end -->"
+FILES = {"count": 4, "size": 128_000_000}
+REPEATS = 3
+
+
+def replace_section(path: Path, body: str) -> None:
+    """Replace the text between the markers (append the section when the file lacks it)."""
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    section = f"{START}\n{body.rstrip()}\n{END}"
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def iperf3(lab: Lab, seconds: float) -> float:
+    """Gbit/s received, far -> near with 4 streams."""
+    near, far = lab.nodes[0], lab.nodes[1]
+    port = "5301"
+    server = lab.popen(far, ["iperf3", "-s", "-1", "-B", far.address, "-p", port], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = lab.run(near, ["iperf3", "-c", far.address, "-p", port, "-R", "-P", "4", "-t", str(seconds),
+                             "-O", "2", "-J"], capture_output=True, text=True, timeout=seconds + 60)
+        data = json.loads(out.stdout)
+        if "error" in data:
+            raise MeshError(f"iperf3 failed: {data['error']}")
+        return float(data["end"]["sum_received"]["bits_per_second"]) / 1e9
+    finally:
+        if server.poll() is None:
+            server.wait(10)
+
+
+def main(output: Path | None = None, seconds: float = 8.0) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    problem = netns_unavailable_reason()
+    if problem:
+        print(f"bench-fidelity needs the WAN lab (root, ip netns, /dev/net/tun): {problem}", file=sys.stderr)
+        return 1
+    profile = load_profile("fidelity")
+    link = profile.link("near", "far")
+    want_rtt = profile.rtt_ms("near", "far")
+    state = Path(tempfile.mkdtemp(prefix="tpcmesh-fidelity-"))
+    os.chmod(state, 0o755)
+    rows: list[dict] = []
+    probes: list[float] = []
+    try:
+        with Lab(profile, mode="netns") as lab:
+            certs = Certificates.create(state / "pki", lab.nodes)
+            token = secrets.token_urlsafe(32)
+            start_agents(lab, certs, token, state, budget_bytes=4 * 10**9, protocols=("builtin",))
+            near, far = lab.nodes[0], lab.nodes[1]
+            ctx = ssl.create_default_context(cafile=str(certs.ca_file))
+            api = {n.name: f"https://{n.address}:{DEFAULT_PORTS['control']}" for n in lab.nodes}
+            with httpx.Client(verify=ctx, timeout=600, headers={"Authorization": f"Bearer {token}"}) as c:
+                for n in (near, far):
+                    r = c.post(api[n.name] + "/api/v1/filesets", json=FILES)
+                    r.raise_for_status()
+                for i in range(REPEATS):
+                    ip_gbps = iperf3(lab, seconds)
+                    tid = str(uuid.uuid4())
+                    r = c.post(api["near"] + "/api/v1/transfers", json={
+                        "test_id": tid, "protocol": "builtin",
+                        "source": {"host": far.address, "port": DEFAULT_PORTS["builtin"]},
+                        "file_set": FILES, "concurrency": 4, "streams": 1, "timeout_seconds": 300,
+                        "destination": "sink"})
+                    r.raise_for_status()
+                    while (rec := c.get(api["near"] + f"/api/v1/transfers/{tid}").json())["status"] == "running":
+                        time.sleep(0.2)
+                    if rec["status"] != "succeeded":
+                        raise MeshError(f"the built-in transfer failed: {rec.get('error')}")
+                    probe = c.post(api["near"] + "/api/v1/probes/rtt",
+                                   json={"host": far.address, "port": DEFAULT_PORTS["control"], "count": 10}).json()
+                    if probe.get("error"):
+                        raise MeshError(f"the RTT probe failed: {probe['error']}")
+                    probes.append(probe["median_ms"])
+                    rows.append({"iperf3": ip_gbps, "builtin": rec["aggregate_gbps"],
+                                 "builtin_paper": rec.get("throughput_gbps"), "probe": probe["median_ms"]})
+                    log.info("Repeat %d: iperf3 %.3f Gbit/s, builtin %.3f Gbit/s, probe RTT %.2f ms", i + 1,
+                             ip_gbps, rec["aggregate_gbps"], probe["median_ms"])
+    except (LabError, MeshError, httpx.HTTPError) as e:
+        print(f"bench-fidelity: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    ip = statistics.median(row["iperf3"] for row in rows)
+    bi = statistics.median(row["builtin"] for row in rows)
+    probe_ms = statistics.median(probes)
+    ratio = bi / ip
+    rtt_err = abs(probe_ms - want_rtt) / want_rtt
+    ok = abs(ratio - 1) <= 0.10 and rtt_err <= 0.10
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "## Fidelity of the WAN lab (`make bench-fidelity`)",
+        "",
+        f"One emulated link ({link.rate_mbit:g} Mbit/s, {link.delay_ms:g} ms each way, profile RTT {want_rtt:g} ms) "
+        f"through the project's delay line, far -> near, medians of {REPEATS} alternating repeats. "
+        f"iperf3: 4 streams, {seconds:g} s (first 2 s omitted). Built-in mover: real agents, {FILES['count']} files "
+        f"x {FILES['size'] // 10**6} MB at once, 1 stream each, into a sink; wall-clock aggregate. "
+        f"RTT: the agents' probe (TCP connect, 10 samples). {when}, {platform.node()}, {os.cpu_count()} cores.",
+        "",
+        "| measure | value | target | ok |",
+        "|---|---|---|---|",
+        f"| iperf3 throughput | {ip * 1000:.0f} Mbit/s | - | |",
+        f"| built-in mover throughput | {bi * 1000:.0f} Mbit/s | iperf3 +-10 % | "
+        f"{'yes' if abs(ratio - 1) <= 0.10 else 'NO'} ({(ratio - 1) * 100:+.1f} %) |",
+        f"| agents' RTT probe (median) | {probe_ms:.2f} ms | {want_rtt:g} ms +-10 % | "
+        f"{'yes' if rtt_err <= 0.10 else 'NO'} ({rtt_err * 100:.1f} %) |",
+        "",
+        "| repeat | iperf3 Mbit/s | built-in Mbit/s (wall clock) | built-in Mbit/s (paper's definition) "
+        "| probe RTT ms |",
+        "|---|---|---|---|---|",
+    ]
+    for i, row in enumerate(rows, 1):
+        paper = f"{row['builtin_paper'] * 1000:.0f}" if row["builtin_paper"] is not None else "-"
+        lines.append(f"| {i} | {row['iperf3'] * 1000:.0f} | {row['builtin'] * 1000:.0f} | {paper} | "
+                     f"{row['probe']:.2f} |")
+    text = "\n".join(lines)
+    print(text)
+    if output is not None:
+        replace_section(output, text)
+        print(f"Wrote the bench-fidelity section of {output}")
+    return 0 if ok else 1

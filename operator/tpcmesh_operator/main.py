@@ -68,4 +68,4 @@ async def run_daemon(body: kopf.Body, name: str, namespace: str, uid: str, stopp
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1000])
 
-    await controller.drive_run(name, namespace, uid, dict(body), SETTINGS, event, stopped)
+    await controller.drive_run(name, namespace, uid, dict(body), Settings.from_env(), event, stopped)

@@ -1,0 +1,83 @@
+"""The CRDs on a real kube-apiserver: defaults applied, malformed objects rejected with the field named."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.cluster.operator_support import apply_crds, ensure_namespace
+
+pytestmark = pytest.mark.cluster
+NS = "op-crds"
+G, V = "tpcmesh.io", "v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def api(control_plane):
+    c = control_plane.client()
+    apply_crds(c)
+    ensure_namespace(c, NS)
+    return client.CustomObjectsApi(c)
+
+
+def tb(name: str, spec: dict) -> dict:
+    return {"apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": name}, "spec": spec}
+
+
+def test_defaults_are_applied(api) -> None:
+    api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb("defaults", {}))
+    spec = api.get_namespaced_custom_object(G, V, NS, "transferbenchmarks", "defaults")["spec"]
+    assert spec["schedule"] == "@every 12h"
+    assert spec["streams"] == [8, 1] and spec["concurrency"] == 11
+    assert spec["fileSet"] == {"count": 11, "size": "1GB"}
+    assert spec["latency"] == {"enabled": True, "count": 5}
+    assert spec["protocols"] == ["xrootd-https", "gridftp"]
+    assert spec["pairs"] == {"mode": "fullMesh", "direction": "both"}
+    assert spec["concurrencyPolicy"] == "Forbid"
+    # and the short names / printer columns exist
+    ext = client.ApiextensionsV1Api(api.api_client)
+    crd = ext.read_custom_resource_definition("transferbenchmarks.tpcmesh.io")
+    assert crd.spec.names.short_names == ["tb"]
+    cols = [c.name for c in crd.spec.versions[0].additional_printer_columns]
+    assert {"Schedule", "Last Run", "Next Run", "OK", "Failed", "Age"} <= set(cols)
+
+
+BAD = [
+    ({"schedule": "every day"}, "spec.schedule must be a cron expression"),
+    ({"protocols": ["ftp"]}, "spec.protocols[0]"),
+    ({"streams": [0]}, "spec.streams[0]"),
+    ({"streams": [8, 8]}, "spec.streams[1]: Duplicate value"),
+    ({"concurrency": 0}, "spec.concurrency"),
+    ({"timeoutSeconds": 0}, "spec.timeoutSeconds"),
+    ({"fileSet": {"dataset": "small", "count": 2}}, "spec.fileSet: give either dataset, or both count and size"),
+    ({"fileSet": {"count": 2, "size": "1 parsec"}}, "spec.fileSet.size must look like 1GB"),
+    ({"fileSet": {"dataset": "huge"}}, "spec.fileSet.dataset"),
+    ({"pairs": {"mode": "explicit"}}, "spec.pairs.explicit: mode explicit needs at least one"),
+    ({"pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "a"}]}},
+     "source and destination must be different nodes"),
+    ({"pairs": {"mode": "groups"}}, "spec.pairs.groupA and spec.pairs.groupB are required"),
+    ({"results": {"url": "dashboard"}}, "spec.results.url must be an http(s) URL"),
+    ({"concurrencyPolicy": "Allow"}, "spec.concurrencyPolicy"),
+    ({"protocols": [], "latency": {"enabled": False}}, "spec.protocols: nothing to measure"),
+]
+
+
+@pytest.mark.parametrize("spec,message", BAD, ids=[m[:40] for _, m in BAD])
+def test_malformed_benchmarks_are_rejected_naming_the_field(api, spec, message) -> None:
+    with pytest.raises(ApiException) as e:
+        api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb("bad", spec))
+    assert e.value.status == 422, e.value.body
+    assert message in e.value.body, e.value.body
+
+
+def test_transfer_run_needs_a_benchmark_and_is_immutable(api) -> None:
+    run = {"apiVersion": f"{G}/{V}", "kind": "TransferRun", "metadata": {"name": "r1"}, "spec": {}}
+    with pytest.raises(ApiException) as e:
+        api.create_namespaced_custom_object(G, V, NS, "transferruns", run)
+    assert e.value.status == 422 and "spec.benchmarkRef or spec.benchmark is required" in e.value.body
+    run["spec"] = {"benchmarkRef": {"name": "defaults"}}
+    api.create_namespaced_custom_object(G, V, NS, "transferruns", run)
+    with pytest.raises(ApiException) as e:
+        api.patch_namespaced_custom_object(G, V, NS, "transferruns", "r1", {"spec": {"benchmarkRef": {"name": "x"}}})
+    assert e.value.status == 422 and "spec is immutable" in e.value.body

@@ -11,9 +11,16 @@ BIN="$CACHE/k8s-$K8S_VERSION/bin"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 mkdir -p "$BIN"
 
+# Stamp the release into the binaries (a plain `go build` reports v0.0.0-master, which Helm's kubeVersion check
+# and clients reject); a binary without the stamp is rebuilt (only the link step reruns, from Go's build cache).
+minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+VERSION_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
+VERSION_LDFLAGS+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+VERSION_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1"
+VERSION_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 need=()
 for b in kube-apiserver kube-controller-manager kube-scheduler; do
-  [ -x "$BIN/$b" ] || need+=("$b")
+  if [ ! -x "$BIN/$b" ] || ! "$BIN/$b" --version 2>/dev/null | grep -qF "$K8S_VERSION"; then need+=("$b"); fi
 done
 
 if [ "${#need[@]}" -gt 0 ]; then
@@ -46,14 +53,20 @@ import (
 GO
   (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
   for b in "${need[@]}"; do
-    (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w $VERSION_LDFLAGS" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b")
     mv "$BIN/$b.tmp" "$BIN/$b"
     echo "Built $b" >&2
   done
 fi
 
-if [ ! -x "$BIN/helm" ]; then
+if [ ! -x "$BIN/helm" ] || ! "$BIN/helm" version --template '{{.Version}}' 2>/dev/null | grep -qxF "$HELM_VERSION"; then
   echo "Building helm $HELM_VERSION..." >&2
-  GOBIN="$BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  # As Helm's own Makefile does: its version, and the Kubernetes version `helm template`/`lint` assume
+  # (that of the client-go it is built with: v0.31 for Helm 3.16).
+  HELM_LDFLAGS="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    HELM_LDFLAGS+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=31"
+  done
+  GOBIN="$BIN" go install -trimpath -ldflags "$HELM_LDFLAGS" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
 echo "$BIN"

@@ -1,0 +1,159 @@
+{{/* Names, labels and derived values shared by every template. */}}
+
+{{- define "tpcmesh.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tpcmesh.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tpcmesh.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Standard labels; call with (dict "ctx" $ "component" "agent"). */}}
+{{- define "tpcmesh.labels" -}}
+helm.sh/chart: {{ include "tpcmesh.chart" .ctx }}
+{{ include "tpcmesh.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: tpcmesh
+{{- end }}
+
+{{- define "tpcmesh.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpcmesh.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* A component's resource name: <fullname>-<component>. */}}
+{{- define "tpcmesh.componentName" -}}
+{{- printf "%s-%s" (include "tpcmesh.fullname" .ctx) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* image reference; call with (dict "ctx" $ "repository" .Values.agent.image). */}}
+{{- define "tpcmesh.image" -}}
+{{- printf "%s/%s:%s" .ctx.Values.image.registry .repository (default .ctx.Chart.AppVersion .ctx.Values.image.tag) }}
+{{- end }}
+
+{{- define "tpcmesh.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (printf "%s-operator" (include "tpcmesh.fullname" .)) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tpcmesh.agent.serviceAccountName" -}}
+{{- if .Values.agent.serviceAccount.create }}
+{{- default (printf "%s-agent" (include "tpcmesh.fullname" .)) .Values.agent.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.agent.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tpcmesh.agent.tokenSecretName" -}}
+{{- default (printf "%s-agent-token" (include "tpcmesh.fullname" .)) .Values.agent.token.existingSecret }}
+{{- end }}
+
+{{- define "tpcmesh.resultsTokenSecretName" -}}
+{{- default (printf "%s-results-token" (include "tpcmesh.fullname" .)) .Values.resultsToken.existingSecret }}
+{{- end }}
+
+{{- define "tpcmesh.caSecretName" -}}
+{{- default (printf "%s-ca" (include "tpcmesh.fullname" .)) .Values.certificates.caSecretName }}
+{{- end }}
+
+{{- define "tpcmesh.dashboard.secretKeySecretName" -}}
+{{- default (printf "%s-dashboard-secret-key" (include "tpcmesh.fullname" .)) .Values.dashboard.existingSecretKeySecret }}
+{{- end }}
+
+{{- define "tpcmesh.postgresql.secretName" -}}
+{{- default (printf "%s-postgresql" (include "tpcmesh.fullname" .)) .Values.database.bundled.existingSecret }}
+{{- end }}
+
+{{- define "tpcmesh.postgresql.host" -}}
+{{- printf "%s-postgresql" (include "tpcmesh.fullname" .) }}
+{{- end }}
+
+{{- define "tpcmesh.dashboard.url" -}}
+{{- printf "http://%s-dashboard.%s.svc:%d" (include "tpcmesh.fullname" .) .Release.Namespace (int .Values.dashboard.service.port) }}
+{{- end }}
+
+{{/* The signer agents request: tpcmesh.io/agent, or the cert-manager issuer's. */}}
+{{- define "tpcmesh.signerName" -}}
+{{- if eq .Values.certificates.mode "certManager" }}
+{{- required "certificates.certManager.signerName is required with certificates.mode=certManager" .Values.certificates.certManager.signerName }}
+{{- else }}
+{{- .Values.certificates.signerName }}
+{{- end }}
+{{- end }}
+
+{{/* Bytes of the agent's memory-backed data volume: 2 x count x size + headroom. */}}
+{{- define "tpcmesh.agent.dataBytes" -}}
+{{- $set := mul (int64 .Values.agent.fileSet.count) (int64 .Values.agent.fileSet.size) }}
+{{- add (mul 2 $set) (int64 .Values.agent.headroomBytes) }}
+{{- end }}
+
+{{/* A random value that survives upgrades: the existing Secret's key when there is one.
+     Call with (dict "ctx" $ "name" "<secret>" "key" "<key>" "length" 40). */}}
+{{- define "tpcmesh.keptRandom" -}}
+{{- $existing := lookup "v1" "Secret" .ctx.Release.Namespace .name }}
+{{- if and $existing (index $existing.data .key) }}
+{{- index $existing.data .key }}
+{{- else }}
+{{- randAlphaNum (int .length) | b64enc }}
+{{- end }}
+{{- end }}
+
+{{/* Environment of the agent's certificate containers (tpcmesh_agent.csr). */}}
+{{- define "tpcmesh.agent.csrEnv" -}}
+- name: TPCMESH_AGENT_NODE_NAME
+  valueFrom:
+    fieldRef: {fieldPath: spec.nodeName}
+- name: TPCMESH_AGENT_ADDRESS
+  valueFrom:
+    fieldRef: {fieldPath: status.podIP}
+- name: TPCMESH_CSR_SIGNER_NAME
+  value: {{ include "tpcmesh.signerName" . | quote }}
+- name: TPCMESH_CSR_OUT_DIR
+  value: /var/run/tpcmesh/tls
+- name: TPCMESH_CSR_LIFETIME_SECONDS
+  value: {{ .Values.certificates.hostCertSeconds | quote }}
+- name: TPCMESH_CSR_RENEW_BEFORE_SECONDS
+  value: {{ .Values.certificates.renewBeforeSeconds | quote }}
+{{- end }}
+
+{{/* Environment of the dashboard containers: settings and DATABASE_URL. */}}
+{{- define "tpcmesh.dashboard.env" -}}
+- name: TPCMESH_DASHBOARD_SECRET_KEY
+  valueFrom:
+    secretKeyRef: {name: {{ include "tpcmesh.dashboard.secretKeySecretName" . }}, key: secret-key}
+- name: TPCMESH_DASHBOARD_READ_ACCESS
+  value: {{ .Values.dashboard.readAccess | quote }}
+- name: TPCMESH_DASHBOARD_ALLOWED_HOSTS
+  value: "*"
+{{- if eq .Values.database.mode "external" }}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "database.external.existingSecret is required with database.mode=external" .Values.database.external.existingSecret }}
+      key: {{ .Values.database.external.key }}
+{{- else }}
+- name: TPCMESH_POSTGRES_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ include "tpcmesh.postgresql.secretName" . }}, key: password}
+- name: DATABASE_URL
+  value: {{ printf "postgres://%s:$(TPCMESH_POSTGRES_PASSWORD)@%s:5432/%s" .Values.database.bundled.user (include "tpcmesh.postgresql.host" .) .Values.database.bundled.database | quote }}
+{{- end }}
+{{- end }}

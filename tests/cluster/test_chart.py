@@ -1,0 +1,237 @@
+"""The Helm chart: lint, render, server-side dry-run of every object, and an install on the real control plane."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, dynamic
+from kubernetes.client.rest import ApiException
+
+from tests.support.controlplane import K8S_VERSION, binary
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.cluster
+
+CHART = REPO / "charts" / "tpcmesh"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+# Kinds from other projects' CRDs the chart can render; the test registers permissive stand-ins for them.
+FOREIGN_CRDS = {("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+                ("monitoring.coreos.com", "PrometheusRule", "prometheusrules")}
+
+
+def helm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    h = binary("helm")
+    if h is None:
+        pytest.skip("helm is not built; run `make control-plane`")
+    return subprocess.run([str(h), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def render(values: Path | None, namespace: str, release: str = "tpc") -> list[dict]:
+    args = ["template", release, str(CHART), "--namespace", namespace, "--include-crds",
+            "--kube-version", K8S_VERSION.lstrip("v")]
+    if values:
+        args += ["-f", str(values)]
+    out = helm(*args)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_chart_crds_are_the_manifests_crds():
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    manifests = {p.name: p.read_bytes() for p in (REPO / "manifests" / "crds").glob("*.yaml")}
+    assert chart.keys() == manifests.keys(), "charts/tpcmesh/crds/ and manifests/crds/ list different files; " \
+                                             "run `make chart` to copy manifests/crds/ into the chart"
+    differ = [n for n in chart if chart[n] != manifests[n]]
+    assert not differ, f"charts/tpcmesh/crds/ differs from manifests/crds/ in {differ}; run `make chart`"
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "defaults")
+def test_helm_lint(values):
+    args = ["lint", str(CHART), "--strict", "--kube-version", K8S_VERSION.lstrip("v")]
+    if values:
+        args += ["-f", str(values)]
+    out = helm(*args)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_schema_rejects_bad_values():
+    out = helm("template", "t", str(CHART), "--kube-version", K8S_VERSION.lstrip("v"),
+               "--set", "agent.ports.api=70000", "--set", "image.tag=latest", "--set", "database.mode=sqlite")
+    assert out.returncode != 0
+    for field in ("agent.ports.api", "image.tag", "database.mode"):
+        assert field in out.stderr
+
+
+def test_defaults_render_the_agent_daemonset_as_specified():
+    docs = render(None, "tpcmesh")
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["nodeSelector"] == {"tpcmesh.io/fast-network": "true"}
+    agent = next(c for c in pod["containers"] if c["name"] == "agent")
+    assert agent["command"] == ["tpcmesh-agent"]
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    assert ports == {"api": 9443, "metrics": 9464, "builtin": 9080, "xrootd-root": 1094, "xrootd-https": 8444,
+                     "gridftp": 2811, "iperf3": 5201}
+    data = next(v for v in pod["volumes"] if v["name"] == "data")
+    # 2 x 11 x 1 GB + 1 GB headroom; the memory limit must hold the memory-backed volume.
+    assert data["emptyDir"] == {"medium": "Memory", "sizeLimit": "23000000000"}
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["TPCMESH_AGENT_BUDGET_BYTES"] == "23000000000"
+    assert int(agent["resources"]["limits"]["memory"]) > 23_000_000_000
+    assert agent["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    kinds = sorted(d["kind"] for d in docs)
+    for kind in ("Deployment", "StatefulSet", "Service", "ServiceAccount", "ClusterRole", "Role", "Secret", "Pod"):
+        assert kind in kinds
+    for d in docs:
+        if d["kind"] != "CustomResourceDefinition":
+            labels = d["metadata"]["labels"]
+            assert labels["app.kubernetes.io/part-of"] == "tpcmesh" and labels["helm.sh/chart"] == "tpcmesh-0.1.0"
+
+
+def _ensure_namespace(core: client.CoreV1Api, name: str) -> None:
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    try:  # pods need their ServiceAccount; kube-controller-manager may not be running to create `default`
+        core.create_namespaced_service_account(name, client.V1ServiceAccount(
+            metadata=client.V1ObjectMeta(name="default")))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def _ensure_foreign_crds(api_client) -> None:
+    ext = client.ApiextensionsV1Api(api_client)
+    for group, kind, plural in FOREIGN_CRDS:
+        body = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.{group}"},
+                "spec": {"group": group, "scope": "Namespaced",
+                         "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                         "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                             "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        try:
+            ext.create_custom_resource_definition(body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+def _wait_for_kind(dyn: dynamic.DynamicClient, api_version: str, kind: str, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            dyn.resources.invalidate_cache()
+            return dyn.resources.get(api_version=api_version, kind=kind)
+        except dynamic.exceptions.ResourceNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "defaults")
+def test_every_rendered_object_passes_server_side_dry_run(control_plane, values):
+    api_client = control_plane.client()
+    core = client.CoreV1Api(api_client)
+    ns = "tpcmesh-dry-" + (values.name.removesuffix("-values.yaml") if values else "defaults")
+    docs = render(values, ns)
+    spec = yaml.safe_load(values.read_text()) if values else {}
+    for n in [ns, *(spec or {}).get("operator", {}).get("watchNamespaces", [])]:
+        _ensure_namespace(core, n)
+    _ensure_foreign_crds(api_client)
+    dyn = dynamic.DynamicClient(api_client)
+    failures = []
+    for doc in docs:
+        res = _wait_for_kind(dyn, doc["apiVersion"], doc["kind"]) if doc["kind"] != "CustomResourceDefinition" \
+            else dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        try:
+            if res.namespaced:
+                res.create(body=doc, namespace=doc["metadata"].get("namespace", ns), dry_run="All")
+            else:
+                res.create(body=doc, dry_run="All")
+        except ApiException as e:
+            if e.status == 409 and doc["kind"] == "CustomResourceDefinition":
+                continue  # installed by an earlier test: a dry-run replace checks it instead
+            failures.append(f"{where}: {e.status} {e.body}")
+    assert not failures, "\n".join(failures)
+    assert len(docs) >= 5
+
+
+def _can(api_client, verb: str, resource: str, group: str = "", namespace: str | None = None,
+         subresource: str | None = None, name: str | None = None) -> bool:
+    authz = client.AuthorizationV1Api(api_client)
+    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+        resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource, group=group,
+                                                        namespace=namespace, subresource=subresource, name=name)))
+    return bool(authz.create_self_subject_access_review(review).status.allowed)
+
+
+def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(control_plane):
+    ns = "tpcmesh-install"
+    control_plane.start_controller_manager()
+    control_plane.start_scheduler()
+    nodes = {"dtn-a": ("127.0.20.1", True), "dtn-b": ("127.0.20.2", True), "worker-c": ("127.0.20.3", False)}
+    for name, (addr, fast) in nodes.items():
+        control_plane.create_node(name, addr, {"tpcmesh.io/fast-network": "true"} if fast else {})
+    try:
+        out = control_plane.helm("install", "tpc", str(CHART), "--namespace", ns, "--create-namespace",
+                                 "--set", "image.registry=example.invalid/tpcmesh", check=False)
+        assert out.returncode == 0, out.stderr
+        core = client.CoreV1Api(control_plane.client())
+        apps = client.AppsV1Api(control_plane.client())
+        selector = "app.kubernetes.io/instance=tpc,app.kubernetes.io/component=agent"
+        deadline = time.monotonic() + 60
+        placed: list[str] = []
+        while time.monotonic() < deadline:
+            placed = sorted(p.spec.node_name for p in core.list_namespaced_pod(ns, label_selector=selector).items
+                            if p.spec.node_name)
+            if len(placed) >= 2:
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)  # a third (wrong) pod would show up by now
+        placed = sorted(p.spec.node_name for p in core.list_namespaced_pod(ns, label_selector=selector).items)
+        assert placed == ["dtn-a", "dtn-b"]
+
+        played = control_plane.play_kubelet(ns, selector)
+        assert sorted((p.spec.node_name, p.status.pod_ip) for p in played) == [("dtn-a", "127.0.20.1"),
+                                                                              ("dtn-b", "127.0.20.2")]
+        while time.monotonic() < deadline:
+            ds = apps.read_namespaced_daemon_set("tpc-tpcmesh-agent", ns)
+            if ds.status.number_ready == 2:
+                break
+            time.sleep(0.5)
+        assert (ds.status.desired_number_scheduled, ds.status.number_ready) == (2, 2)
+
+        # RBAC of the chart's ServiceAccounts, asked as those accounts (real tokens, real authorizer).
+        op = control_plane.client(control_plane.kubeconfig_for("tpc-tpcmesh-operator", ns))
+        assert _can(op, "watch", "transferbenchmarks", "tpcmesh.io", ns)
+        assert _can(op, "patch", "transferruns", "tpcmesh.io", ns, subresource="status")
+        assert _can(op, "list", "pods", "", ns) and _can(op, "watch", "nodes")
+        assert _can(op, "create", "events", "", ns) and _can(op, "update", "leases", "coordination.k8s.io", ns)
+        assert _can(op, "get", "secrets", "", ns)
+        assert _can(op, "update", "certificatesigningrequests", "certificates.k8s.io", subresource="approval")
+        assert _can(op, "sign", "signers", "certificates.k8s.io", name="tpcmesh.io/agent")
+        assert not _can(op, "sign", "signers", "certificates.k8s.io", name="kubernetes.io/kube-apiserver-client")
+        assert not _can(op, "get", "secrets", "", "kube-system")
+        assert not _can(op, "delete", "nodes") and not _can(op, "create", "pods", "", ns)
+        assert not _can(op, "delete", "secrets", "", ns)
+        agent = control_plane.client(control_plane.kubeconfig_for("tpc-tpcmesh-agent", ns))
+        assert _can(agent, "create", "certificatesigningrequests", "certificates.k8s.io")
+        assert not _can(agent, "update", "certificatesigningrequests", "certificates.k8s.io", subresource="approval")
+        assert not _can(agent, "get", "secrets", "", ns) and not _can(agent, "list", "pods", "", ns)
+        # Real calls too, not only reviews.
+        client.CoreV1Api(op).list_node()
+        with pytest.raises(ApiException) as denied:
+            client.CoreV1Api(agent).list_namespaced_secret(ns)
+        assert denied.value.status == 403
+    finally:
+        control_plane.helm("uninstall", "tpc", "--namespace", ns, check=False)
+        control_plane.delete_nodes()

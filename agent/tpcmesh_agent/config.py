@@ -140,7 +140,7 @@ class Settings:
         return self
 
 
-def _convert(f: dataclasses.Field, raw: str):  # type: ignore[type-arg]
+def _convert(f: dataclasses.Field, raw: str):
     t = str(f.type)
     try:
         if f.name == "budget_bytes":

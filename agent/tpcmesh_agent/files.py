@@ -43,7 +43,7 @@ class BudgetExceeded(FileSetError):
     pass
 
 
-def validate_name(name: str, what: str = "file name") -> str:
+def validate_name(name: object, what: str = "file name") -> str:
     if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", "..") or ".." in name:
         raise FileSetError(f"{what} {name!r} is invalid: use 1-200 of [A-Za-z0-9._-], no '/' and no '..'")
     return name

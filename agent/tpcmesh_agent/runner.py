@@ -262,9 +262,9 @@ class TransferRunner:
             run.samples.append((time.monotonic(), run.progress.bytes_done))
             if results is None:
                 results = [FileResult(name=f.name, size=f.size, bytes=0, error=error) for f in job.files]
-            run.record = records.build_record(job, results, run.started_at, finished, status, error, run.samples)
-            if job.destination_dir is not None:
+            if job.destination_dir is not None:  # free the memory before the record says "done"
                 await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
+            run.record = records.build_record(job, results, run.started_at, finished, status, error, run.samples)
             self.metrics.active.dec()
             self.metrics.transfers.labels(job.protocol, status).inc()
             self.metrics.bytes.labels(job.protocol).inc(run.record["total_bytes"])

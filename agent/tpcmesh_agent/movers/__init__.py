@@ -49,7 +49,8 @@ def load_movers(settings: Any) -> tuple[dict[str, Mover], dict[str, str]]:
             problems[protocol] = "disabled by the protocols setting"
             continue
         try:
-            movers[protocol] = mover_class(protocol)(settings)
+            cls: Any = mover_class(protocol)  # movers take the settings object
+            movers[protocol] = cls(settings)
         except ModuleNotFoundError as e:
             problems[protocol] = f"mover module {MODULES[protocol]} is not installed ({e.name})"
         except Exception as e:  # a broken mover must not take the agent down

@@ -20,6 +20,7 @@ import asyncio
 import email.utils
 import fcntl
 import hmac
+import json
 import logging
 import os
 import re
@@ -37,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ..files import FileSetError, adler32_of, validate_name
+from ..files import MANIFEST, FileSetError, adler32_of, validate_name
 from .base import FileResult, FileSpec, Mover, Progress, TransferJob
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ def fetch(
     ssl_ctx: ssl.SSLContext | None = None,
     idle_timeout: float = IDLE_TIMEOUT,
     method: str = "GET",
+    meta: dict[str, str] | None = None,
 ) -> int:
     """GET ``path`` (bytes [start, end) when ``end`` is given) into ``fd`` at offset ``start``, or discard it when
     ``fd`` is None. Returns the bytes received; raises PullError when short, refused or wrong. For HEAD, returns
@@ -199,7 +201,8 @@ def fetch(
     what = f"{'https' if ssl_ctx else 'http'}://{host}:{port}{path}"
     try:
         hosthdr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        req = f"{method} {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: tpcmesh-agent\r\nConnection: close\r\n"
+        req = (f"{method} {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: tpcmesh-agent\r\n"
+               "Want-Digest: adler32\r\nConnection: close\r\n")
         if end is not None:
             req += f"Range: bytes={start}-{end - 1}\r\n"
         try:
@@ -207,6 +210,8 @@ def fetch(
             status, reason, headers, rest = _read_head(sock, ssl_ctx is not None)
         except OSError as e:
             _raise_blocking(e, host, port, idle_timeout, registry)
+        if meta is not None:
+            meta.update(headers)
         want_status = 206 if end is not None else 200
         if status != want_status and not (end is not None and status == 200 and start == 0 and end == expect_total):
             raise PullError(f"{what} answered {status} {reason}".rstrip())
@@ -293,8 +298,9 @@ def split_ranges(size: int, streams: int) -> list[tuple[int, int]]:
 
 def pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
          registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None = None,
-         idle_timeout: float = IDLE_TIMEOUT) -> int:
-    """Pull one file with ``streams`` parallel ranges into ``dest`` (None: discard). Blocking; returns bytes."""
+         idle_timeout: float = IDLE_TIMEOUT, meta: dict[str, str] | None = None) -> int:
+    """Pull one file with ``streams`` parallel ranges into ``dest`` (None: discard). Blocking; returns bytes.
+    ``meta`` receives the (first) response's lower-cased headers, e.g. ``digest``."""
     if size is None and streams > 1:
         size = fetch(host, port, path, None, registry, counter, ssl_ctx=ssl_ctx, method="HEAD",
                      idle_timeout=idle_timeout)
@@ -304,14 +310,14 @@ def pull(host: str, port: int, path: str, size: int | None, dest: Path | None, s
             os.ftruncate(fd, size)
         if streams <= 1 or not size:
             return fetch(host, port, path, fd, registry, counter, expect_total=size, ssl_ctx=ssl_ctx,
-                         idle_timeout=idle_timeout)
+                         idle_timeout=idle_timeout, meta=meta)
         ranges = split_ranges(size, streams)
         results: list[int | BaseException] = [0] * len(ranges)
 
         def one(i: int, a: int, b: int) -> None:
             try:
                 results[i] = fetch(host, port, path, fd, registry, counter, start=a, end=b, expect_total=size,
-                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout)
+                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout, meta=meta if i == 0 else None)
             except BaseException as e:  # reported below
                 results[i] = e
 
@@ -327,6 +333,15 @@ def pull(host: str, port: int, path: str, size: int | None, dest: Path | None, s
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def digest_checksum(header: str | None) -> str | None:
+    """"adler32:xxxxxxxx" from an RFC 3230 ``Digest: adler32=xxxxxxxx`` header (XRootD sends the same)."""
+    for part in (header or "").split(","):
+        algo, _, value = part.strip().partition("=")
+        if algo.lower() == "adler32" and re.fullmatch(r"[0-9a-fA-F]{1,8}", value.strip()):
+            return f"adler32:{int(value.strip(), 16):08x}"
+    return None
 
 
 def client_ssl_context(settings: Any) -> ssl.SSLContext:
@@ -352,19 +367,22 @@ class BuiltinMover(Mover):
         res = FileResult(name=spec.name, size=spec.size, started_at=_now())
         counter = Counter(progress)
         dest = job.destination_dir / spec.name if job.destination_dir is not None else None
+        meta: dict[str, str] = {}
         try:
             pull(job.source.host, job.source.port, f"/files/{job.file_set}/{spec.name}", spec.size, dest,
-                 job.streams, registry, counter, ssl_ctx, self.idle_timeout)
+                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta)
         except PullError as e:
             res.error = str(e)
         except OSError as e:
             res.error = f"{spec.name}: {e.strerror or e}"
         res.bytes = counter.value
         res.finished_at = _now()
-        if res.error is None and dest is not None and job.verify_checksums and spec.checksum:
-            res.checksum_ok = adler32_of(dest) == spec.checksum
+        expected = spec.checksum or digest_checksum(meta.get("digest"))
+        if res.error is None and dest is not None and job.verify_checksums and expected:
+            got = adler32_of(dest)
+            res.checksum_ok = got == expected
             if not res.checksum_ok:
-                res.error = f"checksum mismatch: expected {spec.checksum}"
+                res.error = f"checksum mismatch: expected {expected}, received {got}"
         progress.files_done += 1
         return res
 
@@ -479,6 +497,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Last-Modified", email.utils.formatdate(os.fstat(fd).st_mtime, usegmt=True))
             if code == 206:
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+            if "adler32" in self.headers.get("Want-Digest", "").lower():
+                ck = self.server.checksum(r[1], r[2], size)
+                if ck:
+                    self.send_header("Digest", "adler32=" + ck.split(":", 1)[1])
             self.end_headers()
             if self.command == "HEAD":
                 return
@@ -560,10 +582,20 @@ class _Handler(BaseHTTPRequestHandler):
         counter = Counter()
         outcome: dict[str, BaseException | int] = {}
 
+        verify = self.headers.get("RequireChecksumVerification", "false").lower() == "true"
+
         def work() -> None:
+            meta: dict[str, str] = {}
             try:
                 outcome["bytes"] = pull(u.hostname or "", port, u.path or "/", None, dest, max(1, streams), registry,
-                                        counter, ssl_ctx)
+                                        counter, ssl_ctx, meta=meta)
+                if verify:
+                    expected = digest_checksum(meta.get("digest"))
+                    if expected is None:
+                        raise PullError("checksum verification asked for, but the source sent no adler32 Digest")
+                    got = adler32_of(dest)
+                    if got != expected:
+                        raise PullError(f"checksum mismatch: source says {expected}, received {got}")
             except BaseException as e:  # reported in the final line
                 outcome["error"] = e
 
@@ -634,6 +666,30 @@ class DataServer(ThreadingHTTPServer):
             ctx.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
             self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
         self._thread: threading.Thread | None = None
+        self._manifest_lock = threading.Lock()
+        self._manifests: dict[str, tuple[int, dict[str, tuple[int, str | None]]]] = {}
+
+    def checksum(self, set_name: str, name: str, size: int) -> str | None:
+        """The published checksum of a set's file, from the set's manifest (cached by its mtime)."""
+        if set_name == "incoming":
+            return None
+        path = self.settings.sets_dir / set_name / MANIFEST
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        with self._manifest_lock:
+            cached = self._manifests.get(set_name)
+            if cached is None or cached[0] != mtime:
+                try:
+                    entries = {f["name"]: (int(f["size"]), f.get("checksum"))
+                               for f in json.loads(path.read_text())["files"]}
+                except (OSError, ValueError, KeyError, TypeError):
+                    return None
+                cached = (mtime, entries)
+                self._manifests[set_name] = cached
+        entry = cached[1].get(name)
+        return entry[1] if entry and entry[0] == size else None
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the FQDN of the address (a DNS query); not needed here.

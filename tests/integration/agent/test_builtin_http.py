@@ -51,6 +51,8 @@ def test_get_head_and_range(agents, fileset):
     assert body == data[1000:2000]
     tail = curl("-o", "/dev/stdout", "-r", "-10", _url(src, fileset))
     assert tail.stdout == data[-10:]
+    digest = curl("-I", "-H", "Want-Digest: adler32", _url(src, fileset))
+    assert f"Digest: adler32={fileset['files'][0]['checksum'][8:]}".encode() in digest.stdout
     head_only = curl("-I", _url(src, fileset))
     assert b"200 OK" in head_only.stdout and f"Content-Length: {SIZE}".encode() in head_only.stdout
     bad = curl("-o", "/dev/null", "-w", "%{http_code}", "-r", f"{SIZE}-", _url(src, fileset))
@@ -77,6 +79,7 @@ def test_copy_pull_with_curl(agents, fileset, streams):
     src, dst, _ = agents
     name = f"pulled-{streams}.dat"
     r = curl("-X", "COPY", "-H", f"Source: {_url(src, fileset)}", "-H", "Credential: none",
+             "-H", "RequireChecksumVerification: true",
              "-H", f"X-Number-Of-Streams: {streams}", "-H", f"Authorization: Bearer {dst.token}",
              "-D", "-", f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}")
     text = r.stdout.decode()
@@ -129,3 +132,16 @@ def test_copy_failures_end_with_a_failure_line(agents, fileset):
     elsewhere = curl("-X", "COPY", "-H", f"Source: {_url(src, fileset)}", *auth, "-o", "/dev/null", "-w",
                      "%{http_code}", f"http://{dst.address}:{dst.builtin_port}/files/{fileset['name']}/y")
     assert elsewhere.stdout == b"403"
+
+
+def test_copy_with_checksum_verification_catches_corruption(agents):
+    src, dst, _ = agents
+    fs = src.file_set(count=1, size=5000)
+    victim = src.data_dir / "data" / "sets" / fs["name"] / fs["files"][0]["name"]
+    victim.write_bytes(b"\0" * 5000)  # same size, other content: the manifest's Digest no longer matches
+    r = curl("-X", "COPY", "-H", f"Source: {_url(src, fs)}", "-H", "RequireChecksumVerification: true",
+             "-H", f"Authorization: Bearer {dst.token}",
+             f"http://{dst.address}:{dst.builtin_port}/files/incoming/corrupt.dat")
+    last = r.stdout.decode().rstrip("\n").splitlines()[-1]
+    assert last.startswith(f"failure: checksum mismatch: source says {fs['files'][0]['checksum']}"), last
+    assert not (dst.data_dir / "data" / "incoming" / "corrupt.dat").exists()

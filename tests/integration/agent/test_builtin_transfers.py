@@ -115,3 +115,15 @@ def test_corrupted_source_file_gives_checksum_mismatch(pair):
     assert [f["checksum_ok"] for f in rec["files"]] == [True, False]
     assert "checksum mismatch" in rec["error"] and fs["files"][1]["name"] in rec["error"]
     assert rec["total_bytes"] == 200_000
+
+
+def test_checksums_from_the_source_s_digest_header_and_back_to_back_tests(pair):
+    """No file list and no local copy: the mover asks the source for an adler32 Digest and verifies against it.
+    A second test may start as soon as the first record is final."""
+    src, dst = pair
+    fs = src.file_set(count=3, size=SIZE)
+    body = {"protocol": "builtin", "source": {"host": src.address, "port": src.builtin_port},
+            "file_set": {"count": 3, "size": SIZE}, "concurrency": 3, "streams": 2, "destination": "store"}
+    for _ in range(2):
+        rec = dst.transfer(**body)
+        check_record(rec, fs["files"], streams=2, concurrency=3, destination="store")

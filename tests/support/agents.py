@@ -10,7 +10,8 @@ Each agent gets a fresh address (127.0.1.1, 127.0.1.2, ...; an address is locked
 pytest sessions never share one), the default ports on it, a data dir on /dev/shm, a token file, and a host
 certificate from the session's tpcmesh CA (``tpcmesh_operator.pki``). The factory waits for /readyz and kills the
 process at teardown. Keyword arguments are agent settings (``protocols``, ``budget_bytes``, ``builtin_max_rate``,
-``run_user``, ...), passed as TPCMESH_AGENT_<NAME> environment variables.
+``run_user``, ``token_file`` to share one token, ...), passed as TPCMESH_AGENT_<NAME> environment variables.
+``module_agent_factory`` is the same with agents shared by a module's tests.
 """
 
 from __future__ import annotations
@@ -267,9 +268,13 @@ def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 30.0, **se
     name = name or f"agent-{address.replace('.', '-')}"
     data_dir = Path(tempfile.mkdtemp(prefix=f"tpcmesh-{name}-", dir="/dev/shm"))
     os.chmod(data_dir, 0o755)
-    token = secrets.token_urlsafe(24)
-    token_file = data_dir / "token"
-    token_file.write_text(token + "\n")
+    if settings.get("token_file"):  # a shared token (e.g. an operator talking to several agents)
+        token_file = Path(settings.pop("token_file"))
+        token = token_file.read_text().strip()
+    else:
+        token = secrets.token_urlsafe(24)
+        token_file = data_dir / "token"
+        token_file.write_text(token + "\n")
     cert, key = pki_.host_cert(name, [address])
     ports = {k: int(settings.pop(k, v)) for k, v in DEFAULT_PORTS.items()}
     values: dict[str, Any] = {

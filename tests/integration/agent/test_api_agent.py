@@ -148,3 +148,11 @@ def test_mtls_requires_a_client_certificate(agent_factory, tpcmesh_pki):
     with httpx.Client(base_url=agent.base_url, verify=ctx,
                       headers={"Authorization": f"Bearer {agent.token}"}) as c:
         assert c.get("/api/v1/info").status_code == 200
+
+
+def test_agents_can_share_a_token_file(agent_factory, tmp_path):
+    f = tmp_path / "shared-token"
+    f.write_text("shared-token-0123456789\n")
+    a, b = agent_factory(token_file=f), agent_factory(token_file=f)
+    assert a.token == b.token == "shared-token-0123456789"
+    assert a.get("/api/v1/info").status_code == b.get("/api/v1/info").status_code == 200

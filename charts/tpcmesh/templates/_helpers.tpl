@@ -129,9 +129,9 @@ app.kubernetes.io/component: {{ .component }}
 - name: TPCMESH_CSR_OUT_DIR
   value: /var/run/tpcmesh/tls
 - name: TPCMESH_CSR_LIFETIME_SECONDS
-  value: {{ .Values.certificates.hostCertSeconds | quote }}
+  value: {{ .Values.certificates.hostCertSeconds | int64 | quote }}
 - name: TPCMESH_CSR_RENEW_BEFORE_SECONDS
-  value: {{ .Values.certificates.renewBeforeSeconds | quote }}
+  value: {{ .Values.certificates.renewBeforeSeconds | int64 | quote }}
 {{- end }}
 
 {{/* Environment of the dashboard containers: settings and DATABASE_URL. */}}

@@ -1,0 +1,48 @@
+"""The operator's CSR review (pure): every way a request is refused, with its reason."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from tpcmesh_agent import csr as agent_csr
+from tpcmesh_operator import certs
+
+SA = "system:serviceaccount:tpcmesh:tpc-tpcmesh-agent"
+NODES = {"dtn-1": {"10.0.0.1", "dtn-1"}, "dtn-2": {"10.0.0.2"}}
+KEY = agent_csr.new_key()
+
+
+def _csr(cn="dtn-1", addresses=("10.0.0.1",), user=SA, node="dtn-1", usages=("server auth", "client auth"),
+         request=None):
+    pem = request if request is not None else agent_csr.build_csr(cn, addresses, KEY)
+    extra = {certs.NODE_NAME_EXTRA: [node]} if node else {}
+    return {"spec": {"username": user, "extra": extra, "usages": list(usages),
+                     "request": base64.b64encode(pem).decode(), "signerName": "tpcmesh.io/agent"}}
+
+
+@pytest.mark.parametrize(("kwargs", "reason"), [
+    ({}, "AgentNodeMatches"),
+    ({"user": "system:serviceaccount:tpcmesh:default"}, "RequesterNotAgent"),
+    ({"node": None}, "TokenNotBoundToNode"),
+    ({"cn": "dtn-2", "addresses": ("10.0.0.2",)}, "NodeNameMismatch"),
+    ({"addresses": ("10.0.0.2",)}, "SANMismatch"),
+    ({"addresses": ("other.example.org",)}, "SANMismatch"),
+    ({"usages": ("server auth", "code signing")}, "UsageNotAllowed"),
+    ({"request": b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"},
+     "InvalidRequest"),
+])
+def test_review(kwargs, reason):
+    d = certs.review(_csr(**kwargs), SA, NODES)
+    assert d.reason == reason
+    assert d.approve is (reason == "AgentNodeMatches")
+    assert d.message
+
+
+def test_settings_need_a_service_account_with_a_signer():
+    with pytest.raises(ValueError, match="AGENT_SERVICE_ACCOUNT"):
+        certs.CertSettings.from_env({"TPCMESH_OPERATOR_SIGNER_NAME": "tpcmesh.io/agent"})
+    s = certs.CertSettings.from_env({"TPCMESH_OPERATOR_SIGNER_NAME": "tpcmesh.io/agent", "TPCMESH_OPERATOR_SIGN":
+                                     "false", "TPCMESH_OPERATOR_AGENT_SERVICE_ACCOUNT": SA,
+                                     "TPCMESH_OPERATOR_AGENT_NAMESPACE": "tpcmesh"})
+    assert (s.sign, s.namespace) == (False, "tpcmesh")

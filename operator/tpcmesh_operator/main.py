@@ -9,8 +9,10 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from . import certs  # noqa: F401  (registers the CSR approver/signer handlers, tpcmesh_operator/certs.py)
-from . import controller
+from . import (
+    certs,  # noqa: F401  (registers the CSR approver/signer handlers)
+    controller,
+)
 from .config import Settings
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
 

@@ -146,7 +146,7 @@ class Lab:
         if len(addresses) < len(self.profile.nodes):
             raise LabError("no free loopback addresses 127.0.1.1-127.0.9.254 for the mesh")
         self.nodes = [Node(name=name, address=a) for name, a in zip(self.profile.nodes, addresses, strict=True)]
-        log.warning(
+        log.info(
             "Running on loopback addresses %s-%s without WAN emulation (%s).",
             self.nodes[0].address, self.nodes[-1].address, self.reason,
         )

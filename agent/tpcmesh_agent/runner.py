@@ -28,6 +28,7 @@ HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
 MAX_TIMEOUT = 24 * 3600
 KEEP_RECORDS = 1000
 SAMPLE_INTERVAL = 0.25
+TIMEOUT_GRACE = 2.0  # seconds a mover gets past the job timeout to end its files itself (with partial bytes)
 
 
 class ApiError(Exception):
@@ -241,10 +242,13 @@ class TransferRunner:
         sampler = asyncio.create_task(self._sample(run))
         results: list[FileResult] | None = None
         status, error = "failed", None
+        t0 = time.monotonic()
         try:
-            results = await asyncio.wait_for(mover.run(job, run.progress), job.timeout)
+            results = await asyncio.wait_for(mover.run(job, run.progress), job.timeout + TIMEOUT_GRACE)
             error = records.failure_summary(results)
             status = "failed" if error else "succeeded"
+            if error and time.monotonic() - t0 >= job.timeout:
+                error = f"timed out after {job.timeout:g} s: {error}"
         except TimeoutError:
             error = f"timed out after {job.timeout:g} s ({run.progress.bytes_done} bytes received)"
         except asyncio.CancelledError:

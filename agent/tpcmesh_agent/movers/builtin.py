@@ -210,6 +210,10 @@ def fetch(
             status, reason, headers, rest = _read_head(sock, ssl_ctx is not None)
         except OSError as e:
             _raise_blocking(e, host, port, idle_timeout, registry)
+        except PullError as e:
+            if registry.cancelled:
+                raise Cancelled(registry.reason) from e
+            raise
         if meta is not None:
             meta.update(headers)
         want_status = 206 if end is not None else 200
@@ -397,12 +401,15 @@ class BuiltinMover(Mover):
                                       thread_name_prefix=f"builtin-{job.test_id[:8]}")
         futures = [loop.run_in_executor(executor, self._pull_one, job, f, registry, progress, ssl_ctx)
                    for f in job.files]
+        # the job's own timeout: shut the sockets so every file ends with the reason and the bytes it got
+        timer = loop.call_later(job.timeout, registry.cancel, f"timed out after {job.timeout:g} s")
         try:
             return list(await asyncio.gather(*futures))
         except asyncio.CancelledError:
             registry.cancel("cancelled")
             raise
         finally:
+            timer.cancel()
             registry.cancel("cancelled")
             executor.shutdown(wait=False, cancel_futures=True)
 

@@ -88,10 +88,23 @@ def test_stalled_source_times_out(agent_factory):
     finally:
         src.resume()
     assert rec["status"] == "failed"
-    assert rec["error"].startswith("timed out after 1.5 s")
-    assert 1.4 <= rec["wall_seconds"] < 5 and took < 8
-    assert rec["files"][0]["error"] == rec["error"]
+    assert rec["error"] == "timed out after 1.5 s: 1 of 1 files failed; first: file-0000.dat: timed out after 1.5 s"
+    assert 1.4 <= rec["wall_seconds"] < 3 and took < 6
+    assert rec["files"][0]["error"] == "timed out after 1.5 s" and rec["files"][0]["bytes"] == 0
     _healthy_after(src, dst)
+
+
+def test_timeout_mid_transfer_keeps_the_bytes_received(agent_factory):
+    src = agent_factory(builtin_max_rate=2_000_000)
+    dst = agent_factory()
+    fs = src.file_set(count=2, size=SIZE)
+    rec = dst.transfer(protocol="builtin", source={"host": src.address, "port": src.builtin_port},
+                       file_set={"count": 2, "size": SIZE}, files=fs["files"], concurrency=2, streams=1,
+                       timeout_seconds=1.0, destination="sink")  # 4 MB at 2 MB/s: 2 s
+    assert rec["status"] == "failed" and rec["error"].startswith("timed out after 1 s: 2 of 2 files failed")
+    assert all(f["error"] == "timed out after 1 s" and 0 < f["bytes"] < SIZE for f in rec["files"])
+    assert rec["total_bytes"] == sum(f["bytes"] for f in rec["files"])
+    assert rec["aggregate_gbps"] > 0
 
 
 def test_one_test_at_a_time_idempotency_and_cancel(agent_factory):

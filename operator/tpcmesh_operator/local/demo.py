@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import secrets
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -164,6 +165,14 @@ def demo(opts: DemoOptions) -> int:
     state = Path(opts.state_dir) if opts.state_dir else Path(tempfile.mkdtemp(prefix="tpcmesh-local-"))
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o755)
+    if opts.port:
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", opts.port))
+        except OSError as e:
+            print(f"tpcmesh-local: port {opts.port} on 127.0.0.1 is not free for the dashboard ({e.strerror}); "
+                  "pick another with --port (0: any free port)", file=sys.stderr)
+            return 2
     failures: list[str] = []
 
     def on_failure(message: str) -> None:

@@ -186,11 +186,16 @@ class Lab:
         )
 
     def _write_hosts(self, node: Node) -> None:
+        """``ip netns exec`` bind-mounts /etc/netns/<ns>/hosts over /etc/hosts: every node's name, and this
+        machine's host name as the node's own address (servers like GridFTP resolve their own host name)."""
         assert node.netns
         directory = NETNS_ETC / node.netns
         directory.mkdir(parents=True, exist_ok=True)
-        lines = ["127.0.0.1 localhost", f"{self.host_address} tpcmesh-host"]
-        lines += [f"{n.address} {n.name}" for n in self.nodes]
+        lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost", f"{self.host_address} tpcmesh-host"]
+        own = socket.gethostname()
+        for n in self.nodes:
+            names = [n.name, own] if n is node and own not in (x.name for x in self.nodes) else [n.name]
+            lines.append(f"{n.address} {' '.join(names)}")
         (directory / "hosts").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _start_delayline(self, host_device: str) -> None:

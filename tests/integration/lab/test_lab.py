@@ -66,6 +66,8 @@ def test_namespaces_are_created_named_and_removed():
         # Name resolution inside a namespace comes from its own hosts file (GridFTP needs it).
         out = lab.run("near", ["getent", "hosts", "far"], capture_output=True, text=True, check=True).stdout
         assert out.split()[0] == lab.node("far").address
+        own = lab.run("far", ["getent", "hosts", socket.gethostname()], capture_output=True, text=True).stdout
+        assert own.split()[0] == lab.node("far").address
         # The addresses collide with no route outside the lab: the only route to them is the lab's device.
         routes = subprocess.run(["ip", "-j", "route", "get", lab.node("far").address], capture_output=True,
                                 text=True, check=True).stdout
@@ -130,3 +132,14 @@ def test_leftovers_of_a_killed_lab_are_removed_at_the_next_start(tmp_path):
     assert len(stale) == 2, "the killed run left no namespaces: nothing to test"
     with Lab(two_nodes(delayMs=1)):
         assert leftovers(dead_pid) == []
+
+
+def test_a_crashed_critical_process_takes_the_whole_lab_down():
+    failed = threading.Event()
+    lab = Lab(two_nodes(delayMs=1), on_failure=lambda m: failed.set()).start()
+    agent = lab.popen("near", ["sleep", "600"], critical=True)
+    other = lab.popen("far", ["sleep", "600"])
+    os.kill(agent.pid, signal.SIGKILL)
+    assert failed.wait(15), "the lab did not notice its critical process died"
+    assert other.wait(10) is not None
+    assert leftovers(os.getpid()) == []

@@ -68,6 +68,8 @@ class Settings:
     allow_plain_http: bool = field(default=False,
                                    metadata={"help": "serve the control API without TLS when no certificate is "
                                                      "given (development only)"})
+    cert_reload_interval: float = field(default=30.0, metadata={
+        "help": "seconds between checks whether tls_cert/tls_key changed (renewed certificates are reloaded)"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
 
     # ---- derived -------------------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ class Agent:
         self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics)
         self.ready = False
         self._set_locks: dict[str, asyncio.Lock] = {}
+        self._ssl_ctx: ssl.SSLContext | None = None
+        self._cert_mtime: tuple[float, float] | None = None
 
     # ---- status --------------------------------------------------------------------------------------------
     def servers_status(self) -> dict[str, dict]:
@@ -147,6 +149,28 @@ class Agent:
         if self.supervisor is not None:
             await self.supervisor.start()
         self.ready = True
+
+    def _cert_stamp(self) -> tuple[float, float] | None:
+        s = self.settings
+        try:
+            return (s.tls_cert.stat().st_mtime, s.tls_key.stat().st_mtime)  # type: ignore[union-attr]
+        except (OSError, AttributeError):
+            return None
+
+    async def watch_certificate(self, interval: float = 30.0) -> None:
+        """Reload the host certificate when its files change (renewed by the CSR sidecar); new connections use it."""
+        while True:
+            await asyncio.sleep(interval)
+            stamp = self._cert_stamp()
+            if self._ssl_ctx is None or stamp is None or stamp == self._cert_mtime:
+                continue
+            try:
+                self._ssl_ctx.load_cert_chain(str(self.settings.tls_cert), str(self.settings.tls_key))
+            except (OSError, ssl.SSLError) as e:
+                log.warning("Host certificate %s changed but could not be loaded: %s", self.settings.tls_cert, e)
+                continue
+            self._cert_mtime = stamp
+            log.info("Reloaded host certificate %s", self.settings.tls_cert)
 
     async def stop(self) -> None:
         self.ready = False
@@ -287,6 +311,8 @@ class Agent:
             return None
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(s.tls_cert), str(s.tls_key))
+        self._ssl_ctx = ctx
+        self._cert_mtime = self._cert_stamp()
         if s.client_ca_file is not None:
             ctx.load_verify_locations(cafile=str(s.client_ca_file))
             ctx.verify_mode = ssl.CERT_OPTIONAL  # health probes need no certificate; /api/ checks it
@@ -309,9 +335,11 @@ async def serve(settings: Settings) -> None:
         log.info("Started control API on https://%s:%d and metrics on http://%s:%d/metrics", settings.address,
                  settings.api_port, settings.address, settings.metrics_port)
         await agent.start()
+        watcher = asyncio.create_task(agent.watch_certificate(settings.cert_reload_interval))
         log.info("Agent %s is ready (protocols: %s)", settings.node_name,
                  ", ".join(p for p, v in agent.protocols_info().items() if v["available"]) or "none")
         await stop.wait()
+        watcher.cancel()
         log.info("Stopping agent %s", settings.node_name)
     finally:
         await agent.stop()

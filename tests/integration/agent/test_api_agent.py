@@ -156,3 +156,31 @@ def test_agents_can_share_a_token_file(agent_factory, tmp_path):
     a, b = agent_factory(token_file=f), agent_factory(token_file=f)
     assert a.token == b.token == "shared-token-0123456789"
     assert a.get("/api/v1/info").status_code == b.get("/api/v1/info").status_code == 200
+
+
+def test_renewed_host_certificate_is_reloaded(agent_factory, tpcmesh_pki):
+    import socket
+    import ssl
+    import time
+
+    from cryptography import x509
+
+    agent = agent_factory(cert_reload_interval=0.2)
+
+    def served_serial() -> int:
+        ctx = ssl.create_default_context(cafile=str(agent.ca_file))
+        with socket.create_connection((agent.address, agent.api_port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname=agent.address) as tls:
+                return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+
+    old = served_serial()
+    assert old == x509.load_pem_x509_certificate(agent.cert_file.read_bytes()).serial_number
+    from tpcmesh_operator import pki
+
+    pki.issue_host_cert(tpcmesh_pki.ca, agent.name, [agent.address]).write(agent.cert_file, agent.key_file)
+    new = x509.load_pem_x509_certificate(agent.cert_file.read_bytes()).serial_number
+    deadline = time.monotonic() + 5
+    while served_serial() != new:
+        assert time.monotonic() < deadline, "renewed certificate not served"
+        time.sleep(0.1)
+    assert agent.get("/api/v1/info").status_code == 200

@@ -47,3 +47,28 @@ bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover a
 .PHONY: local-cleanup
 local-cleanup: ## Remove network namespaces and devices left behind by killed local runs
 	$(VENV)/bin/tpcmesh-local cleanup
+
+# --- Chart, manifests and images (issue 6: charts/, manifests/install.yaml + rbac/, Dockerfiles/) -----------
+K8S_BIN = $$(tests/cluster/build-control-plane.sh)
+IMAGE_REGISTRY ?= ghcr.io/tpcmesh
+IMAGE_TAG ?= $$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml)
+
+.PHONY: chart
+chart: setup control-plane ## Copy manifests/crds into the chart, lint it and package it into dist/
+	@rm -f charts/tpcmesh/crds/*.yaml && cp manifests/crds/*.yaml charts/tpcmesh/crds/
+	@helm="$(K8S_BIN)/helm"; $$helm lint --strict charts/tpcmesh --kube-version 1.34.4 && \
+	  for v in charts/tpcmesh/ci/*-values.yaml; do $$helm lint --strict charts/tpcmesh --kube-version 1.34.4 -f $$v >/dev/null || exit 1; done && \
+	  mkdir -p dist && $$helm package charts/tpcmesh --destination dist
+
+.PHONY: manifests
+manifests: chart ## Regenerate manifests/install.yaml and manifests/rbac/ from the chart
+	$(PY) hack/render_manifests.py "$(K8S_BIN)/helm"
+
+.PHONY: images
+images: ## Build the operator, agent and dashboard images (needs a running Docker engine)
+	@if ! docker info >/dev/null 2>&1; then \
+	  echo "make images: no Docker engine reachable here (docker info failed); nothing built." >&2; exit 1; fi
+	@for c in operator agent dashboard; do \
+	  echo "Building $(IMAGE_REGISTRY)/tpcmesh-$$c:$(IMAGE_TAG)"; \
+	  docker build -f Dockerfiles/$$c.Dockerfile -t "$(IMAGE_REGISTRY)/tpcmesh-$$c:$(IMAGE_TAG)" . || exit 1; \
+	done

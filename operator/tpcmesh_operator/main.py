@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -25,7 +26,24 @@ def _load_kube_config() -> None:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """In-cluster, else $KUBECONFIG read now (not when the kubernetes package was imported)."""
+    from kubernetes import client
+
+    _load_kube_config()
+    cfg = client.Configuration.get_default_copy()
+    scheme, token = None, None
+    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    if auth:
+        scheme, _, token = auth.partition(" ") if " " in auth else ("Bearer", "", auth)
+    return kopf.ConnectionInfo(
+        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl, scheme=scheme, token=token,
+        certificate_path=cfg.cert_file, private_key_path=cfg.key_file,
+    )
 
 
 @kopf.on.startup()

@@ -38,8 +38,13 @@ def apply_crds(api_client) -> None:
 
 
 def ensure_namespace(api_client, name: str) -> None:
-    try:
-        client.CoreV1Api(api_client).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    except ApiException as e:
-        if e.status != 409:
-            raise
+    """The namespace and its default ServiceAccount (no controller-manager needed to admit pods)."""
+    core = client.CoreV1Api(api_client)
+    for create in (lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name))),
+                   lambda: core.create_namespaced_service_account(
+                       name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))):
+        try:
+            create()
+        except ApiException as e:
+            if e.status != 409:
+                raise

@@ -1,0 +1,140 @@
+"""The operator (kopf.testing.KopfRunner) on a real kube-apiserver, driving REAL agents on loopback.
+
+Agents are tpcmesh-agent processes; each gets a fake Node (its address as InternalIP) and a Pod bound to it that
+the control-plane fixture marks Ready with podIP = the node address (hostNetwork), as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.cluster.operator_support import apply_crds, ensure_namespace
+
+pytestmark = pytest.mark.cluster
+G, V = "tpcmesh.io", "v1alpha1"
+AGENT_LABELS = {"app.kubernetes.io/name": "tpcmesh", "app.kubernetes.io/component": "agent"}
+
+
+def wait_for(what: str, fn, timeout: float = 60.0, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except ApiException as e:
+            last = e
+        if last and not isinstance(last, ApiException):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+
+
+@pytest.fixture
+def agent_pods(control_plane, agent_factory, tmp_path):
+    """Start n real agents (shared token), each with a fake Node and a Ready Pod; returns (namespace, handles)."""
+    api = control_plane.client()
+    core = client.CoreV1Api(api)
+    token_file = tmp_path / "agent-token"
+    token_file.write_text(f"tok-{uuid.uuid4().hex}\n")
+
+    def start(namespace: str, n: int) -> list:
+        ensure_namespace(api, namespace)
+        handles = []
+        for _ in range(n):
+            h = agent_factory(token_file=token_file)
+            node = f"{namespace}-{h.address.replace('.', '-')}"
+            control_plane.create_node(node, h.address, {"tpcmesh.io/site": f"site-{len(handles)}"})
+            core.create_namespaced_pod(namespace, {
+                "metadata": {"name": f"agent-{node}", "labels": AGENT_LABELS},
+                "spec": {"nodeName": node, "hostNetwork": True, "automountServiceAccountToken": False,
+                         "containers": [{"name": "agent", "image": "example.invalid/tpcmesh-agent:0"}]}})
+            h.node = node
+            handles.append(h)
+        control_plane.play_kubelet(namespace, "app.kubernetes.io/component=agent")
+        return handles
+
+    start.token_file = token_file
+    return start
+
+
+def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcmesh_pki, monkeypatch) -> None:
+    from kopf.testing import KopfRunner
+
+    ns = "op-run"
+    api = control_plane.client()
+    apply_crds(api)
+    handles = agent_pods(ns, 3)
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+    for k, v in {"AGENT_TOKEN_FILE": str(agent_pods.token_file), "CA_FILE": str(tpcmesh_pki.ca_file),
+                 "TIMER_INTERVAL": "1", "POLL_INTERVAL": "0.2", "UNREACHABLE_GRACE": "2", "METRICS_PORT": "0",
+                 "PEERING": "", "DELIVERY_MAX_SECONDS": "1"}.items():
+        monkeypatch.setenv(f"TPCMESH_OPERATOR_{k}", v)
+    objs = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    spec = {"schedule": "@every 1h", "protocols": ["builtin"], "streams": [1], "concurrency": 2,
+            "fileSet": {"count": 2, "size": "1MB"}, "latency": {"enabled": True, "count": 2}, "timeoutSeconds": 30,
+            "retries": 0, "successfulRunsHistoryLimit": 2}
+    args = ["run", "--standalone", "--namespace", ns, "-m", "tpcmesh_operator.main"]
+    with KopfRunner(args, timeout=120) as runner:
+        objs.create_namespaced_custom_object(G, V, ns, "transferbenchmarks", {
+            "apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "mesh"}, "spec": spec})
+
+        def finished_run():
+            items = objs.list_namespaced_custom_object(G, V, ns, "transferruns",
+                                                       label_selector="tpcmesh.io/benchmark=mesh")["items"]
+            done = [r for r in items if (r.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+            return done[0] if done else None
+
+        run = wait_for("a finished TransferRun", finished_run, timeout=90)
+
+        def summarised():
+            tb = objs.get_namespaced_custom_object(G, V, ns, "transferbenchmarks", "mesh")
+            return tb if (tb.get("status") or {}).get("lastRun") else None
+
+        tb = wait_for("the benchmark's lastRun", summarised, timeout=20)
+
+        # an on-demand run by hand, and one with an invalid inline spec
+        objs.create_namespaced_custom_object(G, V, ns, "transferruns", {
+            "apiVersion": f"{G}/{V}", "kind": "TransferRun", "metadata": {"name": "bad-run"},
+            "spec": {"benchmark": {"streams": [0]}}})
+        bad = wait_for("the invalid run to fail", lambda: (
+            lambda r: r if (r.get("status") or {}).get("phase") == "Failed" else None)(
+            objs.get_namespaced_custom_object(G, V, ns, "transferruns", "bad-run")), timeout=30)
+        events = wait_for("events", lambda: [e for e in core.list_namespaced_event(ns).items
+                                             if e.reason in ("Completed", "CreatedRun", "InvalidSpec")]
+                          if len({e.reason for e in core.list_namespaced_event(ns).items}
+                                 & {"Completed", "CreatedRun", "InvalidSpec"}) == 3 else None, timeout=20)
+    assert runner.exception is None, runner.stdout
+    assert runner.exit_code == 0
+
+    st = run["status"]
+    nodes = {h.node for h in handles}
+    assert run["metadata"]["ownerReferences"][0]["kind"] == "TransferBenchmark"
+    assert run["spec"]["benchmark"]["protocols"] == ["builtin"]  # frozen copy
+    assert st["phase"] == "Succeeded", st.get("message")
+    assert (st["planned"], st["succeeded"], st["failed"]) == (12, 12, 0)
+    assert st["progress"] == "12/12"
+    assert {a["node"] for a in st["agents"]} == nodes
+    assert {a["address"] for a in st["agents"]} == {h.address for h in handles}
+    # no results endpoint configured: every measurement waits in the status (the outbox)
+    assert len(st["outbox"]) == 12 and st["undelivered"] == 12
+    assert {(m["source"], m["destination"]) for m in st["outbox"]} == {(a, b) for a in nodes for b in nodes if a != b}
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Succeeded"]["status"] == "True" and conds["Progressing"]["status"] == "False"
+
+    ts = tb["status"]
+    assert ts["lastRun"]["succeeded"] == 12 and ts["lastRun"]["name"] == run["metadata"]["name"]
+    assert ts["nextRunTime"] and ts["lastScheduleTime"]
+    tconds = {c["type"]: c for c in ts["conditions"]}
+    assert tconds["Ready"]["status"] == "True" and tconds["Degraded"]["status"] == "False"
+
+    assert "spec.benchmark.streams[0]" in bad["status"]["message"]
+    reasons = {(e.involved_object.name, e.reason) for e in events}
+    assert (run["metadata"]["name"], "Completed") in reasons
+    assert ("mesh", "CreatedRun") in reasons
+    assert ("bad-run", "InvalidSpec") in reasons

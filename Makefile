@@ -72,3 +72,12 @@ images: ## Build the operator, agent and dashboard images (needs a running Docke
 	  echo "Building $(IMAGE_REGISTRY)/tpcmesh-$$c:$(IMAGE_TAG)"; \
 	  docker build -f Dockerfiles/$$c.Dockerfile -t "$(IMAGE_REGISTRY)/tpcmesh-$$c:$(IMAGE_TAG)" . || exit 1; \
 	done
+
+# --- operator -------------------------------------------------------------------------------------------------------
+.PHONY: bench-planner
+bench-planner: setup ## Mesh planner: planning time and rounds vs the lower bound for 10, 100, 1000 agents
+	$(PY) -m tpcmesh_operator.bench planner --output BENCHMARKS.md
+
+.PHONY: test-operator
+test-operator: setup ## The operator's unit, integration and cluster tests
+	$(PYTEST) tests/unit/operator tests/integration/operator tests/cluster/test_operator_crds.py tests/cluster/test_operator_run.py

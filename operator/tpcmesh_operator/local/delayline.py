@@ -24,6 +24,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 TUNSETIFF = 0x400454CA
@@ -45,6 +46,24 @@ class Link:
     sent_packets: int = 0
     dropped_packets: int = 0
 
+    def admit(self, now: float, size: int, rand: Callable[[], float] = random.random) -> float | None:
+        """When a packet of ``size`` bytes arriving ``now`` leaves the link, or None when it is dropped (random
+        loss, or the queue in front of the rate limit is full)."""
+        if self.loss and rand() < self.loss:
+            self.dropped_packets += 1
+            return None
+        if self.rate_bps:
+            start = self.free_at if self.free_at > now else now
+            if (start - now) * self.rate_bps / 8 > self.queue_bytes:
+                self.dropped_packets += 1
+                return None
+            self.free_at = start + size * 8 / self.rate_bps
+            release = self.free_at + self.delay
+        else:
+            release = now + self.delay
+        self.sent_packets += 1
+        return release
+
 
 def open_tun(name: str) -> int:
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
@@ -63,8 +82,8 @@ def build_links(config: dict) -> tuple[list[str], dict[bytes, int], list[list[Li
         rate = spec.get("rate_bps")
         delay = float(spec.get("delay_s", 0.0))
         if rate:
-            # A queue of one bandwidth-delay product (at least 64 full packets) like a well-sized router buffer.
-            queue = max(int(rate / 8 * max(2 * delay, 0.001)), 64 * 65536)
+            # A queue of one bandwidth-delay product (at least 16 full packets) like a well-sized router buffer.
+            queue = max(int(rate / 8 * max(2 * delay, 0.001)), 16 * 65536)
         else:
             queue = 0
         links[i][j] = Link(delay=delay, rate_bps=rate, loss=float(spec.get("loss", 0.0)), queue_bytes=queue)
@@ -107,22 +126,12 @@ def run(config: dict) -> None:
                 link = row[dst]
                 if link is None:
                     continue
-                if link.loss and rand() < link.loss:
-                    link.dropped_packets += 1
-                    continue
                 now = now_fn()
-                if link.rate_bps:
-                    start = link.free_at if link.free_at > now else now
-                    if (start - now) * link.rate_bps / 8 > link.queue_bytes:
-                        link.dropped_packets += 1
-                        continue
-                    link.free_at = start + len(packet) * 8 / link.rate_bps
-                    release = link.free_at + link.delay
-                else:
-                    release = now + link.delay
+                release = link.admit(now, len(packet), rand)
+                if release is None:
+                    continue
                 if link.delay > lateness:
                     release -= lateness
-                link.sent_packets += 1
                 seq += 1
                 heapq.heappush(heap, (release, seq, dst, packet))
         now = now_fn()

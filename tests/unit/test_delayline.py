@@ -1,0 +1,43 @@
+"""The delay line's per-link clock: delay, rate (serialisation with a bounded queue) and loss, without devices."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from tpcmesh_operator.local.delayline import Link, build_links
+
+
+def test_a_packet_leaves_after_the_delay():
+    link = Link(delay=0.02, rate_bps=None, loss=0.0, queue_bytes=0)
+    assert link.admit(100.0, 1500) == pytest.approx(100.02)
+
+
+def test_the_rate_spaces_packets_and_a_full_queue_drops():
+    link = Link(delay=0.01, rate_bps=8e6, loss=0.0, queue_bytes=3000)  # 1 MB/s: 1000 bytes take 1 ms
+    times = [link.admit(0.0, 1000) for _ in range(6)]
+    assert times[:4] == pytest.approx([0.011, 0.012, 0.013, 0.014])
+    assert times[4:] == [None, None]  # 4 ms of backlog = 4000 bytes > the 3000-byte queue
+    assert link.dropped_packets == 2
+    # After the queue drained the link accepts again at the rate.
+    assert link.admit(1.0, 1000) == pytest.approx(1.011)
+
+
+def test_loss_drops_about_the_given_share():
+    link = Link(delay=0.0, rate_bps=None, loss=0.25, queue_bytes=0)
+    rng = random.Random(7)
+    kept = sum(link.admit(0.0, 100, rng.random) is not None for _ in range(10_000))
+    assert 7300 < kept < 7700
+
+
+def test_links_are_built_per_direction_with_a_bdp_sized_queue():
+    names, by_addr, links = build_links({
+        "nodes": [{"name": "a", "address": "198.51.100.10", "device": "tp1-0"},
+                  {"name": "b", "address": "198.51.100.11", "device": "tp1-1"}],
+        "links": [{"from": "a", "to": "b", "delay_s": 0.02, "rate_bps": 500e6, "loss": 0.0}],
+    })
+    assert names == ["tp1-0", "tp1-1"]
+    assert len(by_addr) == 2
+    ab = links[0][1]
+    assert ab is not None and ab.queue_bytes == int(500e6 / 8 * 0.04)
+    assert links[1][0] is None  # not configured: packets b -> a are not routed

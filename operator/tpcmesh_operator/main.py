@@ -29,6 +29,21 @@ def _load_kube_config() -> None:
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
+def _ensure_peering(name: str, namespaces: list[str], logger: logging.Logger) -> None:
+    """Create the KopfPeering object kopf needs for peering (best effort: the chart may create it instead)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    for ns in namespaces:
+        body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": name}}
+        try:
+            client.CustomObjectsApi().create_namespaced_custom_object("kopf.dev", "v1", ns, "kopfpeerings", body)
+            logger.info("Created KopfPeering %s/%s", ns, name)
+        except ApiException as e:
+            if e.status not in (409, 403, 404):
+                raise
+
+
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
     """In-cluster, else $KUBECONFIG read now (not when the kubernetes package was imported)."""
@@ -56,6 +71,8 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any)
     settings.peering.name = SETTINGS.peering or "tpcmesh"
     settings.peering.standalone = not SETTINGS.peering
     settings.peering.mandatory = False
+    if SETTINGS.peering:
+        _ensure_peering(SETTINGS.peering, [n for n in SETTINGS.namespaces.split(",") if n], logger)
     if SETTINGS.metrics_port:
         start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
         logger.info("Started metrics on %s:%d", SETTINGS.metrics_address, SETTINGS.metrics_port)

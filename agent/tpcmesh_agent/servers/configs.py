@@ -1,0 +1,108 @@
+"""Pure builders: the settings -> each protocol server's command line and configuration text.
+
+Nothing here touches the file system or starts a process; the supervisor writes what these return into the
+runtime directory. XRootD has no bind-address option: it listens on every address of the host at its port
+(two agents on one machine need different XRootD ports); GridFTP and iperf3 bind to the agent's address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The Debian package that provides each program (kept in step with hack/debian-packages.txt by a unit test).
+PACKAGES: dict[str, str] = {
+    "xrootd": "xrootd-server",
+    "libXrdHttpTPC-5.so": "xrootd-server-plugins",
+    "xrdcp": "xrootd-client",
+    "globus-gridftp-server": "globus-gridftp-server-progs",
+    "globus-url-copy": "globus-gass-copy-progs",
+    "iperf3": "iperf3",
+}
+
+# XRootD exports only the test sets (read) and the incoming area (written by pulls).
+EXPORTS = ("/sets", "/incoming")
+
+
+@dataclass(frozen=True)
+class XrootdPaths:
+    """Where one xrootd instance keeps its files (all inside its runtime directory)."""
+
+    runtime_dir: Path
+    cert: Path | None = None  # copies readable by the run user
+    key: Path | None = None
+    ca_dir: Path | None = None
+
+    @property
+    def config(self) -> Path:
+        return self.runtime_dir / "xrootd.cfg"
+
+    @property
+    def log(self) -> Path:
+        return self.runtime_dir / "xrootd.log"
+
+
+def instance_name(protocol: str, port: int) -> str:
+    """xrootd's -n name: unique per port, so several agents on one host keep their admin paths apart."""
+    return f"tpcmesh-{protocol}-{port}"
+
+
+def _common_xrootd(settings: Any, paths: XrootdPaths, port: int) -> list[str]:
+    lines = [f"all.export {e}" for e in EXPORTS]
+    lines += [
+        f"oss.localroot {settings.data_dir}",
+        f"all.adminpath {paths.runtime_dir}",
+        f"all.pidpath {paths.runtime_dir}",
+        f"xrd.port {port}",
+    ]
+    return lines
+
+
+def xrootd_root_config(settings: Any, paths: XrootdPaths) -> str:
+    """root:// with native third-party copy: the destination runs `xrdcp --server` to pull from the source."""
+    lines = _common_xrootd(settings, paths, settings.xrootd_root_port)
+    # xfr: concurrent TPC jobs (default 9 would queue an 11-file test); ttl: seconds a rendezvous key lives.
+    lines.append("ofs.tpc ttl 60 120 xfr 128 pgm /usr/bin/xrdcp --server")
+    return "\n".join(lines) + "\n"
+
+
+def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
+    """XrdHttp with the HTTP-TPC handler. TLS is required: without xrd.tls the handler silently does not load."""
+    if paths.cert is None or paths.key is None or paths.ca_dir is None:
+        raise ValueError("xrootd-https needs tls_cert, tls_key and ca_file: the HTTP-TPC handler loads only with TLS")
+    port = settings.xrootd_https_port
+    # The root protocol must listen somewhere; put it on the HTTP port too (XrdHttp takes the HTTP connections).
+    lines = _common_xrootd(settings, paths, port)
+    lines += [
+        f"xrd.protocol XrdHttp:{port} libXrdHttp.so",
+        f"xrd.tls {paths.cert} {paths.key}",
+        f"xrd.tlsca certdir {paths.ca_dir}",
+        "http.exthandler xrdtpc libXrdHttpTPC.so",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def xrootd_argv(protocol: str, port: int, paths: XrootdPaths, run_user: str | None) -> list[str]:
+    argv = ["xrootd", "-c", str(paths.config), "-l", str(paths.log), "-n", instance_name(protocol, port)]
+    if run_user:
+        argv[1:1] = ["-R", run_user]
+    return argv
+
+
+def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_group: str) -> list[str]:
+    """Anonymous ftp:// GridFTP; paths in URLs are relative to the data dir (``ftp://host:port/~/sets/...``)."""
+    return [
+        "globus-gridftp-server",
+        "-control-interface", settings.address,
+        "-data-interface", settings.address,
+        "-p", str(settings.gridftp_port),
+        "-aa", "-anonymous-user", anonymous_user, "-anonymous-group", anonymous_group,
+        "-home-dir", str(settings.data_dir),
+        "-log-level", "error,warn",
+        "-logfile", str(log_file),
+    ]
+
+
+def iperf3_argv(settings: Any) -> list[str]:
+    return ["iperf3", "-s", "-B", settings.address, "-p", str(settings.iperf3_port)]

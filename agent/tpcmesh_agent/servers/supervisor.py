@@ -1,0 +1,324 @@
+"""Launches the protocol servers the agent is configured for, watches them and restarts crashed ones.
+
+Each server is one child process in its own session (so its forked children die with it). A server whose
+program is missing is reported ``available: false`` with the Debian package to install; the others run.
+A crashed server is restarted with exponential backoff and counted in ``restarts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import grp
+import logging
+import os
+import pwd
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import configs
+
+log = logging.getLogger(__name__)
+
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+STABLE_AFTER = 30.0  # a server that stayed up this long gets its backoff reset
+READY_TIMEOUT = 15.0
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+
+
+def find_library(name: str) -> Path | None:
+    for d in LIB_DIRS:
+        p = Path(d) / name
+        if p.exists():
+            return p
+    return None
+
+
+def missing_message(program: str) -> str:
+    return f"{program} is not installed: install the Debian package {configs.PACKAGES[program]}"
+
+
+@dataclass
+class ServerSpec:
+    """What the supervisor needs to run one server."""
+
+    name: str  # protocol name: xrootd-https, xrootd-root, gridftp, iperf3
+    port: int
+    host: str  # where to probe for readiness
+    requires: tuple[str, ...]  # programs or libraries that must exist
+    prepare: Callable[[], list[str]]  # writes config files, returns argv
+    log_file: Path
+    cwd: Path | None = None
+
+
+@dataclass
+class ManagedServer:
+    spec: ServerSpec
+    available: bool = True
+    message: str | None = None
+    restarts: int = 0
+    process: asyncio.subprocess.Process | None = None
+    task: asyncio.Task | None = None
+    started_at: float = 0.0
+    stopping: bool = False
+    last_exit: int | None = None
+    backoff: float = BACKOFF_FIRST
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def status(self) -> dict:
+        return {"available": self.available, "running": self.running, "port": self.spec.port,
+                "message": self.message, "restarts": self.restarts}
+
+
+def _user_ids(user: str) -> tuple[int, int, str]:
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError as e:
+        raise ValueError(f"run_user {user!r} does not exist on this host") from e
+    try:
+        group = grp.getgrgid(pw.pw_gid).gr_name
+    except KeyError:
+        group = str(pw.pw_gid)
+    return pw.pw_uid, pw.pw_gid, group
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class ServerSupervisor:
+    """``await start()`` launches every enabled server and waits (bounded) until each listens."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.runtime_dir = Path(settings.data_dir) / "servers"
+        self.as_root = os.geteuid() == 0
+        self.run_user = settings.run_user if self.as_root else None
+        self.servers: dict[str, ManagedServer] = {}
+        self._stopping = False
+
+    # ---- specs -----------------------------------------------------------------------------------------------
+    def _own(self, path: Path, mode: int | None = None) -> None:
+        if mode is not None:
+            path.chmod(mode)
+        if self.run_user:
+            uid, gid, _ = _user_ids(self.run_user)
+            os.chown(path, uid, gid)
+
+    def _runtime(self, name: str) -> Path:
+        d = self.runtime_dir / name
+        d.mkdir(parents=True, exist_ok=True)
+        self._own(d)
+        return d
+
+    def _data_dirs(self) -> None:
+        """The run user reads the sets and writes into incoming/ (the mover creates per-test dirs it owns)."""
+        s = self.settings
+        for d in (Path(s.data_dir), s.sets_dir, s.incoming_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(d.stat().st_mode | 0o755)
+
+    def _xrootd_paths(self, name: str, tls: bool) -> configs.XrootdPaths:
+        rt = self._runtime(name)
+        if not tls:
+            return configs.XrootdPaths(rt)
+        s = self.settings
+        cert, key = rt / "hostcert.pem", rt / "hostkey.pem"
+        shutil.copyfile(s.tls_cert, cert)
+        key.touch(mode=0o600, exist_ok=True)
+        shutil.copyfile(s.tls_key, key)
+        self._own(cert, 0o644)
+        self._own(key, 0o600)
+        ca_dir = s.ca_dir
+        if ca_dir is None or not Path(ca_dir).is_dir():
+            from ..server import write_ca_dir
+
+            ca_dir = rt / "ca-dir"
+            write_ca_dir(s.ca_file, ca_dir)
+        return configs.XrootdPaths(rt, cert, key, Path(ca_dir))
+
+    def specs(self) -> list[ServerSpec]:
+        s = self.settings
+        out: list[ServerSpec] = []
+        enabled = set(s.protocols)
+        if "xrootd-https" in enabled:
+            def prep_https() -> list[str]:
+                paths = self._xrootd_paths("xrootd-https", tls=True)
+                paths.config.write_text(configs.xrootd_https_config(s, paths))
+                return configs.xrootd_argv("xrootd-https", s.xrootd_https_port, paths, self.run_user)
+
+            rt = self.runtime_dir / "xrootd-https"
+            out.append(ServerSpec("xrootd-https", s.xrootd_https_port, s.address,
+                                  ("xrootd", "libXrdHttpTPC-5.so"), prep_https, rt / "stdout.log", rt))
+        if "xrootd-root" in enabled:
+            def prep_root() -> list[str]:
+                paths = self._xrootd_paths("xrootd-root", tls=False)
+                paths.config.write_text(configs.xrootd_root_config(s, paths))
+                return configs.xrootd_argv("xrootd-root", s.xrootd_root_port, paths, self.run_user)
+
+            rt = self.runtime_dir / "xrootd-root"
+            out.append(ServerSpec("xrootd-root", s.xrootd_root_port, s.address, ("xrootd", "xrdcp"), prep_root,
+                                  rt / "stdout.log", rt))
+        if "gridftp" in enabled:
+            def prep_gridftp() -> list[str]:
+                rt = self._runtime("gridftp")
+                user = self.run_user or pwd.getpwuid(os.geteuid()).pw_name
+                _, _, group = _user_ids(user)
+                return configs.gridftp_argv(s, rt / "gridftp.log", user, group)
+
+            rt = self.runtime_dir / "gridftp"
+            out.append(ServerSpec("gridftp", s.gridftp_port, s.address, ("globus-gridftp-server",), prep_gridftp,
+                                  rt / "stdout.log", rt))
+        if "iperf3" in enabled:
+            def prep_iperf3() -> list[str]:
+                self._runtime("iperf3")
+                return configs.iperf3_argv(s)
+
+            rt = self.runtime_dir / "iperf3"
+            out.append(ServerSpec("iperf3", s.iperf3_port, s.address, ("iperf3",), prep_iperf3,
+                                  rt / "stdout.log", rt))
+        return out
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def _check(self, spec: ServerSpec) -> str | None:
+        for req in spec.requires:
+            found = find_library(req) if req.endswith(".so") else shutil.which(req)
+            if not found:
+                return missing_message(req)
+        if spec.name == "xrootd-https":
+            s = self.settings
+            if s.tls_cert is None or s.tls_key is None or s.ca_file is None:
+                return ("needs tls_cert, tls_key and ca_file: XRootD's HTTP-TPC handler loads only with TLS")
+        if self.run_user:
+            try:
+                _user_ids(self.run_user)
+            except ValueError as e:
+                return str(e)
+        return None
+
+    async def start(self) -> None:
+        self._stopping = False
+        self._data_dirs()
+        for spec in self.specs():
+            server = ManagedServer(spec)
+            self.servers[spec.name] = server
+            why = self._check(spec)
+            if why:
+                server.available, server.message = False, why
+                log.warning("Server %s is unavailable: %s", spec.name, why)
+                continue
+            server.task = asyncio.create_task(self._watch(server), name=f"server-{spec.name}")
+        waiting = [s for s in self.servers.values() if s.task is not None]
+        if waiting:
+            await asyncio.wait([asyncio.create_task(s.ready.wait()) for s in waiting], timeout=READY_TIMEOUT)
+        for s in waiting:
+            if not s.ready.is_set():
+                s.message = s.message or f"did not listen on port {s.spec.port} within {READY_TIMEOUT:g} s"
+                log.warning("Server %s is not ready: %s", s.spec.name, s.message)
+
+    async def _launch(self, server: ManagedServer) -> None:
+        spec = server.spec
+        argv = spec.prepare()
+        spec.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(spec.log_file, "ab") as out:
+            server.process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=spec.cwd,
+                start_new_session=True)
+        server.started_at = time.monotonic()
+        log.info("Started server %s (pid %d) on port %d", spec.name, server.process.pid, spec.port)
+
+    async def _wait_listening(self, server: ManagedServer) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while server.running and time.monotonic() < deadline:
+            if await asyncio.to_thread(_port_open, server.spec.host, server.spec.port):
+                server.message = None
+                server.ready.set()
+                return
+            await asyncio.sleep(0.1)
+
+    async def _watch(self, server: ManagedServer) -> None:
+        spec = server.spec
+        while not self._stopping:
+            try:
+                await self._launch(server)
+            except Exception as e:  # a config we could not write, an exec failure
+                server.message = f"could not start: {e}"
+                log.error("Server %s could not start: %s", spec.name, e)
+                server.ready.set()
+                await asyncio.sleep(server.backoff)
+                server.backoff = min(server.backoff * 2, BACKOFF_MAX)
+                continue
+            assert server.process is not None
+            listening = asyncio.create_task(self._wait_listening(server))
+            code = await server.process.wait()
+            listening.cancel()
+            if self._stopping:
+                return
+            server.last_exit = code
+            server.restarts += 1
+            if time.monotonic() - server.started_at > STABLE_AFTER:
+                server.backoff = BACKOFF_FIRST
+            tail = _tail(spec.log_file)
+            server.message = f"exited with status {code}, restarting (restart {server.restarts})" + (
+                f": {tail}" if tail else "")
+            log.warning("Server %s exited with status %s; restarting in %.1f s", spec.name, code, server.backoff)
+            await asyncio.sleep(server.backoff)
+            server.backoff = min(server.backoff * 2, BACKOFF_MAX)
+            _kill_group(server.process)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for server in self.servers.values():
+            if server.task is not None:
+                server.task.cancel()
+        for server in self.servers.values():
+            if server.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await server.task
+            proc = server.process
+            if proc is None:
+                continue
+            _kill_group(proc, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except TimeoutError:
+                _kill_group(proc, signal.SIGKILL)
+                with contextlib.suppress(Exception):
+                    await proc.wait()
+            _kill_group(proc, signal.SIGKILL)  # forked children (gridftp sessions) left in the group
+            log.info("Stopped server %s", server.spec.name)
+
+    def status(self) -> dict[str, dict]:
+        return {name: server.status() for name, server in self.servers.items()}
+
+
+def _kill_group(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _tail(path: Path, limit: int = 300) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if lines else ""
+    except OSError:
+        return ""

@@ -1,0 +1,80 @@
+"""The protocol servers' generated configuration and command lines (pure functions, no process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tpcmesh_agent.config import Settings
+from tpcmesh_agent.servers import configs
+from tpcmesh_agent.servers.supervisor import missing_message
+
+from tests.support.paths import REPO
+
+
+def _settings(**kw) -> Settings:
+    base = dict(address="127.0.1.7", data_dir=Path("/dev/shm/agent-x"), xrootd_root_port=11094,
+                xrootd_https_port=18444, gridftp_port=12811, iperf3_port=15201)
+    base.update(kw)
+    return Settings(**base)
+
+
+def _directives(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_https_config_has_tls_and_the_tpc_handler(tmp_path):
+    paths = configs.XrootdPaths(tmp_path, tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
+    lines = _directives(configs.xrootd_https_config(_settings(), paths))
+    assert "xrd.port 18444" in lines
+    assert "xrd.protocol XrdHttp:18444 libXrdHttp.so" in lines
+    assert f"xrd.tls {tmp_path / 'c.pem'} {tmp_path / 'k.pem'}" in lines
+    assert f"xrd.tlsca certdir {tmp_path / 'ca'}" in lines
+    assert "http.exthandler xrdtpc libXrdHttpTPC.so" in lines
+    assert "oss.localroot /dev/shm/agent-x" in lines
+    assert {"all.export /sets", "all.export /incoming"} <= set(lines)
+    assert f"all.adminpath {tmp_path}" in lines
+
+
+def test_https_config_refuses_to_run_without_tls(tmp_path):
+    with pytest.raises(ValueError, match="only with TLS"):
+        configs.xrootd_https_config(_settings(), configs.XrootdPaths(tmp_path))
+
+
+def test_root_config_enables_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path):
+    lines = _directives(configs.xrootd_root_config(_settings(), configs.XrootdPaths(tmp_path)))
+    assert "xrd.port 11094" in lines
+    tpc = [line for line in lines if line.startswith("ofs.tpc ")]
+    assert len(tpc) == 1 and tpc[0].endswith("pgm /usr/bin/xrdcp --server")
+    words = tpc[0].split()
+    assert int(words[words.index("xfr") + 1]) >= 11
+    assert not any(line.startswith(("xrd.tls", "xrd.protocol")) for line in lines)
+
+
+def test_xrootd_argv_drops_root_and_names_the_instance_by_port(tmp_path):
+    argv = configs.xrootd_argv("xrootd-root", 11094, configs.XrootdPaths(tmp_path), "nobody")
+    assert argv[:3] == ["xrootd", "-R", "nobody"]
+    assert argv[argv.index("-n") + 1] == "tpcmesh-xrootd-root-11094"
+    assert argv[argv.index("-c") + 1] == str(tmp_path / "xrootd.cfg")
+    assert "-R" not in configs.xrootd_argv("xrootd-root", 11094, configs.XrootdPaths(tmp_path), None)
+
+
+def test_gridftp_binds_to_the_agent_address_anonymously(tmp_path):
+    argv = configs.gridftp_argv(_settings(), tmp_path / "g.log", "nobody", "nogroup")
+    assert argv[0] == "globus-gridftp-server"
+    assert argv[argv.index("-control-interface") + 1] == "127.0.1.7"
+    assert argv[argv.index("-data-interface") + 1] == "127.0.1.7"
+    assert argv[argv.index("-p") + 1] == "12811"
+    assert "-aa" in argv and argv[argv.index("-anonymous-user") + 1] == "nobody"
+    assert argv[argv.index("-home-dir") + 1] == "/dev/shm/agent-x"
+
+
+def test_iperf3_binds_to_the_agent_address():
+    assert configs.iperf3_argv(_settings()) == ["iperf3", "-s", "-B", "127.0.1.7", "-p", "15201"]
+
+
+def test_package_names_match_the_debian_package_list():
+    listed = {line.split("\t")[0] for line in (REPO / "hack/debian-packages.txt").read_text().splitlines()
+              if line and not line.startswith("#")}
+    assert set(configs.PACKAGES.values()) <= listed
+    assert "xrootd-server-plugins" in missing_message("libXrdHttpTPC-5.so")

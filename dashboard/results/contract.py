@@ -18,12 +18,28 @@ def schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
 
 
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """The schema with every local "#/$defs/x" reference replaced by its (inlined) target. The contract has no
+    recursive references; inlining spares jsonschema a reference lookup per item, several times faster on
+    10 000-measurement batches."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            target = _inline(defs[ref.removeprefix("#/$defs/")], defs)
+            rest = {k: _inline(v, defs) for k, v in node.items() if k != "$ref"}
+            return {**target, **rest} if rest else target
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
 @lru_cache(maxsize=4)
 def validator(definition: str) -> Draft202012Validator:
     """A validator for one of the contract's $defs (e.g. ingestBatch), with format checks."""
     root = schema()
-    sub = {"$schema": root["$schema"], "$defs": root["$defs"], "$ref": f"#/$defs/{definition}"}
-    return Draft202012Validator(sub, format_checker=FormatChecker())
+    sub = _inline(root["$defs"][definition], root["$defs"])
+    return Draft202012Validator({"$schema": root["$schema"], **sub}, format_checker=FormatChecker())
 
 
 def contract_errors(definition: str, document: Any, limit: int = 20) -> list[dict[str, str]]:

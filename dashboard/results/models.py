@@ -47,6 +47,7 @@ class Benchmark(models.Model):
     uid = models.CharField(max_length=64, blank=True, default="")
     spec = models.JSONField(default=dict, blank=True)
     thresholds = models.JSONField(default=dict, blank=True)
+    nodes = models.ManyToManyField(Node, related_name="benchmarks", blank=True, help_text="nodes in its results")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -156,12 +157,21 @@ class PairLatest(models.Model):
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+")
     finished_at = models.DateTimeField()
+    # Copied from the measurement so the grid reads one narrow table, no join.
+    throughput_gbps = models.FloatField(null=True, blank=True)
+    rtt_ms = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=12)
+    error = models.CharField(max_length=200, null=True, blank=True, help_text="first 200 characters")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["benchmark", "protocol", "streams", "source", "destination"], name="pairlatest_cell"
             )
+        ]
+        indexes = [
+            models.Index(fields=["source", "benchmark"], name="pairlatest_source"),
+            models.Index(fields=["destination", "benchmark"], name="pairlatest_destination"),
         ]
 
 

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -42,11 +43,7 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
 
 
 def benchmark_nodes(bench: Benchmark) -> list[Node]:
-    cells = PairLatest.objects.filter(benchmark=bench)
-    ids = set(cells.values_list("source_id", flat=True).distinct()) | set(
-        cells.values_list("destination_id", flat=True).distinct()
-    )
-    return list(Node.objects.filter(id__in=ids).order_by("name"))
+    return list(bench.nodes.order_by("name"))
 
 
 def grid(
@@ -56,6 +53,7 @@ def grid(
     mode: str = "latest",
     window: timedelta = timedelta(days=7),
     now: datetime | None = None,
+    cells_json: bool = False,
 ) -> dict[str, Any]:
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
@@ -69,13 +67,15 @@ def grid(
     nodes = benchmark_nodes(bench)
     names = {n.id: n.name for n in nodes}
     cells: list[dict[str, Any]] = []
-    if mode == "latest":
+    if cells_json:
+        cells_text = grid_cells_json(bench, protocol, streams, now)
+    elif mode == "latest":
         qs = PairLatest.objects.filter(benchmark=bench, protocol=protocol)
         if streams is not None:
             qs = qs.filter(streams=streams)
         rows = qs.values_list(
             "source_id", "destination_id", "streams", "finished_at",
-            f"measurement__{metric}", "measurement__status", "measurement__error",
+            metric, "status", "error",
         )
         for src, dst, st, finished, value, status, error in rows:
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
@@ -102,7 +102,7 @@ def grid(
         age = (now - cell["finished_at"]).total_seconds()
         cell["age_seconds"] = round(age, 1)
         cell["stale"] = age > settings.STALE_SECONDS
-    return {
+    out = {
         "benchmark": str(bench),
         "protocol": protocol,
         "kind": kind_for(protocol),
@@ -115,6 +115,33 @@ def grid(
         "nodes": [{"name": n.name, "site": n.site, "loopback_gbps": n.loopback_gbps} for n in nodes],
         "cells": cells,
     }
+    if cells_json:
+        del out["cells"]
+        out["cells_json"] = cells_text
+    return out
+
+
+def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: datetime) -> str:
+    """PostgreSQL only: the latest grid's cells as one JSON array built by the database (same fields as
+    grid()["cells"]); spares Python ~10 µs per cell, which matters at 100×100."""
+    metric = metric_for(protocol)
+    sql = f"""
+        SELECT COALESCE(json_agg(json_build_object(
+            'source', s.name, 'destination', d.name, 'streams', p.streams, 'value', p.{metric},
+            'finished_at', to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            'age_seconds', round(extract(epoch FROM (%(now)s - p.finished_at))::numeric, 1),
+            'stale', extract(epoch FROM (%(now)s - p.finished_at)) > %(stale)s,
+            'status', p.status, 'error', p.error, 'count', 1)), '[]')::text
+        FROM {PairLatest._meta.db_table} p
+        JOIN {Node._meta.db_table} s ON s.id = p.source_id
+        JOIN {Node._meta.db_table} d ON d.id = p.destination_id
+        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s
+          AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
+    """
+    with connection.cursor() as cur:
+        cur.execute(sql, {"now": now, "stale": settings.STALE_SECONDS, "bench": bench.id, "protocol": protocol,
+                          "streams": streams})
+        return cur.fetchone()[0]
 
 
 def classify(value: float | None, status: str | None, kind: str, thresholds: dict[str, float]) -> str:
@@ -178,7 +205,7 @@ def pair_errors(a: Node, b: Node, bench: Benchmark | None = None, limit: int = 2
 
 def _pair_rtts(bench: Benchmark) -> dict[tuple[int, int], float]:
     rows = PairLatest.objects.filter(benchmark=bench, protocol="rtt").values_list(
-        "source_id", "destination_id", "measurement__rtt_ms"
+        "source_id", "destination_id", "rtt_ms"
     )
     return {(s, d): v for s, d, v in rows if v is not None}
 
@@ -189,7 +216,7 @@ def throughput_vs_rtt(bench: Benchmark) -> dict[str, list[dict[str, Any]]]:
     names = dict(Node.objects.values_list("id", "name"))
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     rows = PairLatest.objects.filter(benchmark=bench).exclude(protocol="rtt").values_list(
-        "protocol", "streams", "source_id", "destination_id", "measurement__throughput_gbps", "measurement__rtt_ms"
+        "protocol", "streams", "source_id", "destination_id", "throughput_gbps", "rtt_ms"
     )
     for protocol, st, src, dst, gbps, own_rtt in rows:
         rtt = own_rtt if own_rtt is not None else rtts.get((src, dst), rtts.get((dst, src)))  # RTT is symmetric
@@ -208,7 +235,7 @@ def streams_pairs(bench: Benchmark, protocol: str | None = None, low: int = 1, h
     names = dict(Node.objects.values_list("id", "name"))
     by_key: dict[tuple, dict[int, float]] = defaultdict(dict)
     for p, st, src, dst, gbps in qs.values_list(
-        "protocol", "streams", "source_id", "destination_id", "measurement__throughput_gbps"
+        "protocol", "streams", "source_id", "destination_id", "throughput_gbps"
     ):
         if gbps is not None:
             by_key[(p, src, dst)][st] = gbps

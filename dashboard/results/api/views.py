@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, timedelta
 
+from django.db import connection
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -138,8 +141,29 @@ class GridView(APIView):
         streams = _params(params.integer, "streams", q.get("streams"), None, 0, 100)
         mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
-        data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window)
-        return Response(serializers.GridSerializer(data).data)
+        fast = mode == "latest" and connection.vendor == "postgresql" and request.accepted_renderer.format == "json"
+        data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast)
+        if fast:
+            # The database built the cells' JSON; splice it into the envelope without re-parsing.
+            head = json.dumps({k: v for k, v in grid_json({**data, "cells": []}).items() if k != "cells"})
+            return HttpResponse(head[:-1] + ', "cells": ' + data["cells_json"] + "}", content_type="application/json")
+        return Response(grid_json(data))
+
+
+def _iso(t) -> str:
+    """RFC 3339 UTC with microseconds, as PostgreSQL's to_char in selectors.grid_cells_json writes it."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def grid_json(data: dict) -> dict:
+    """The grid as GridSerializer documents it, built directly: a DRF serializer costs ~30 ms per 1 000 cells,
+    too slow for a 100×100 grid (10 000 cells) in the latency budget."""
+    return {
+        **{k: data[k] for k in ("benchmark", "protocol", "kind", "metric", "unit", "mode", "window_seconds",
+                                "thresholds", "nodes")},
+        "generated_at": _iso(data["generated_at"]),
+        "cells": [{**c, "finished_at": _iso(c["finished_at"])} for c in data["cells"]],
+    }
 
 
 def _node(name: str | None, param: str) -> Node:

@@ -60,11 +60,11 @@ def test_ingest_is_transactional(client, write_key, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    # Measurements and nodes are written before the per-file rows: a failure there must undo them all.
-    monkeypatch.setattr(services.FileTransfer.objects, "bulk_create", fail)
+    # Nodes, measurements and files are written before the grid summary: a failure there must undo them all.
+    monkeypatch.setattr(services, "_update_latest", fail)
     with pytest.raises(RuntimeError, match="disk full"):
         post(client, batch([measurement("a", "b", files=2), measurement("b", "a")]), write_key)
-    assert Measurement.objects.count() == 0 and Node.objects.count() == 0
+    assert Measurement.objects.count() == 0 and Node.objects.count() == 0 and FileTransfer.objects.count() == 0
 
 
 @pytest.mark.parametrize(
@@ -202,3 +202,23 @@ def test_schema_ui_health_metrics(client, write_key):
     text = client.get("/metrics").content.decode()
     assert 'tpcmesh_dashboard_ingested_measurements_total{result="created"}' in text
     assert 'tpcmesh_dashboard_http_requests_total{code="200",method="POST",route="api/v1/ingest/"}' in text
+
+
+def test_grid_cells_built_by_postgresql_match_the_python_path(client, archive):
+    from results import selectors
+    from results.api.views import grid_json
+    from results.models import Benchmark
+
+    bench = Benchmark.objects.get(name="bench1")
+    for protocol, streams in [("builtin", None), ("builtin", 8), ("gridftp", None), ("rtt", None)]:
+        url = f"/api/v1/grid/?benchmark=mesh/bench1&protocol={protocol}" + (f"&streams={streams}" if streams else "")
+        api = client.get(url).json()
+        python = grid_json(selectors.grid(bench, protocol, streams=streams))
+        key = lambda c: (c["source"], c["destination"], c["streams"])  # noqa: E731
+        got, want = sorted(api["cells"], key=key), sorted(python["cells"], key=key)
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want, strict=True):
+            assert abs(g.pop("age_seconds") - w.pop("age_seconds")) < 5
+            assert g == w
+        assert {k: v for k, v in api.items() if k not in ("cells", "generated_at")} == {
+            k: v for k, v in python.items() if k not in ("cells", "generated_at")}

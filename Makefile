@@ -81,3 +81,18 @@ bench-planner: setup ## Mesh planner: planning time and rounds vs the lower boun
 .PHONY: test-operator
 test-operator: setup ## The operator's unit, integration and cluster tests
 	$(PYTEST) tests/unit/operator tests/integration/operator tests/cluster/test_operator_crds.py tests/cluster/test_operator_run.py
+
+# --- dashboard ------------------------------------------------------------------------------------------------------
+SCALE ?= 1
+.PHONY: bench-dashboard
+bench-dashboard: setup ## Dashboard: grid/history latency and ingest rate on ~7 M measurements (SCALE=0.1 for 9 days)
+	$(PY) dashboard/bench/bench_dashboard.py --scale $(SCALE)
+
+.PHONY: dashboard-run
+dashboard-run: setup ## Run the dashboard on http://127.0.0.1:8000 (SQLite file unless DATABASE_URL is set)
+	cd dashboard && ../$(PY) manage.py migrate && ../$(PY) manage.py runserver 127.0.0.1:8000
+
+.PHONY: test-dashboard
+test-dashboard: setup ## The dashboard's unit, integration and browser tests, and its migrations check
+	cd dashboard && ../$(PY) manage.py makemigrations --check --dry-run
+	$(PYTEST) tests/unit/dashboard tests/integration/dashboard tests/browser/test_grid.py

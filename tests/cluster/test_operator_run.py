@@ -42,11 +42,11 @@ def agent_pods(control_plane, agent_factory, tmp_path):
     token_file = tmp_path / "agent-token"
     token_file.write_text(f"tok-{uuid.uuid4().hex}\n")
 
-    def start(namespace: str, n: int) -> list:
+    def start(namespace: str, n: int, **settings) -> list:
         ensure_namespace(api, namespace)
         handles = []
         for _ in range(n):
-            h = agent_factory(token_file=token_file)
+            h = agent_factory(token_file=token_file, **settings)
             node = f"{namespace}-{h.address.replace('.', '-')}"
             control_plane.create_node(node, h.address, {"tpcmesh.io/site": f"site-{len(handles)}"})
             core.create_namespaced_pod(namespace, {
@@ -138,3 +138,52 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     assert (run["metadata"]["name"], "Completed") in reasons
     assert ("mesh", "CreatedRun") in reasons
     assert ("bad-run", "InvalidSpec") in reasons
+
+
+def test_operator_restarted_mid_run_resumes_without_redoing_pairs(control_plane, agent_pods, tpcmesh_pki,
+                                                                   monkeypatch) -> None:
+    from kopf.testing import KopfRunner
+
+    ns = "op-restart"
+    api = control_plane.client()
+    apply_crds(api)
+    handles = agent_pods(ns, 3, builtin_max_rate=8_000_000)  # slow sources (~0.5 s a test): the stop lands mid-run
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+    for k, v in {"AGENT_TOKEN_FILE": str(agent_pods.token_file), "CA_FILE": str(tpcmesh_pki.ca_file),
+                 "TIMER_INTERVAL": "1", "POLL_INTERVAL": "0.2", "UNREACHABLE_GRACE": "2", "METRICS_PORT": "0",
+                 "PEERING": ""}.items():
+        monkeypatch.setenv(f"TPCMESH_OPERATOR_{k}", v)
+    objs = client.CustomObjectsApi(api)
+    spec = {"protocols": ["builtin"], "streams": [2, 1], "concurrency": 2, "latency": {"enabled": False},
+            "fileSet": {"count": 2, "size": "4MB"}, "timeoutSeconds": 30, "retries": 0}
+    objs.create_namespaced_custom_object(G, V, ns, "transferbenchmarks", {
+        "apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "mesh"}, "spec": spec})
+    objs.create_namespaced_custom_object(G, V, ns, "transferruns", {
+        "apiVersion": f"{G}/{V}", "kind": "TransferRun", "metadata": {"name": "by-hand"},
+        "spec": {"benchmarkRef": {"name": "mesh"}}})
+
+    def status() -> dict:
+        return objs.get_namespaced_custom_object(G, V, ns, "transferruns", "by-hand").get("status") or {}
+
+    args = ["run", "--standalone", "--namespace", ns, "-m", "tpcmesh_operator.main"]
+    with KopfRunner(args, timeout=60) as first:
+        wait_for("some finished tests", lambda: status() if status().get("done", 0) >= 4 else None, timeout=60,
+                 interval=0.05)
+    assert first.exception is None, first.stdout
+    before = status()
+    assert before["phase"] == "Running" and 4 <= before["done"] < 12, before.get("progress")
+    finished = dict(before["tests"])
+    assert before["benchmarkSpec"]["streams"] == [2, 1]  # the referenced spec, frozen into the run at its start
+
+    with KopfRunner(args, timeout=60) as second:
+        after = wait_for("the resumed run", lambda: status() if status().get("phase") == "Succeeded" else None,
+                         timeout=60)
+    assert second.exception is None, second.stdout
+    assert (after["done"], after["succeeded"]) == (12, 12)
+    logs = "\n".join(h.log() for h in handles)
+    for key, t in finished.items():
+        assert after["tests"][key] == t
+        assert logs.count(f"Started transfer {t['id']}") == 1, key  # ran once, not again after the restart
+    ids = [t["id"] for t in after["tests"].values()]
+    assert all(logs.count(f"Started transfer {i}") == 1 for i in ids)
+    assert len(after["outbox"]) == 12 and len({m["id"] for m in after["outbox"]}) == 12

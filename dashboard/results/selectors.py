@@ -83,7 +83,7 @@ def grid(
     else:
         qs = Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window)
         if streams is not None:
-            qs = qs.filter(streams=streams)
+            qs = qs.filter(streams__isnull=True) if streams == 0 else qs.filter(streams=streams)
         groups: dict[tuple, list] = defaultdict(list)
         for src, dst, st, finished, value, status in qs.values_list(
             "source_id", "destination_id", "streams", "finished_at", metric, "status"

@@ -69,7 +69,7 @@ def grid_page(request, namespace: str, name: str):
         return HttpResponseBadRequest(str(err))
     if split == "streams" and low == high:
         split = "direction"
-    data = selectors.grid(bench, protocol, streams=None, mode=mode, window=window)
+    data = selectors.grid(bench, protocol, streams=high if split == "direction" else None, mode=mode, window=window)
     kind, unit, thresholds = data["kind"], data["unit"], data["thresholds"]
     nodes = data["nodes"]
     if sort == "site":
@@ -82,7 +82,10 @@ def grid_page(request, namespace: str, name: str):
         if c is None:
             return "none", False, None
         cls = selectors.classify(c["value"], c["status"], kind, thresholds)
-        info = [src, dst, st, c["value"], int(c["finished_at"].timestamp()), c["status"], (c["error"] or "")[:200]]
+        value = None if c["value"] is None else round(c["value"], 3)
+        info = [value, int(c["finished_at"].timestamp())]
+        if c["status"] != "succeeded":
+            info += [c["status"], (c["error"] or "")[:200]]
         return cls, c["stale"], info
 
     rows_html = []
@@ -142,7 +145,7 @@ def grid_page(request, namespace: str, name: str):
         "node_count": len(nodes),
         "table_head": mark_safe(header),  # noqa: S308 - names escaped above
         "table_body": mark_safe("\n".join(rows_html)),  # noqa: S308
-        "tips": {"unit": unit, "now": int(now.timestamp()), "cells": tips,
+        "tips": {"unit": unit, "now": int(now.timestamp()), "cells": tips, "split": split, "high": high, "low": low,
                  "pair_url": reverse("pair", args=["SRC", "DST"]) + f"?benchmark={bench.namespace}/{bench.name}"},
     }
     return render(request, "results/grid.html", context)

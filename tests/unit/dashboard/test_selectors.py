@@ -67,6 +67,8 @@ def test_latency_grid_uses_rtt(bench):
     g = selectors.grid(bench, "rtt", now=NOW)
     assert g["kind"] == "latency" and g["unit"] == "ms"
     assert cell(g, "a", "b", 0)["value"] == 12.5
+    median = selectors.grid(bench, "rtt", streams=0, mode="median", window=timedelta(days=2), now=NOW)
+    assert cell(median, "a", "b", 0)["value"] == 12.5
 
 
 def test_classify_thresholds():

@@ -14,12 +14,14 @@
     const age = ageH < 48 ? ageH.toFixed(1) + " h ago" : (ageH / 24).toFixed(1) + " d ago";
     return d.toISOString().slice(0, 16).replace("T", " ") + " UTC (" + age + ")";
   }
-  function half(h) {
-    if (!h) return "no data";
-    const [src, dst, streams, value, t, status, error] = h;
+  // A half is [value, epoch] or [value, epoch, status, error]; who measured what follows from the split.
+  function half(h, src, dst, streams) {
+    const label = src + " → " + dst + (streams ? " ×" + streams : "") + ": ";
+    if (!h) return label + "no data";
+    const [value, t, status, error] = h;
     const v = value === null ? "–" : (+value).toFixed(2) + " " + data.unit;
-    let s = src + " → " + dst + (streams ? " ×" + streams : "") + ": " + v + "  " + when(t);
-    if (status !== "succeeded") s += "\n  " + status + (error ? ": " + error : "");
+    let s = label + v + "  " + when(t);
+    if (status) s += "\n  " + status + (error ? ": " + error : "");
     return s;
   }
   function locate(td) {
@@ -33,7 +35,10 @@
     const [r, c] = locate(td);
     const cell = data.cells[r][c];
     if (cell && cell.loopback !== undefined) tip.textContent = names[r] + " loopback ceiling: " + cell.loopback.toFixed(2) + " Gbit/s";
-    else if (cell) tip.textContent = half(cell[0]) + "\n" + half(cell[1]);
+    else if (cell && data.split === "direction")
+      tip.textContent = half(cell[0], names[r], names[c], data.high) + "\n" + half(cell[1], names[c], names[r], data.high);
+    else if (cell)
+      tip.textContent = half(cell[0], names[r], names[c], data.high) + "\n" + half(cell[1], names[r], names[c], data.low);
     else tip.textContent = names[r] + " → " + names[c] + ": no data";
     tip.hidden = false;
   });

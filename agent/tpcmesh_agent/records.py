@@ -2,7 +2,8 @@
 
 Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
 - throughput_gbps = total_bytes * 8 / 1e9 / mean single-file transfer seconds (the 003 paper's definition);
-- aggregate_gbps  = total_bytes * 8 / 1e9 / wall seconds of the whole test;
+- aggregate_gbps  = total_bytes * 8 / 1e9 / wall seconds: from the test's start until the last byte arrived (the
+  last file's end; checksum verification and clean-up after it are not data movement and do not count);
 - peak_gbps       = the highest rate over any window of at least ``PEAK_WINDOW`` seconds of the cumulative byte
   samples (markers or progress), else the highest per-file marker rate.
 """
@@ -85,7 +86,9 @@ def build_record(
 ) -> dict:
     """A finished record (status succeeded|failed|cancelled) that validates as the contract's transferRecord."""
     total = sum(r.bytes for r in results)
-    wall = max((finished_at - started_at).total_seconds(), 0.0)
+    ends = [r.finished_at for r in results if r.finished_at is not None and r.bytes > 0]
+    data_end = min(max(ends), finished_at) if ends else finished_at
+    wall = max((data_end - started_at).total_seconds(), 0.0)
     durations = [s for r in results if (s := file_seconds(r)) is not None and r.bytes > 0]
     mean = statistics.fmean(durations) if durations else None
     peak_bps = peak_from_samples(samples)

@@ -47,6 +47,16 @@ def test_throughput_is_total_over_mean_file_time_and_aggregate_over_wall():
     validator().validate(rec)
 
 
+def test_wall_time_ends_with_the_last_byte_not_with_verification():
+    res = [_res("f0", 10**9, 0, 2), _res("f1", 10**9, 0, 4)]
+    rec = records.build_record(_job(2, 10**9), res, T0, T0 + timedelta(seconds=6), "succeeded")  # 2 s verifying
+    assert rec["wall_seconds"] == pytest.approx(4.0) and rec["aggregate_gbps"] == pytest.approx(4.0)
+    assert rec["finished_at"] == "2026-01-01T12:00:06Z"
+    failed = [_res("f0", 10, 0, 1, bytes=0, error="x")]
+    rec = records.build_record(_job(1, 10), failed, T0, T0 + timedelta(seconds=3), "failed", "x")
+    assert rec["wall_seconds"] == pytest.approx(3.0)
+
+
 def test_single_file_throughput_equals_aggregate_when_file_spans_the_test():
     res = [_res("f0", 5 * 10**8, 0, 1)]
     rec = records.build_record(_job(1, 5 * 10**8), res, T0, T0 + timedelta(seconds=1), "succeeded")

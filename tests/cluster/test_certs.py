@@ -34,7 +34,7 @@ def csr_cluster(control_plane, tmp_path_factory):
     """The chart's RBAC for release `csr`, two fake nodes, an agent pod on node 1 and an intruder ServiceAccount."""
     api = control_plane.client()
     core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    control_plane.ensure_namespace(NS)
     args = ["template", RELEASE, str(REPO / "charts" / "tpcmesh"), "--namespace", NS]
     for t in RBAC_TEMPLATES:
         args += ["--show-only", f"templates/{t}.yaml"]
@@ -43,8 +43,7 @@ def csr_cluster(control_plane, tmp_path_factory):
     for doc in (d for d in yaml.safe_load_all(out.stdout) if d):
         res = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
         res.create(body=doc, namespace=NS) if res.namespaced else res.create(body=doc)
-    for sa in ("default", "intruder"):
-        core.create_namespaced_service_account(NS, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=sa)))
+    core.create_namespaced_service_account(NS, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="intruder")))
     # The intruder may create CSRs too (same ClusterRole as the agent): the operator must tell them apart.
     client.RbacAuthorizationV1Api(api).create_cluster_role_binding({
         "metadata": {"name": "csr-test-intruder"},

@@ -94,20 +94,6 @@ def test_defaults_render_the_agent_daemonset_as_specified():
             assert labels["app.kubernetes.io/part-of"] == "tpcmesh" and labels["helm.sh/chart"] == "tpcmesh-0.1.0"
 
 
-def _ensure_namespace(core: client.CoreV1Api, name: str) -> None:
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    try:  # pods need their ServiceAccount; kube-controller-manager may not be running to create `default`
-        core.create_namespaced_service_account(name, client.V1ServiceAccount(
-            metadata=client.V1ObjectMeta(name="default")))
-    except ApiException as e:
-        if e.status != 409:
-            raise
-
-
 def _ensure_foreign_crds(api_client) -> None:
     ext = client.ApiextensionsV1Api(api_client)
     for group, kind, plural in FOREIGN_CRDS:
@@ -139,12 +125,11 @@ def _wait_for_kind(dyn: dynamic.DynamicClient, api_version: str, kind: str, time
 @pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "defaults")
 def test_every_rendered_object_passes_server_side_dry_run(control_plane, values):
     api_client = control_plane.client()
-    core = client.CoreV1Api(api_client)
     ns = "tpcmesh-dry-" + (values.name.removesuffix("-values.yaml") if values else "defaults")
     docs = render(values, ns)
     spec = yaml.safe_load(values.read_text()) if values else {}
     for n in [ns, *(spec or {}).get("operator", {}).get("watchNamespaces", [])]:
-        _ensure_namespace(core, n)
+        control_plane.ensure_namespace(n)
     _ensure_foreign_crds(api_client)
     dyn = dynamic.DynamicClient(api_client)
     failures = []

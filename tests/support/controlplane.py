@@ -255,6 +255,22 @@ class ControlPlane:
         path.chmod(0o600)
         return path
 
+    def ensure_namespace(self, name: str) -> None:
+        """Create the namespace (if missing) and its `default` ServiceAccount, which pods need and which only
+        kube-controller-manager would create otherwise."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        core = client.CoreV1Api(self.client())
+        for create in (lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name))),
+                       lambda: core.create_namespaced_service_account(name, client.V1ServiceAccount(
+                           metadata=client.V1ObjectMeta(name="default")))):
+            try:
+                create()
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+
     def env(self, kubeconfig: Path | None = None) -> dict[str, str]:
         """Environment for a subprocess (helm, kubectl-like tools, the operator) that talks to this cluster."""
         e = dict(os.environ)

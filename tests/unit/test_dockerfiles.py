@@ -1,0 +1,165 @@
+"""Dockerfiles/: each image installs every command its entrypoint (and the chart's containers) run; pinned
+bases, non-root users, no secrets."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.paths import REPO
+
+DOCKERFILES = REPO / "Dockerfiles"
+PACKAGES = REPO / "hack" / "debian-packages.txt"
+# image -> how it installs its Python commands
+PYTHON_SOURCES = {"operator": "operator/pyproject.toml", "agent": "agent/pyproject.toml",
+                  "dashboard": "dashboard/requirements.txt"}
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", "\n".join(line for line in path.read_text().splitlines()
+                                           if not line.lstrip().startswith("#")))
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def final_stage(path: Path) -> list[tuple[str, str]]:
+    ins = instructions(path)
+    last_from = max(i for i, (w, _) in enumerate(ins) if w == "FROM")
+    return ins[last_from:]
+
+
+def console_scripts(pyproject: str) -> set[str]:
+    return set(tomllib.loads((REPO / pyproject).read_text())["project"].get("scripts", {}))
+
+
+def requirement_commands(requirements: str) -> set[str]:
+    names = {re.split(r"[=<>\[ ]", line)[0].lower() for line in (REPO / requirements).read_text().splitlines()
+             if line.strip() and not line.startswith("#")}
+    return {"gunicorn"} & names  # the only console script the dashboard image runs
+
+
+def agent_packages() -> list[tuple[str, str]]:
+    """(package, what) for every hack/debian-packages.txt line whose use starts with 'agent:'."""
+    rows = []
+    for line in PACKAGES.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        pkg, _, use = line.partition("\t")
+        if use.startswith("agent:"):
+            rows.append((pkg.strip(), use.removeprefix("agent:").strip()))
+    return rows
+
+
+def provided_commands(image: str) -> set[str]:
+    """Commands the image has on PATH by construction: its Python console scripts, python3 from the venv, the
+    shell of the Debian base, and (agent) the commands of the Debian packages it installs."""
+    src = PYTHON_SOURCES[image]
+    cmds = console_scripts(src) if src.endswith(".toml") else requirement_commands(src)
+    cmds |= {"python3", "sh"}
+    if image == "agent":
+        for pkg, _ in agent_packages():
+            cmds |= {Path(p).name for p in dpkg_files(pkg) if re.search(r"/s?bin/[^/]+$", p)}
+    return cmds
+
+
+def dpkg_files(pkg: str) -> list[str]:
+    out = subprocess.run(["dpkg-query", "-L", pkg], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.fail(f"Debian package {pkg} (hack/debian-packages.txt) is not installed here: {out.stderr.strip()}")
+    return out.stdout.splitlines()
+
+
+@pytest.mark.parametrize("image", sorted(PYTHON_SOURCES))
+def test_entrypoint_commands_are_installed_by_the_dockerfile(image):
+    path = DOCKERFILES / f"{image}.Dockerfile"
+    stage = final_stage(path)
+    entry = [json.loads(a) for w, a in stage if w == "ENTRYPOINT"]
+    assert entry and isinstance(entry[-1], list), f"{path.name}: ENTRYPOINT must be an exec-form JSON array"
+    command = entry[-1][0]
+    src = PYTHON_SOURCES[image]
+    run = " ".join(a for w, a in stage if w == "RUN")
+    copies = " ".join(a for w, a in stage if w == "COPY")
+    if src.endswith(".toml"):
+        assert command in console_scripts(src), f"{path.name}: {command} is not a console script of {src}"
+        pkg_dir = str(Path(src).parent)
+        assert f"{pkg_dir} /src/{pkg_dir}" in copies and f"pip install --no-cache-dir /src/{pkg_dir}" in run
+    else:
+        assert command in requirement_commands(src), f"{path.name}: {command} is not pinned in {src}"
+        assert "pip install --no-cache-dir -r /src/requirements.txt" in run
+    assert "python3-venv" in run and "python3 -m venv /opt/tpcmesh" in run
+
+
+def test_agent_image_installs_every_agent_debian_package_and_their_commands():
+    stage = final_stage(DOCKERFILES / "agent.Dockerfile")
+    run = " ".join(a for w, a in stage if w == "RUN")
+    m = re.search(r"awk (-F'\\t' '[^']+') /tmp/debian-packages.txt", run)
+    assert m, "agent.Dockerfile must select its packages from hack/debian-packages.txt with awk"
+    selected = subprocess.run(["awk", *shlex.split(m.group(1)), str(PACKAGES)], capture_output=True, text=True,
+                              check=True).stdout.split()
+    expected = [p for p, _ in agent_packages()]
+    assert selected == expected and expected, (selected, expected)
+    for pkg, what in agent_packages():
+        thing = what.split()[0].rstrip(",:")  # "xrootd (HTTP-TPC ...)" -> xrootd; "libXrdHttpTPC" -> a library
+        files = dpkg_files(pkg)
+        if thing.startswith("lib"):
+            assert any(Path(f).name.startswith(thing) for f in files), f"{pkg} does not ship {thing}"
+        else:
+            assert any(re.search(rf"/s?bin/{re.escape(thing)}$", f) for f in files), f"{pkg} does not ship {thing}"
+
+
+def test_chart_container_commands_exist_in_their_images():
+    from tests.support.controlplane import binary
+
+    helm = binary("helm")
+    if helm is None:
+        pytest.skip("helm is not built; run `make control-plane`")
+    out = subprocess.run([str(helm), "template", "t", str(REPO / "charts" / "tpcmesh"), "--kube-version", "1.34.4"],
+                         capture_output=True, text=True, check=True)
+    checked = 0
+    for doc in (d for d in yaml.safe_load_all(out.stdout) if d):
+        spec = doc.get("spec", {}).get("template", {}).get("spec") or (doc.get("spec") if doc["kind"] == "Pod"
+                                                                       else None)
+        if not spec:
+            continue
+        for c in spec.get("initContainers", []) + spec.get("containers", []):
+            m = re.search(r"/tpcmesh-(operator|agent|dashboard):", c["image"])
+            if not m:
+                continue  # PostgreSQL's own image
+            command = (c.get("command") or [None])[0]
+            assert command, f"{doc['kind']}/{doc['metadata']['name']} {c['name']}: no command"
+            assert command in provided_commands(m.group(1)), \
+                f"{doc['kind']}/{doc['metadata']['name']} container {c['name']} runs {command}, " \
+                f"which Dockerfiles/{m.group(1)}.Dockerfile does not install"
+            checked += 1
+    assert checked >= 6
+
+
+@pytest.mark.parametrize("image", sorted(PYTHON_SOURCES))
+def test_pinned_base_non_root_no_secrets(image):
+    path = DOCKERFILES / f"{image}.Dockerfile"
+    ins = instructions(path)
+    args = dict(a.split("=", 1) for w, a in ins if w == "ARG" and "=" in a)
+    for w, a in ins:
+        if w == "FROM":
+            ref = a.split()[0]
+            ref = args.get(ref.strip("${}"), ref) if ref.startswith("$") else ref
+            assert re.search(r":\d+\.\d+[-\w.]*$|@sha256:[0-9a-f]{64}$", ref), f"{path.name}: unpinned base {ref}"
+    assert re.fullmatch(r"\d{8}T\d{6}Z", args.get("DEBIAN_SNAPSHOT", "")), f"{path.name}: no Debian snapshot pin"
+    users = [a for w, a in final_stage(path) if w == "USER"]
+    assert users and not users[-1].startswith(("0", "root")), f"{path.name}: must end as a non-root USER"
+    secretish = re.compile(r"(PASSWORD|TOKEN|SECRET|PRIVATE_KEY)", re.I)
+    for w, a in ins:
+        if w in ("ENV", "ARG"):
+            assert not secretish.search(a), f"{path.name}: {w} {a} looks like a secret baked into the image"

@@ -85,6 +85,7 @@ class Agent:
         self.settings = settings
         self.token = TokenSource(settings.token_file)  # type: ignore[arg-type]
         self.supervisor: Any | None = None
+        self.supervisor_error: str | None = None
         self.data_server: Any | None = None
         self.movers, self.problems = load_movers(settings)
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
@@ -106,6 +107,11 @@ class Agent:
                 status.update(self.supervisor.status())
             except Exception as e:  # status must never break /info or /metrics
                 log.warning("Supervisor status failed: %s", e)
+        elif self.supervisor_error:
+            for name in ("xrootd-https", "xrootd-root", "gridftp", "iperf3"):
+                if name in self.settings.protocols:
+                    status[name] = {"available": False, "running": False, "port": self.settings.port_of(name),
+                                    "message": self.supervisor_error, "restarts": 0}
         return status
 
     def protocols_info(self) -> dict[str, dict]:
@@ -145,9 +151,14 @@ class Agent:
 
             self.data_server = DataServer(s, self.token)
             self.data_server.start()
-        self.supervisor = _load_supervisor(s)
-        if self.supervisor is not None:
-            await self.supervisor.start()
+        try:
+            self.supervisor = _load_supervisor(s)
+            if self.supervisor is not None:
+                await self.supervisor.start()
+        except Exception as e:  # the built-in mover and the API keep working without the protocol servers
+            log.exception("Protocol-server supervisor failed to start")
+            self.supervisor_error = f"protocol-server supervisor failed: {type(e).__name__}: {e}"
+            self.supervisor = None
         self.ready = True
 
     def _cert_stamp(self) -> tuple[float, float] | None:

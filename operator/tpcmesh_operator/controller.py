@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -82,7 +82,7 @@ def build_run(name: str, benchmark: str, spec: BenchmarkSpec, scheduled: dt.date
     return run
 
 
-def runs_to_prune(runs: list[Mapping[str, Any]], keep_ok: int, keep_failed: int) -> list[str]:
+def runs_to_prune(runs: Sequence[Mapping[str, Any]], keep_ok: int, keep_failed: int) -> list[str]:
     """Names of finished runs beyond the history limits, oldest first (pure)."""
     def finished(phase: str) -> list[Mapping[str, Any]]:
         rs = [r for r in runs if (r.get("status") or {}).get("phase") == phase
@@ -92,7 +92,7 @@ def runs_to_prune(runs: list[Mapping[str, Any]], keep_ok: int, keep_failed: int)
 
 
 async def _list_runs(namespace: str, benchmark: str) -> list[dict[str, Any]]:
-    res = await asyncio.to_thread(kube.custom().list_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace,
+    res: Any = await asyncio.to_thread(kube.custom().list_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace,
                                   kube.RUNS, label_selector=f"{BENCHMARK_LABEL}={benchmark}")
     return list(res.get("items") or [])
 
@@ -172,8 +172,8 @@ async def _frozen_spec(namespace: str, body: Mapping[str, Any]) -> tuple[dict[st
     if not ref:
         raise SpecError("spec.benchmarkRef.name", "required when spec.benchmark is absent")
     try:
-        tb = await asyncio.to_thread(kube.custom().get_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace,
-                                     kube.BENCHMARKS, ref)
+        tb: Any = await asyncio.to_thread(kube.custom().get_namespaced_custom_object, kube.GROUP, kube.VERSION,
+                                          namespace, kube.BENCHMARKS, ref)
     except ApiException as e:
         raise SpecError("spec.benchmarkRef.name", f"TransferBenchmark {namespace}/{ref}: {e.reason}") from None
     return dict(tb.get("spec") or {}), "benchmarkRef"
@@ -200,8 +200,8 @@ async def drive_run(
         return
     store = kube.KubeStatusStore(namespace, name, extra={"benchmarkSpec": to_dict(spec)})
     bench = ((body.get("spec") or {}).get("benchmarkRef") or {}).get("name") or name
-    owner = next((o for o in body["metadata"].get("ownerReferences") or [] if o.get("kind") == "TransferBenchmark"),
-                 {})
+    refs = body["metadata"].get("ownerReferences") or []
+    owner: Mapping[str, Any] = next((o for o in refs if o.get("kind") == "TransferBenchmark"), {})
     info = RunInfo(benchmark_namespace=namespace, benchmark_name=bench, run_name=name, run_uid=uid,
                    benchmark_uid=owner.get("uid"), scheduled_at=(body.get("spec") or {}).get("scheduledTime"))
     directory = kube.KubeAgentDirectory(

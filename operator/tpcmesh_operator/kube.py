@@ -44,7 +44,7 @@ class KubeStatusStore:
         self._keys: set[str] = set()
 
     async def load(self) -> dict[str, Any] | None:
-        obj = await asyncio.to_thread(custom().get_namespaced_custom_object, GROUP, VERSION, self.namespace, RUNS,
+        obj: Any = await asyncio.to_thread(custom().get_namespaced_custom_object, GROUP, VERSION, self.namespace, RUNS,
                                       self.name)
         status = dict(obj.get("status") or {})
         status.pop("kopf", None)
@@ -93,8 +93,8 @@ class KubeAgentDirectory:
 
     def _agents(self) -> list[Agent]:
         api = core()
-        pods = api.list_namespaced_pod(self.namespace, label_selector=self.pod_selector).items
-        nodes = {n.metadata.name: n for n in api.list_node().items}
+        pods: list[Any] = api.list_namespaced_pod(self.namespace, label_selector=self.pod_selector).items
+        nodes: dict[str, Any] = {n.metadata.name: n for n in api.list_node().items}  # type: ignore[union-attr,misc]
         out: dict[str, Agent] = {}
         for pod in sorted(pods, key=lambda p: p.metadata.name):
             node_name = pod.spec.node_name

@@ -51,17 +51,18 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
     _load_kube_config()
     cfg = client.Configuration.get_default_copy()
-    scheme, token = None, None
-    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    scheme: str | None = None
+    token: str | None = None
+    auth: str | None = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
     if auth:
-        scheme, _, token = auth.partition(" ") if " " in auth else ("Bearer", "", auth)
+        scheme, _, token = auth.partition(" ") if " " in auth else ("Bearer", "", auth)  # type: ignore[assignment]
     return kopf.ConnectionInfo(
         server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl, scheme=scheme, token=token,
         certificate_path=cfg.cert_file, private_key_path=cfg.key_file,
     )
 
 
-@kopf.on.startup()
+@kopf.on.startup()  # type: ignore[arg-type]
 def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
     _load_kube_config()
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tpcmesh.io")
@@ -90,7 +91,7 @@ def benchmark_changed(spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, pat
         raise kopf.PermanentError(ready["message"])
 
 
-@kopf.timer(GROUP, VERSION, BENCHMARKS, interval=SETTINGS.timer_interval, initial_delay=1.0, idle=None)
+@kopf.timer(GROUP, VERSION, BENCHMARKS, interval=SETTINGS.timer_interval, initial_delay=1.0, idle=None)  # type: ignore[arg-type]
 async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kopf.Patch, **_: Any) -> None:
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
@@ -100,7 +101,7 @@ async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kop
     patch.status.update(out)
 
 
-@kopf.daemon(GROUP, VERSION, RUNS, cancellation_timeout=10.0)
+@kopf.daemon(GROUP, VERSION, RUNS, cancellation_timeout=10.0)  # type: ignore[arg-type]
 async def run_daemon(body: kopf.Body, name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped,
                      **_: Any) -> None:
     def event(type_: str, reason: str, message: str) -> None:

@@ -1,0 +1,51 @@
+"""The controller's pure parts: benchmark status, run manifests, pruning by history limits."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tpcmesh_operator.controller import build_run, reconcile_benchmark, runs_to_prune
+from tpcmesh_operator.spec import parse_spec
+
+NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+META = {"generation": 3, "creationTimestamp": "2026-03-01T00:00:00Z"}
+
+
+def cond(status: dict, type_: str) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_reconcile_ready_with_next_run() -> None:
+    out = reconcile_benchmark({"schedule": "@every 12h"}, META, {"lastScheduleTime": "2026-03-01T00:00:00Z"}, NOW)
+    assert out["observedGeneration"] == 3
+    assert out["nextRunTime"] == "2026-03-01T12:00:00Z"  # due now
+    assert cond(out, "Ready")["status"] == "True"
+    out = reconcile_benchmark({"schedule": "@every 12h"}, META, {"lastScheduleTime": "2026-03-01T12:00:00Z"}, NOW)
+    assert out["nextRunTime"] == "2026-03-02T00:00:00Z"
+
+
+def test_reconcile_invalid_and_suspended() -> None:
+    out = reconcile_benchmark({"streams": [0]}, META, None, NOW)
+    c = cond(out, "Ready")
+    assert (c["status"], c["reason"]) == ("False", "InvalidSpec") and "spec.streams[0]" in c["message"]
+    out = reconcile_benchmark({"suspend": True}, META, out, NOW)
+    assert cond(out, "Ready")["reason"] == "Suspended" and out["nextRunTime"] is None
+
+
+def test_build_run_freezes_the_spec() -> None:
+    spec = parse_spec({"protocols": ["iperf3"], "streams": [4]})
+    run = build_run("bench-123", "bench", spec, NOW)
+    assert run["kind"] == "TransferRun" and run["metadata"]["labels"]["tpcmesh.io/benchmark"] == "bench"
+    assert parse_spec(run["spec"]["benchmark"]) == spec
+    assert run["spec"]["scheduledTime"] == "2026-03-01T12:00:00Z"
+
+
+def test_prune_keeps_history_limits_and_undelivered_runs() -> None:
+    def run(name: str, phase: str, t: int, outbox: int = 0) -> dict:
+        return {"metadata": {"name": name, "creationTimestamp": f"2026-03-01T{t:02d}:00:00Z"},
+                "status": {"phase": phase, "outbox": [{}] * outbox}}
+    runs = [run("ok1", "Succeeded", 1), run("ok2", "Succeeded", 2), run("ok3", "Succeeded", 3),
+            run("bad1", "Failed", 4), run("bad2", "Failed", 5), run("live", "Running", 0),
+            run("ok0", "Succeeded", 0, outbox=3)]
+    assert runs_to_prune(runs, keep_ok=2, keep_failed=1) == ["ok1", "bad1"]
+    assert runs_to_prune(runs, keep_ok=0, keep_failed=0) == ["ok3", "ok2", "ok1", "bad2", "bad1"]

@@ -1,9 +1,10 @@
-"""A real PostgreSQL for the dashboard's tests: Debian's initdb/pg_ctl in a temp dir, unix socket + loopback port.
+"""A real PostgreSQL for the dashboard's tests: Debian's initdb/pg_ctl in a temp dir, on a free loopback port.
 
-`postgres_server` (session) starts one server per test session and yields its DATABASE_URL; the
-pytest-django hook `django_db_modify_db_settings` points the test database at it. Tests that need
-PostgreSQL request the `postgres_db` marker-free fixture `pg_database` (see tests/integration/dashboard).
-As root the server runs as the `postgres` user (PostgreSQL refuses root) in a directory that user owns.
+`postgres_server` (session) starts one server the first time a test needs the database; pytest-django's
+`django_db_modify_db_settings` hook (overridden here) points the test database at it, so every `django_db`
+test runs on PostgreSQL. `TPCMESH_TEST_DB=sqlite` keeps Django's configured database instead. As root, the
+server runs as the `postgres` user (PostgreSQL refuses root) in a directory that user owns.
+`start_postgres()` is also used by dashboard/bench/bench_dashboard.py.
 """
 
 from __future__ import annotations
@@ -108,15 +109,14 @@ def postgres_server() -> Iterator[PostgresServer]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _wants_postgres(config: pytest.Config) -> bool:
+def _wants_postgres() -> bool:
     return os.environ.get("TPCMESH_TEST_DB", "postgres") == "postgres"
 
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(request: pytest.FixtureRequest) -> None:
-    """Point pytest-django's test database at the session's PostgreSQL, unless the tests asked for SQLite
-    (TPCMESH_TEST_DB=sqlite, as the SQLite smoke test's subprocess does)."""
-    if not _wants_postgres(request.config):
+    """Point pytest-django's test database at the session's PostgreSQL, unless TPCMESH_TEST_DB=sqlite."""
+    if not _wants_postgres():
         return
     import dj_database_url
     from django.conf import settings

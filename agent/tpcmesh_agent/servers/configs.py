@@ -33,6 +33,11 @@ class XrootdPaths:
     cert: Path | None = None  # copies readable by the run user
     key: Path | None = None
     ca_dir: Path | None = None
+    admin_dir: Path | None = None  # short path: xrootd's admin Unix socket must fit in 108 bytes
+
+    @property
+    def admin(self) -> Path:
+        return self.admin_dir or self.runtime_dir
 
     @property
     def config(self) -> Path:
@@ -45,15 +50,15 @@ class XrootdPaths:
 
 def instance_name(protocol: str, port: int) -> str:
     """xrootd's -n name: unique per port, so several agents on one host keep their admin paths apart."""
-    return f"tpcmesh-{protocol}-{port}"
+    return f"tpcm-{protocol.removeprefix('xrootd-')}-{port}"
 
 
 def _common_xrootd(settings: Any, paths: XrootdPaths, port: int) -> list[str]:
     lines = [f"all.export {e}" for e in EXPORTS]
     lines += [
         f"oss.localroot {settings.data_dir}",
-        f"all.adminpath {paths.runtime_dir}",
-        f"all.pidpath {paths.runtime_dir}",
+        f"all.adminpath {paths.admin}",
+        f"all.pidpath {paths.admin}",
         f"xrd.port {port}",
     ]
     return lines

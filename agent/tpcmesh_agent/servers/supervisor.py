@@ -16,6 +16,7 @@ import pwd
 import shutil
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,6 +112,17 @@ class ServerSupervisor:
         self.run_user = settings.run_user if self.as_root else None
         self.servers: dict[str, ManagedServer] = {}
         self._stopping = False
+        self._admin_root: Path | None = None
+
+    def _admin_dir(self, name: str) -> Path:
+        """A short directory for xrootd's admin socket (Unix socket paths are limited to 108 bytes)."""
+        if self._admin_root is None:
+            self._admin_root = Path(tempfile.mkdtemp(prefix="tpcm-"))
+            self._admin_root.chmod(0o755)
+        d = self._admin_root / name.removeprefix("xrootd-")
+        d.mkdir(exist_ok=True)
+        self._own(d)
+        return d
 
     # ---- specs -----------------------------------------------------------------------------------------------
     def _own(self, path: Path, mode: int | None = None) -> None:
@@ -135,8 +147,9 @@ class ServerSupervisor:
 
     def _xrootd_paths(self, name: str, tls: bool) -> configs.XrootdPaths:
         rt = self._runtime(name)
+        admin = self._admin_dir(name)
         if not tls:
-            return configs.XrootdPaths(rt)
+            return configs.XrootdPaths(rt, admin_dir=admin)
         s = self.settings
         cert, key = rt / "hostcert.pem", rt / "hostkey.pem"
         shutil.copyfile(s.tls_cert, cert)
@@ -150,7 +163,7 @@ class ServerSupervisor:
 
             ca_dir = rt / "ca-dir"
             write_ca_dir(s.ca_file, ca_dir)
-        return configs.XrootdPaths(rt, cert, key, Path(ca_dir))
+        return configs.XrootdPaths(rt, cert, key, Path(ca_dir), admin)
 
     def specs(self) -> list[ServerSpec]:
         s = self.settings
@@ -302,6 +315,9 @@ class ServerSupervisor:
                     await proc.wait()
             _kill_group(proc, signal.SIGKILL)  # forked children (gridftp sessions) left in the group
             log.info("Stopped server %s", server.spec.name)
+        if self._admin_root is not None:
+            shutil.rmtree(self._admin_root, ignore_errors=True)
+            self._admin_root = None
 
     def status(self) -> dict[str, dict]:
         return {name: server.status() for name, server in self.servers.items()}

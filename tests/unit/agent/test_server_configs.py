@@ -36,6 +36,13 @@ def test_https_config_has_tls_and_the_tpc_handler(tmp_path):
     assert f"all.adminpath {tmp_path}" in lines
 
 
+def test_admin_path_can_be_kept_short(tmp_path):
+    paths = configs.XrootdPaths(tmp_path / ("long" * 30), admin_dir=Path("/tmp/tpcm-x"))
+    lines = _directives(configs.xrootd_root_config(_settings(), paths))
+    assert "all.adminpath /tmp/tpcm-x" in lines
+    assert len("/tmp/tpcm-x/" + configs.instance_name("xrootd-https", 65535) + "/.xrootd/admin") < 100
+
+
 def test_https_config_refuses_to_run_without_tls(tmp_path):
     with pytest.raises(ValueError, match="only with TLS"):
         configs.xrootd_https_config(_settings(), configs.XrootdPaths(tmp_path))
@@ -54,7 +61,7 @@ def test_root_config_enables_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path):
 def test_xrootd_argv_drops_root_and_names_the_instance_by_port(tmp_path):
     argv = configs.xrootd_argv("xrootd-root", 11094, configs.XrootdPaths(tmp_path), "nobody")
     assert argv[:3] == ["xrootd", "-R", "nobody"]
-    assert argv[argv.index("-n") + 1] == "tpcmesh-xrootd-root-11094"
+    assert argv[argv.index("-n") + 1] == "tpcm-root-11094"
     assert argv[argv.index("-c") + 1] == str(tmp_path / "xrootd.cfg")
     assert "-R" not in configs.xrootd_argv("xrootd-root", 11094, configs.XrootdPaths(tmp_path), None)
 

@@ -1,0 +1,226 @@
+"""Helpers shared by the movers that drive external programs and servers (XRootD, GridFTP, iperf3).
+
+- child processes run in their own session and are killed (whole group) on timeout or cancellation;
+- the per-test destination directory is created for the user the protocol servers run as;
+- received files are checked for size and adler32 against what the source published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .base import FileResult, FileSpec, MoverUnavailable, TransferJob
+
+PACKAGES = {
+    "xrdcp": "xrootd-client",
+    "xrootd": "xrootd-server",
+    "globus-url-copy": "globus-gass-copy-progs",
+    "globus-gridftp-server": "globus-gridftp-server-progs",
+    "iperf3": "iperf3",
+}
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def missing(program: str) -> str | None:
+    """None when ``program`` is on PATH, else a message naming the Debian package."""
+    if shutil.which(program):
+        return None
+    return f"{program} is not installed: install the Debian package {PACKAGES.get(program, program)}"
+
+
+@dataclass
+class ProcessResult:
+    returncode: int | None  # None: killed at the deadline
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def _killpg(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def run_program(argv: list[str], deadline: float, env: dict[str, str] | None = None,
+                      on_stdout_line: Any = None) -> ProcessResult:
+    """Run ``argv`` until it exits or ``deadline`` (monotonic) passes; kill its process group on timeout/cancel."""
+    t0 = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})}, start_new_session=True)
+    out: list[str] = []
+
+    async def read_out() -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace")
+            out.append(line)
+            if on_stdout_line is not None:
+                on_stdout_line(line)
+
+    async def read_err() -> bytes:
+        assert proc.stderr is not None
+        return await proc.stderr.read()
+
+    readers = asyncio.gather(read_out(), read_err())
+    try:
+        remaining = max(deadline - time.monotonic(), 0.001)
+        try:
+            await asyncio.wait_for(proc.wait(), remaining)
+        except TimeoutError:
+            _killpg(proc)
+            await proc.wait()
+            _, err = await readers
+            return ProcessResult(None, "".join(out), err.decode("utf-8", "replace"), time.monotonic() - t0)
+        _, err = await readers
+        return ProcessResult(proc.returncode, "".join(out), err.decode("utf-8", "replace"), time.monotonic() - t0)
+    except asyncio.CancelledError:
+        _killpg(proc)
+        readers.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait())
+        raise
+    finally:
+        if proc.returncode is None:
+            _killpg(proc)
+
+
+def local_source_address(peer_host: str, peer_port: int) -> str:
+    """The address this host uses to reach the peer (what the peer sees as our address)."""
+    family = socket.AF_INET6 if ":" in peer_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((peer_host, peer_port))
+        return s.getsockname()[0]
+
+
+def run_user_ids(settings: Any) -> tuple[int, int] | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        pw = pwd.getpwnam(settings.run_user)
+    except KeyError as e:
+        raise MoverUnavailable(f"run_user {settings.run_user!r} does not exist on this host") from e
+    return pw.pw_uid, pw.pw_gid
+
+
+def prepare_destination(settings: Any, job: TransferJob, protocol: str) -> str:
+    """Create the test's destination dir writable by the servers' run user; return its path below data_dir."""
+    if job.destination_dir is None:
+        raise MoverUnavailable(f"{protocol} writes through the local protocol server and supports only destination "
+                               "'store' (use the builtin mover for 'sink')")
+    try:
+        rel = Path(job.destination_dir).resolve().relative_to(Path(settings.data_dir).resolve())
+    except ValueError as e:
+        raise MoverUnavailable(f"destination {job.destination_dir} is outside the data dir {settings.data_dir}") from e
+    job.destination_dir.mkdir(parents=True, exist_ok=True)
+    ids = run_user_ids(settings)
+    if ids is not None:
+        os.chown(job.destination_dir, *ids)
+    return "/" + rel.as_posix()
+
+
+def finish_file(result: FileResult, spec: FileSpec, job: TransferJob, error: str | None) -> FileResult:
+    """Fill bytes (from the stored file), error and checksum verdict of a stored file. Blocking (adler32)."""
+    from ..files import adler32_of
+
+    path = job.destination_dir / spec.name if job.destination_dir is not None else None
+    if path is not None:
+        try:
+            result.bytes = path.stat().st_size
+        except FileNotFoundError:
+            result.bytes = 0
+    if error is None and result.bytes != spec.size:
+        error = f"received {result.bytes} of {spec.size} bytes"
+    result.error = error
+    if error is None and path is not None and job.verify_checksums and spec.checksum:
+        got = adler32_of(path)
+        result.checksum_ok = got == spec.checksum
+        if not result.checksum_ok:
+            result.error = f"checksum mismatch: got {got}, source published {spec.checksum}"
+    return result
+
+
+def short(text: str, limit: int = 400) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    out = " | ".join(lines[-4:])
+    return out[-limit:]
+
+
+class FileWatch:
+    """Polls a file being written by a server: progress bytes, and when its first and last byte arrived.
+
+    Client programs (xrdcp, globus-url-copy) add their own set-up and polling time; the file's growth is what the
+    server actually did, so per-file start/end come from here when the file was seen growing.
+    """
+
+    INTERVAL = 0.02
+
+    def __init__(self, path: Path, size: int, progress: Any) -> None:
+        self.path, self.size, self.progress = path, size, progress
+        self.reported = 0
+        self.first_byte: datetime | None = None
+        self.complete: datetime | None = None
+        self.samples: list[tuple[float, int]] = []
+        self._task: asyncio.Task | None = None
+
+    def _poll(self) -> None:
+        try:
+            n = self.path.stat().st_size
+        except OSError:
+            return
+        t = now()
+        if n > 0 and self.first_byte is None:
+            self.first_byte = t
+        if n >= self.size and self.complete is None:
+            self.complete = t
+        if n > self.reported:
+            self.progress.add_bytes(n - self.reported)
+            self.reported = n
+            self.samples.append((time.monotonic(), n))
+
+    async def _loop(self) -> None:
+        while True:
+            self._poll()
+            await asyncio.sleep(self.INTERVAL)
+
+    def __enter__(self) -> FileWatch:
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._poll()
+
+    def peak_bps(self) -> float | None:
+        best = None
+        for (t0, b0), (t1, b1) in zip(self.samples, self.samples[1:], strict=False):
+            if t1 - t0 >= 0.2:
+                rate = (b1 - b0) * 8 / (t1 - t0)
+                best = rate if best is None else max(best, rate)
+        return best
+
+    def settle(self, result: FileResult, start: datetime) -> None:
+        """Use the file's growth for the timing when it was seen (else keep the client's timing)."""
+        result.started_at = start
+        if self.complete is not None and result.finished_at is not None and self.complete < result.finished_at:
+            result.finished_at = self.complete
+        result.peak_bps = self.peak_bps()

@@ -1,0 +1,60 @@
+"""GridFTP third-party copy: ``globus-url-copy -p <streams>`` from the source's GridFTP server to the local one.
+
+Both servers run anonymously with their data dir as home, so URLs are ``ftp://host:port/~/sets/<set>/<name>``
+(source) and ``ftp://<local>:port/~/incoming/<test>/<name>`` (destination); the data flows server to server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
+from .external import FileWatch, finish_file, missing, now, prepare_destination, run_program, short
+
+
+class GridftpMover(Mover):
+    protocol = "gridftp"
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def available(self) -> str | None:
+        return missing("globus-url-copy") or missing("globus-gridftp-server")
+
+    def local_hostport(self) -> str:
+        host = self.settings.address
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{self.settings.gridftp_port}"
+
+    async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
+        why = self.available()
+        if why:
+            raise MoverUnavailable(why)
+        dest = prepare_destination(self.settings, job, self.protocol)
+        deadline = time.monotonic() + job.timeout
+        progress.files_total = len(job.files)
+
+        async def pull(spec: FileSpec) -> FileResult:
+            src = f"ftp://{job.source.hostport()}/~/sets/{job.file_set}/{spec.name}"
+            dst = f"ftp://{self.local_hostport()}/~{dest}/{spec.name}"
+            argv = ["globus-url-copy", "-p", str(job.streams), "-fast", src, dst]
+            start = now()
+            result = FileResult(name=spec.name, size=spec.size, started_at=start)
+            assert job.destination_dir is not None
+            with FileWatch(job.destination_dir / spec.name, spec.size, progress) as watch:
+                proc = await run_program(argv, deadline)
+            result.finished_at = now()
+            watch.settle(result, start)
+            if proc.timed_out:
+                error: str | None = f"timed out after {job.timeout:g} s"
+            elif proc.returncode != 0:
+                error = f"globus-url-copy exited with {proc.returncode}: {short(proc.stderr or proc.stdout)}"
+            else:
+                error = None
+            await asyncio.to_thread(finish_file, result, spec, job, error)
+            progress.files_done += 1
+            return result
+
+        return await run_files_concurrently(job, pull)

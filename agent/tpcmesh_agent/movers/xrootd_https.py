@@ -1,0 +1,122 @@
+"""XRootD HTTP-TPC, pull mode: the agent asks its LOCAL XRootD server to pull each file from the source's XRootD.
+
+For each file: ``COPY https://<local>:<xrootd_https_port>/incoming/<test>/<name>`` with
+``Source: https://<source>/sets/<set>/<name>``, ``Credential: none`` and ``X-Number-Of-Streams: <streams>``; the
+answer is a ``text/perf-marker-stream``. XRootD answers 201 even when the copy failed: only the final body line
+(``success: …`` / ``failure: …``) tells, so the body is always read to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import time
+from typing import Any
+
+import aiohttp
+
+from ..markers import MarkerParser, MarkerStreamError
+from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
+from .external import finish_file, now, prepare_destination, short
+
+MAX_STREAMS = 100  # XRootD answers 500 above this
+
+
+class XrootdHttpsMover(Mover):
+    protocol = "xrootd-https"
+    source_scheme = "https"  # the URL scheme the local XRootD uses to reach the source
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def available(self) -> str | None:
+        if not shutil.which("xrootd"):
+            return "xrootd is not installed: install the Debian package xrootd-server"
+        s = self.settings
+        if s.tls_cert is None or s.ca_file is None:
+            return "needs tls_cert, tls_key and ca_file: XRootD's HTTP-TPC handler loads only with TLS"
+        return None
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.settings.ca_file))
+        return ctx
+
+    def local_url(self, path: str) -> str:
+        host = self.settings.address
+        host = f"[{host}]" if ":" in host else host
+        return f"https://{host}:{self.settings.xrootd_https_port}{path}"
+
+    async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
+        why = self.available()
+        if why:
+            raise MoverUnavailable(why)
+        if job.streams > MAX_STREAMS:
+            raise MoverUnavailable(f"XRootD accepts at most {MAX_STREAMS} streams, the test asked for {job.streams}")
+        dest = prepare_destination(self.settings, job, self.protocol)
+        deadline = time.monotonic() + job.timeout
+        progress.files_total = len(job.files)
+        conn = aiohttp.TCPConnector(limit=0, ssl=self._ssl())
+        async with aiohttp.ClientSession(connector=conn) as session:
+            async def pull(spec: FileSpec) -> FileResult:
+                result = await self._copy(session, job, spec, dest, deadline, progress)
+                progress.files_done += 1
+                return result
+
+            return await run_files_concurrently(job, pull)
+
+    async def _copy(self, session: aiohttp.ClientSession, job: TransferJob, spec: FileSpec, dest: str,
+                    deadline: float, progress: Progress) -> FileResult:
+        result = FileResult(name=spec.name, size=spec.size, started_at=now())
+        source = f"{self.source_scheme}://{job.source.hostport()}/sets/{job.file_set}/{spec.name}"
+        headers = {"Source": source, "Credential": "none", "X-Number-Of-Streams": str(job.streams),
+                   "Overwrite": "T"}
+        parser = MarkerParser()
+        reported = 0
+        peak = 0.0
+        last: tuple[float, int] | None = None
+        error: str | None = None
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            timeout = aiohttp.ClientTimeout(total=remaining)
+            async with session.request("COPY", self.local_url(f"{dest}/{spec.name}"), headers=headers,
+                                       timeout=timeout) as resp:
+                if resp.status not in (200, 201, 202):
+                    body = await resp.text(errors="replace")
+                    raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}")
+                async for chunk in resp.content.iter_any():
+                    for marker in parser.feed(chunk):
+                        done = marker.stripe_bytes
+                        if done > reported:  # markers count bytes assigned to workers: an upper bound in flight
+                            progress.add_bytes(done - reported)
+                            reported = done
+                        if marker.timestamp is not None:
+                            if last is not None and marker.timestamp > last[0]:
+                                peak = max(peak, (done - last[1]) * 8 / (marker.timestamp - last[0]))
+                            last = (marker.timestamp, done)
+            outcome = parser.close()
+            if not outcome.ok:
+                error = f"XRootD HTTP-TPC failed: {outcome.message}"
+        except TimeoutError:
+            error = f"timed out after {job.timeout:g} s"
+        except MarkerStreamError as e:
+            error = f"unreadable marker stream: {e}"
+        except aiohttp.ClientError as e:
+            error = f"COPY to the local XRootD failed: {type(e).__name__}: {e}"
+        except RuntimeError as e:
+            error = str(e)
+        result.finished_at = now()
+        result.peak_bps = peak or None
+        await asyncio.to_thread(finish_file, result, spec, job, error)
+        if result.bytes > reported:
+            progress.add_bytes(result.bytes - reported)
+        return result
+
+
+class XrootdHttpMover(XrootdHttpsMover):
+    """The same, with the source read over plain HTTP (same port: XrdHttp with TLS serves both). Benchmarks only."""
+
+    protocol = "xrootd-http"
+    source_scheme = "http"

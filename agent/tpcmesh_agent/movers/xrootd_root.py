@@ -1,0 +1,69 @@
+"""XRootD native third-party copy over root://: ``xrdcp --tpc only root://source//sets/… root://local//incoming/…``.
+
+The destination XRootD (this agent's) runs ``xrdcp --server`` to pull from the source. XRootD's TPC rendezvous
+checks that the pull comes from the host named in the destination URL, so the local server is addressed by the
+address this host uses to reach the source (on loopback that is 127.0.0.1; XRootD listens on every address).
+``xrdcp --tpc only`` polls for completion (about 0.8 s per copy here), so each file's end is taken from the
+destination file reaching its size when that was seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
+from .external import (
+    FileWatch,
+    finish_file,
+    local_source_address,
+    missing,
+    now,
+    prepare_destination,
+    run_program,
+    short,
+)
+
+
+class XrootdRootMover(Mover):
+    protocol = "xrootd-root"
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def available(self) -> str | None:
+        return missing("xrdcp") or missing("xrootd")
+
+    async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
+        why = self.available()
+        if why:
+            raise MoverUnavailable(why)
+        dest = prepare_destination(self.settings, job, self.protocol)
+        local = await asyncio.to_thread(local_source_address, job.source.host, job.source.port)
+        local = f"[{local}]" if ":" in local else local
+        deadline = time.monotonic() + job.timeout
+        progress.files_total = len(job.files)
+
+        async def pull(spec: FileSpec) -> FileResult:
+            src = f"root://{job.source.hostport()}//sets/{job.file_set}/{spec.name}"
+            dst = f"root://{local}:{self.settings.xrootd_root_port}/{dest}/{spec.name}"
+            argv = ["xrdcp", "--tpc", "only", "--force", "--nopbar", "--streams", str(job.streams), src, dst]
+            start = now()
+            result = FileResult(name=spec.name, size=spec.size, started_at=start)
+            assert job.destination_dir is not None
+            with FileWatch(job.destination_dir / spec.name, spec.size, progress) as watch:
+                proc = await run_program(argv, deadline, env={"XRD_CONNECTIONRETRY": "1"})
+            result.finished_at = now()
+            watch.settle(result, start)
+            if proc.timed_out:
+                error: str | None = f"timed out after {job.timeout:g} s"
+            elif proc.returncode != 0:
+                error = f"xrdcp exited with {proc.returncode}: {short(proc.stderr or proc.stdout)}"
+            else:
+                error = None
+            await asyncio.to_thread(finish_file, result, spec, job, error)
+            progress.files_done += 1
+            return result
+
+        return await run_files_concurrently(job, pull)

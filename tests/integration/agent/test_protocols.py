@@ -1,0 +1,134 @@
+"""Two real agents on loopback addresses of their own, with the real XRootD, GridFTP and iperf3 servers: one
+transfer per protocol with 1 and 8 streams at concurrency 11, records checked field by field and by the contract."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import time
+from datetime import datetime
+
+import pytest
+
+from tests.integration.agent.test_builtin_transfers import _validator
+
+pytestmark = pytest.mark.integration
+
+COUNT, SIZE = 11, 1_000_003
+TPC = ("xrootd-https", "xrootd-root", "gridftp")
+ALL = ("builtin", *TPC, "iperf3")
+
+
+def free_port() -> int:
+    """A port free on every address (XRootD cannot bind to one address: it listens on all of them)."""
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+def xrootd_ports() -> dict[str, int]:
+    return {"xrootd_root_port": free_port(), "xrootd_https_port": free_port()}
+
+
+def _t(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+@pytest.fixture(scope="module")
+def pair(module_agent_factory):
+    src = module_agent_factory(protocols=ALL, run_user="nobody", **xrootd_ports())
+    dst = module_agent_factory(protocols=ALL, run_user="nobody", **xrootd_ports())
+    files = src.file_set(count=COUNT, size=SIZE)["files"]
+    return src, dst, files
+
+
+def check_tpc_record(rec: dict, files: list[dict], protocol: str, streams: int) -> None:
+    _validator().validate(rec)
+    assert rec["status"] == "succeeded", rec
+    assert rec["error"] is None
+    assert (rec["protocol"], rec["streams"], rec["concurrency"]) == (protocol, streams, COUNT)
+    assert rec["destination_kind"] == "store"
+    assert rec["file_count"] == COUNT and rec["file_size"] == SIZE
+    assert rec["total_bytes"] == COUNT * SIZE
+    assert rec["checksum"] == "ok"
+    by_name = {f["name"]: f for f in rec["files"]}
+    assert sorted(by_name) == sorted(f["name"] for f in files)
+    start, end = _t(rec["started_at"]), _t(rec["finished_at"])
+    for f in files:
+        got = by_name[f["name"]]
+        assert got["size"] == got["bytes"] == f["size"]
+        assert got["error"] is None
+        assert got["checksum_ok"] is True
+        assert start <= _t(got["started_at"]) <= _t(got["finished_at"]) <= end
+    mean = statistics.fmean(f["seconds"] for f in rec["files"])
+    assert rec["mean_transfer_seconds"] == pytest.approx(mean)
+    assert rec["throughput_gbps"] == pytest.approx(rec["total_bytes"] * 8 / 1e9 / mean)
+    assert rec["aggregate_gbps"] == pytest.approx(rec["total_bytes"] * 8 / 1e9 / rec["wall_seconds"])
+    assert rec["throughput_gbps"] > 0 and rec["aggregate_gbps"] > 0
+
+
+def test_every_server_runs_and_is_reported(pair):
+    _, dst, _ = pair
+    info = dst.get("/api/v1/info").json()
+    for p in ALL:
+        st = info["protocols"][p]
+        assert st["available"] is True and st["running"] is True, (p, st)
+        assert st["restarts"] == 0
+    assert info["protocols"]["xrootd-root"]["port"] == dst.ports["xrootd_root_port"]
+    assert info["protocols"]["gridftp"]["port"] == dst.ports["gridftp_port"]
+
+
+@pytest.mark.parametrize("streams", [1, 8])
+@pytest.mark.parametrize("protocol", TPC)
+def test_tpc_protocol_moves_the_set(pair, protocol, streams):
+    src, dst, files = pair
+    port = src.ports[{"xrootd-https": "xrootd_https_port", "xrootd-root": "xrootd_root_port",
+                      "gridftp": "gridftp_port"}[protocol]]
+    rec = dst.transfer(protocol=protocol, source={"host": src.address, "port": port},
+                       file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT, streams=streams,
+                       timeout_seconds=60, destination="store", timeout=90)
+    check_tpc_record(rec, files, protocol, streams)
+    # the received files were removed after verification: nothing is left in incoming/
+    assert not list((dst.data_dir / "data" / "incoming").iterdir())
+
+
+@pytest.mark.parametrize("streams", [1, 8])
+def test_iperf3_measures_the_received_rate(pair, streams):
+    src, dst, _ = pair
+    t0 = time.monotonic()
+    rec = dst.transfer(protocol="iperf3", source={"host": src.address, "port": src.ports["iperf3_port"]},
+                       file_set={"count": 1, "size": 1000}, concurrency=1, streams=streams, timeout_seconds=2,
+                       destination="sink", timeout=30)
+    _validator().validate(rec)
+    assert rec["status"] == "succeeded", rec
+    assert rec["streams"] == streams
+    [f] = rec["files"]
+    assert f["name"] == "iperf3" and f["bytes"] == rec["total_bytes"] > 10**6
+    assert 0.9 < f["seconds"] < 1.5  # iperf3 ran for 1 s (half the 2 s timeout)
+    assert rec["throughput_gbps"] == pytest.approx(f["bytes"] * 8 / 1e9 / f["seconds"])
+    assert time.monotonic() - t0 < 10
+
+
+def test_sink_is_refused_clearly_by_server_side_movers(pair):
+    src, dst, files = pair
+    rec = dst.transfer(protocol="gridftp", source={"host": src.address, "port": src.ports["gridftp_port"]},
+                       file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=1, streams=1,
+                       timeout_seconds=20, destination="sink", timeout=30)
+    assert rec["status"] == "failed"
+    assert "supports only destination 'store'" in rec["error"]
+
+
+def test_missing_source_file_fails_with_the_servers_reason(pair):
+    src, dst, _ = pair
+    ghost = [{"name": "no-such-file", "size": 10}]
+    for protocol, key in (("xrootd-https", "xrootd_https_port"), ("xrootd-root", "xrootd_root_port"),
+                          ("gridftp", "gridftp_port")):
+        rec = dst.transfer(protocol=protocol, source={"host": src.address, "port": src.ports[key]},
+                           file_set={"count": COUNT, "size": SIZE}, files=ghost, concurrency=1, streams=1,
+                           timeout_seconds=20, destination="store", timeout=40)
+        _validator().validate(rec)
+        assert rec["status"] == "failed", (protocol, rec)
+        [f] = rec["files"]
+        assert f["bytes"] == 0
+        assert f["error"], protocol
+        assert "no-such-file" in f["error"] or "No such file" in f["error"] or "404" in f["error"], f["error"]

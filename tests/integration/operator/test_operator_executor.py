@@ -1,22 +1,18 @@
-"""The run executor against REAL agents (tpcmesh-agent processes on 127.0.1.x) and a results endpoint.
+"""The run executor against REAL agents (tpcmesh-agent processes on 127.0.1.x) and the REAL dashboard
+(gunicorn + Django on the suite's PostgreSQL, stopped and started to play an outage).
 
-The results endpoint is a small aiohttp server that validates every batch against the contract and counts ids
-(it can be stopped and started); it stands in for the dashboard only until the dashboard's live-server fixture
-lands. Faults: an agent killed mid-run, the endpoint down for the whole run, the executor stopped and resumed.
+Faults: an agent killed mid-run, the dashboard down for the whole run then back, the executor stopped and resumed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 import uuid
 from collections import Counter
 from pathlib import Path
 
-import jsonschema
 import pytest
-from aiohttp import web
+from operator_live_dashboard import LiveDashboard
 from tpcmesh_operator.agents import Agent, AgentsClient
 from tpcmesh_operator.results import ResultsClient
 from tpcmesh_operator.runs import (
@@ -29,66 +25,11 @@ from tpcmesh_operator.runs import (
 )
 from tpcmesh_operator.spec import parse_spec
 
-from tests.support.paths import REPO
-
 pytestmark = pytest.mark.integration
 
-SCHEMA = json.loads((REPO / "manifests/schemas/measurement.v1.schema.json").read_text())
-BATCH = jsonschema.Draft202012Validator({**SCHEMA, "$ref": "#/$defs/ingestBatch"},
-                                        format_checker=jsonschema.FormatChecker())
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=5.0)
 SPEC = {"protocols": ["builtin"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "1MB"},
         "latency": {"enabled": True, "count": 2}, "timeoutSeconds": 30, "retries": 0}
-
-
-class IngestEndpoint:
-    """POST /api/v1/ingest/ with contract validation; start()/stop() on a fixed port."""
-
-    def __init__(self, token: str = "secret-token") -> None:
-        self.token = token
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
-        self.received: Counter[str] = Counter()
-        self.measurements: dict[str, dict] = {}
-        self.batches = 0
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def ingest(self, request: web.Request) -> web.Response:
-        if request.headers.get("Authorization") != f"Token {self.token}":
-            return web.json_response({"detail": "no token"}, status=401)
-        body = await request.json()
-        errors = [e.message for e in BATCH.iter_errors(body)]
-        if errors:
-            return web.json_response({"errors": errors[:5]}, status=400)
-        self.batches += 1
-        created = dup = 0
-        for m in body["measurements"]:
-            self.received[m["id"]] += 1
-            if m["id"] in self.measurements:
-                dup += 1
-            else:
-                created += 1
-                self.measurements[m["id"]] = m
-        return web.json_response({"created": created, "duplicates": dup,
-                                  "ids": [m["id"] for m in body["measurements"]]}, status=201)
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/api/v1/ingest/", self.ingest)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    async def stop(self) -> None:
-        if self._runner:
-            await self._runner.cleanup()
-            self._runner = None
 
 
 @pytest.fixture
@@ -109,11 +50,16 @@ def mesh(agent_factory, shared_token):
     return start
 
 
-@pytest.fixture
-async def endpoint():
-    e = IngestEndpoint()
-    yield e
-    await e.stop()
+@pytest.fixture(scope="module")
+def dashboard(postgres_server, tmp_path_factory):
+    d = LiveDashboard(postgres_server, tmp_path_factory.mktemp("dashboard"))
+    d.start()
+    yield d
+    d.stop()
+
+
+def stored(dashboard: LiveDashboard, run: RunInfo) -> list[dict]:
+    return [m for m in dashboard.measurements() if m["run"] == run.run_uid]
 
 
 def run_info() -> RunInfo:
@@ -125,22 +71,23 @@ def executor(spec, agents, client, results, store, directory=None, **kw) -> RunE
                        client, results, store, options=kw.pop("options", FAST), **kw)
 
 
-async def test_full_mesh_delivers_every_measurement_once(mesh, shared_token, tpcmesh_pki, endpoint) -> None:
+async def test_full_mesh_delivers_every_measurement_once(mesh, shared_token, tpcmesh_pki, dashboard) -> None:
     handles, agents = mesh(3)
-    await endpoint.start()
+    info = run_info()
     progress = []
     events = []
-    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(endpoint.url,
-                                                                                      endpoint.token) as rc:
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                      dashboard.token) as rc:
         store = MemoryStatusStore()
-        st = await executor(SPEC, agents, ac, rc, store, on_progress=progress.append,
+        st = await executor(SPEC, agents, ac, rc, store, run=info, on_progress=progress.append,
                             on_event=lambda *e: events.append(e)).execute()
     assert st["phase"] == "Succeeded", st.get("message")
     assert (st["planned"], st["succeeded"], st["failed"]) == (12, 12, 0)  # 6 pairs x (rtt + builtin/1)
     assert st["totalRounds"] == 12 and st["currentRound"] == 12
     assert st["outbox"] == [] and st["delivered"] == 12 and st["undelivered"] == 0
-    assert set(endpoint.received.values()) == {1} and len(endpoint.received) == 12
-    rows = list(endpoint.measurements.values())
+    rows = stored(dashboard, info)
+    assert len(rows) == 12 and len({r["id"] for r in rows}) == 12
+    assert {r["id"] for r in rows} == {t["id"] for t in st["tests"].values()}
     assert {r["protocol"] for r in rows} == {"rtt", "builtin"}
     names = {h.name for h in handles}
     for r in rows:
@@ -182,21 +129,24 @@ async def test_agent_killed_mid_run_fails_its_pairs_without_stalling(mesh, share
     assert len(st["outbox"]) == 6  # no results endpoint: everything waits in the outbox
 
 
-async def test_results_endpoint_down_whole_run_then_back(mesh, shared_token, tpcmesh_pki, endpoint) -> None:
+async def test_dashboard_down_whole_run_then_back(mesh, shared_token, tpcmesh_pki, dashboard) -> None:
     _, agents = mesh(2)
-    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(endpoint.url,
-                                                                                      endpoint.token) as rc:
-        ex = executor(SPEC, agents, ac, rc, MemoryStatusStore(),
+    info = run_info()
+    dashboard.stop()
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                      dashboard.token) as rc:
+        ex = executor(SPEC, agents, ac, rc, MemoryStatusStore(), run=info,
                       options=ExecutorOptions(poll_interval=0.1, delivery_max_seconds=1.0))
         st = await ex.execute()
         assert st["phase"] == "Succeeded" and st["undelivered"] == 4 == len(st["outbox"])
         cond = {c["type"]: c for c in st["conditions"]}
         assert cond["Delivered"]["status"] == "False" and cond["Delivered"]["reason"] == "DashboardUnavailable"
-        assert not endpoint.received
-        await endpoint.start()
+        await asyncio.to_thread(dashboard.start)
+        assert stored(dashboard, info) == []
         left = await ex.deliver(20)
     assert left == 0 and ex.status["outbox"] == [] and ex.status["delivered"] == 4
-    assert len(endpoint.received) == 4 and set(endpoint.received.values()) == {1}
+    rows = stored(dashboard, info)
+    assert len(rows) == 4 and {r["id"] for r in rows} == {t["id"] for t in ex.status["tests"].values()}
     assert {c["type"]: c["status"] for c in ex.status["conditions"]}["Delivered"] == "True"
 
 
@@ -212,15 +162,14 @@ class CountingClient(AgentsClient):
         return await super().start_transfer(agent, request)
 
 
-async def test_stopped_and_resumed_run_does_not_redo_finished_tests(mesh, shared_token, tpcmesh_pki, endpoint,
+async def test_stopped_and_resumed_run_does_not_redo_finished_tests(mesh, shared_token, tpcmesh_pki, dashboard,
                                                                      tmp_path) -> None:
     _, agents = mesh(3, builtin_max_rate=4_000_000)
-    await endpoint.start()
     store = JsonFileStatusStore(tmp_path / "run.json")
     info = run_info()
     spec = {**SPEC, "streams": [2, 1]}  # rtt + builtin/2 + builtin/1 = 18 tests in 18 rounds
-    async with CountingClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(endpoint.url,
-                                                                                        endpoint.token) as rc:
+    async with CountingClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                        dashboard.token) as rc:
         first = executor(spec, agents, ac, rc, store, run=info)
         task = asyncio.create_task(first.execute())
         while (first.status.get("done") or 0) < 9:
@@ -242,6 +191,7 @@ async def test_stopped_and_resumed_run_does_not_redo_finished_tests(mesh, shared
     # a test cut mid-flight is re-posted once with the same id (the agent answers 200 with the same record)
     assert max(ac.started.values()) <= 2
     assert len(ac.started) == 12  # 12 transfers (rtt probes are not transfers), none under a second id
-    # stored exactly once; a batch cut by the stop between the dashboard's answer and the status save is re-sent
-    # once and counted as duplicates by the (idempotent) endpoint
-    assert len(endpoint.measurements) == 18 and sum(endpoint.received.values()) - 18 <= 9
+    # stored exactly once (a batch cut by the stop between the dashboard's answer and the status save is re-sent;
+    # the dashboard is idempotent by id)
+    rows = stored(dashboard, info)
+    assert len(rows) == 18 and {r["id"] for r in rows} == {t["id"] for t in st["tests"].values()}

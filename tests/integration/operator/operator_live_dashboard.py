@@ -1,0 +1,85 @@
+"""The real dashboard (gunicorn + Django + the suite's PostgreSQL) as a process the operator's tests can stop and
+start on the same port, to play a dashboard outage."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from tests.support.paths import REPO
+
+DASHBOARD = REPO / "dashboard"
+BIN = Path(sys.executable).parent
+
+
+class LiveDashboard:
+    def __init__(self, pg, workdir: Path) -> None:
+        self.db = f"op_{uuid.uuid4().hex[:10]}"
+        subprocess.run(pg._cmd("createdb", "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.user, self.db),
+                       check=True, capture_output=True)
+        self.env = {**os.environ, "DATABASE_URL": f"postgres://{pg.user}@127.0.0.1:{pg.port}/{self.db}",
+                    "DJANGO_SETTINGS_MODULE": "config.settings", "TPCMESH_DASHBOARD_ALLOWED_HOSTS": "127.0.0.1"}
+        self.env.pop("TPCMESH_TEST_DB", None)
+        self._manage("migrate", "--noinput")
+        self.token = self._manage("create_api_token", f"operator-{self.db}", "--write").strip()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log = workdir / "dashboard.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _manage(self, *args: str) -> str:
+        r = subprocess.run([sys.executable, "manage.py", *args], cwd=DASHBOARD, env=self.env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, f"manage.py {' '.join(args)}: {r.stderr[-2000:]}"
+        return r.stdout
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "gunicorn"), "config.wsgi:application", "-b", f"127.0.0.1:{self.port}", "-w", "1",
+                 "--threads", "4", "--access-logfile", "-"],
+                cwd=DASHBOARD, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            time.sleep(0.1)
+        raise AssertionError(f"dashboard not healthy: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def measurements(self) -> list[dict]:
+        """Every stored measurement (the public read API)."""
+        out: list[dict] = []
+        url: str | None = f"{self.url}/api/v1/measurements/?limit=1000"
+        while url:
+            r = httpx.get(url, timeout=10, headers={"Accept": "application/json"})
+            r.raise_for_status()
+            body = r.json()
+            out += body["results"]
+            url = body.get("next")
+        return out

@@ -59,6 +59,10 @@ class Cancelled(PullError):
     pass
 
 
+class DigestRefused(PullError):
+    """The source answered 405 to a GET with Want-Digest (XRootD without a checksum configured does)."""
+
+
 class SocketRegistry:
     """Sockets of one test; ``cancel()`` shuts them all down so blocked threads return at once."""
 
@@ -193,6 +197,7 @@ def fetch(
     idle_timeout: float = IDLE_TIMEOUT,
     method: str = "GET",
     meta: dict[str, str] | None = None,
+    want_digest: bool = False,
 ) -> int:
     """GET ``path`` (bytes [start, end) when ``end`` is given) into ``fd`` at offset ``start``, or discard it when
     ``fd`` is None. Returns the bytes received; raises PullError when short, refused or wrong. For HEAD, returns
@@ -201,8 +206,9 @@ def fetch(
     what = f"{'https' if ssl_ctx else 'http'}://{host}:{port}{path}"
     try:
         hosthdr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        req = (f"{method} {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: tpcmesh-agent\r\n"
-               "Want-Digest: adler32\r\nConnection: close\r\n")
+        req = f"{method} {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: tpcmesh-agent\r\nConnection: close\r\n"
+        if want_digest:
+            req += "Want-Digest: adler32\r\n"
         if end is not None:
             req += f"Range: bytes={start}-{end - 1}\r\n"
         try:
@@ -216,6 +222,8 @@ def fetch(
             raise
         if meta is not None:
             meta.update(headers)
+        if status == 405 and want_digest:
+            raise DigestRefused(f"{what} answered 405 to Want-Digest")
         want_status = 206 if end is not None else 200
         if status != want_status and not (end is not None and status == 200 and start == 0 and end == expect_total):
             raise PullError(f"{what} answered {status} {reason}".rstrip())
@@ -304,24 +312,37 @@ def pull(host: str, port: int, path: str, size: int | None, dest: Path | None, s
          registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None = None,
          idle_timeout: float = IDLE_TIMEOUT, meta: dict[str, str] | None = None) -> int:
     """Pull one file with ``streams`` parallel ranges into ``dest`` (None: discard). Blocking; returns bytes.
-    ``meta`` receives the (first) response's lower-cased headers, e.g. ``digest``."""
-    if size is None and streams > 1:
+    With ``meta``, asks for an adler32 ``Digest`` (asking again without when the source refuses, as XRootD
+    without a checksum configured does) and fills ``meta`` with the first response's lower-cased headers."""
+    if meta is not None:
+        try:
+            return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, meta)
+        except DigestRefused:
+            log.debug("Source %s:%d refused Want-Digest; pulling without", host, port)
+    return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, None)
+
+
+def _pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
+          registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None,
+          idle_timeout: float, meta: dict[str, str] | None) -> int:
+    if streams > 1 and (size is None or meta is not None):
+        # a HEAD learns the size (and the digest) before any byte moves, so a refused Want-Digest costs nothing
         size = fetch(host, port, path, None, registry, counter, ssl_ctx=ssl_ctx, method="HEAD",
-                     idle_timeout=idle_timeout)
+                     idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None)
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if dest is not None else None
     try:
         if size is not None and fd is not None:
             os.ftruncate(fd, size)
         if streams <= 1 or not size:
             return fetch(host, port, path, fd, registry, counter, expect_total=size, ssl_ctx=ssl_ctx,
-                         idle_timeout=idle_timeout, meta=meta)
+                         idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None)
         ranges = split_ranges(size, streams)
         results: list[int | BaseException] = [0] * len(ranges)
 
         def one(i: int, a: int, b: int) -> None:
             try:
                 results[i] = fetch(host, port, path, fd, registry, counter, start=a, end=b, expect_total=size,
-                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout, meta=meta if i == 0 else None)
+                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout)
             except BaseException as e:  # reported below
                 results[i] = e
 
@@ -372,9 +393,10 @@ class BuiltinMover(Mover):
         counter = Counter(progress)
         dest = job.destination_dir / spec.name if job.destination_dir is not None else None
         meta: dict[str, str] = {}
+        want_digest = dest is not None and job.verify_checksums and not spec.checksum
         try:
             pull(job.source.host, job.source.port, f"/files/{job.file_set}/{spec.name}", spec.size, dest,
-                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta)
+                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None)
         except PullError as e:
             res.error = str(e)
         except OSError as e:
@@ -595,7 +617,7 @@ class _Handler(BaseHTTPRequestHandler):
             meta: dict[str, str] = {}
             try:
                 outcome["bytes"] = pull(u.hostname or "", port, u.path or "/", None, dest, max(1, streams), registry,
-                                        counter, ssl_ctx, meta=meta)
+                                        counter, ssl_ctx, meta=meta if verify else None)
                 if verify:
                     expected = digest_checksum(meta.get("digest"))
                     if expected is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import subprocess
+import threading
 import zlib
 
 import pytest
@@ -145,3 +147,60 @@ def test_copy_with_checksum_verification_catches_corruption(agents):
     last = r.stdout.decode().rstrip("\n").splitlines()[-1]
     assert last.startswith(f"failure: checksum mismatch: source says {fs['files'][0]['checksum']}"), last
     assert not (dst.data_dir / "data" / "incoming" / "corrupt.dat").exists()
+
+
+class _RefusesWantDigest(http.server.BaseHTTPRequestHandler):
+    """Behaves like XRootD 5.5 without a checksum configured: 405 to any request carrying Want-Digest."""
+
+    protocol_version = "HTTP/1.1"
+    data = bytes(range(256)) * 4000
+    seen: list[str] = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        self.seen.append(f"{self.command} want-digest={self.headers.get('Want-Digest')}")
+        if self.headers.get("Want-Digest"):
+            self.send_response(405)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        start, end = 0, len(self.data)
+        if rng := self.headers.get("Range"):
+            a, b = rng.removeprefix("bytes=").split("-")
+            start, end = int(a), int(b) + 1
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(end - start))
+        self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(self.data[start:end])
+
+
+@pytest.mark.parametrize("streams", [1, 4])
+def test_copy_retries_without_want_digest_when_the_source_refuses_it(agents, streams):
+    _, dst, _ = agents
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusesWantDigest)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        source = f"http://127.0.0.1:{srv.server_address[1]}/f"
+        base = f"http://{dst.address}:{dst.builtin_port}/files/incoming/refuser-{streams}.dat"
+        args = ("-X", "COPY", "-H", f"Source: {source}", "-H", f"X-Number-Of-Streams: {streams}",
+                "-H", f"Authorization: Bearer {dst.token}")
+        _RefusesWantDigest.seen.clear()
+        ok = curl(*args, base)
+        assert ok.stdout.decode().rstrip("\n").splitlines()[-1] == "success: Created"
+        assert all("want-digest=None" in s for s in _RefusesWantDigest.seen)  # not asked when not verifying
+        assert (dst.data_dir / "data" / "incoming" / f"refuser-{streams}.dat").read_bytes() == _RefusesWantDigest.data
+        _RefusesWantDigest.seen.clear()
+        verify = curl(*args, "-H", "RequireChecksumVerification: true", base)
+        last = verify.stdout.decode().rstrip("\n").splitlines()[-1]
+        assert last == "failure: checksum verification asked for, but the source sent no adler32 Digest"
+        assert _RefusesWantDigest.seen[0].endswith("want-digest=adler32")  # asked once, then again without
+        assert any(s.endswith("want-digest=None") for s in _RefusesWantDigest.seen[1:])
+    finally:
+        srv.shutdown()
+        srv.server_close()

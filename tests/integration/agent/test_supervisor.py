@@ -1,0 +1,101 @@
+"""The protocol-server supervisor inside a real agent: a killed server is restarted and counted; a missing program
+makes its protocols unavailable with the Debian package named, and the other servers keep working."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.agent.test_protocols import xrootd_ports
+
+pytestmark = pytest.mark.integration
+
+
+def server_pids(program: str, marker: str) -> list[int]:
+    """Pids of ``program`` processes whose command line mentions ``marker`` (an address or a data dir)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0].decode(errors="replace")) == program and marker.encode() in b" ".join(
+                argv):
+            pids.append(int(d.name))
+    return pids
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not happen within {timeout} s")
+
+
+def listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def test_killed_server_is_restarted_and_counted(agent_factory):
+    agent = agent_factory(protocols=("builtin", "iperf3", "gridftp"), run_user="nobody")
+    [pid] = server_pids("iperf3", agent.address)
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted():
+        st = agent.get("/api/v1/info").json()["protocols"]["iperf3"]
+        return st if st["restarts"] == 1 and st["running"] else None
+
+    st = wait_for(restarted, 10, "iperf3 restart")
+    assert st["available"] is True
+    assert "exited" in (st["message"] or "") or st["message"] is None
+    assert wait_for(lambda: listening(agent.address, agent.ports["iperf3_port"]), 10, "iperf3 listening again")
+    [new_pid] = server_pids("iperf3", agent.address)
+    assert new_pid != pid
+    other = agent.get("/api/v1/info").json()["protocols"]["gridftp"]
+    assert other["running"] is True and other["restarts"] == 0
+    assert agent.metric("tpcmesh_agent_server_up", server="iperf3") == 1.0
+
+
+def test_missing_program_is_reported_with_its_package_and_the_rest_works(agent_factory, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for program in ("iperf3", "globus-gridftp-server", "globus-url-copy", "openssl"):
+        (bin_dir / program).symlink_to(shutil.which(program))
+    monkeypatch.setenv("PATH", str(bin_dir))  # no xrootd, no xrdcp
+    agent = agent_factory(protocols=("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3"),
+                          run_user="nobody", **xrootd_ports())
+    protocols = agent.get("/api/v1/info").json()["protocols"]
+    for p in ("xrootd-https", "xrootd-root"):
+        assert protocols[p]["available"] is False, protocols[p]
+        assert protocols[p]["running"] is False
+        assert "xrootd-server" in protocols[p]["message"] or "xrootd-client" in protocols[p]["message"]
+    for p in ("gridftp", "iperf3", "builtin"):
+        assert protocols[p]["available"] is True and protocols[p]["running"] is True, protocols[p]
+    assert listening(agent.address, agent.ports["iperf3_port"])
+    assert listening(agent.address, agent.ports["gridftp_port"])
+    assert agent.metric("tpcmesh_agent_server_up", server="xrootd-root") == 0.0
+    assert agent.metric("tpcmesh_agent_server_up", server="gridftp") == 1.0
+    # a transfer on the missing protocol ends clearly, not in a hang
+    r = agent.post("/api/v1/transfers", json={
+        "test_id": "8b0d7c58-3c55-4d8e-9f57-8fd1d7f0b001", "protocol": "xrootd-root",
+        "source": {"host": "127.0.0.1", "port": 1}, "file_set": {"count": 1, "size": 10}, "timeout_seconds": 5})
+    if r.status_code == 202:
+        rec = agent.wait_transfer(r.json()["test_id"], timeout=20)
+        assert rec["status"] == "failed" and "xrootd" in rec["error"], rec
+    else:
+        assert r.status_code in (409, 422, 503) and "xrootd" in r.text, r.text

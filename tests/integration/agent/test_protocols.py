@@ -132,3 +132,46 @@ def test_missing_source_file_fails_with_the_servers_reason(pair):
         assert f["bytes"] == 0
         assert f["error"], protocol
         assert "no-such-file" in f["error"] or "No such file" in f["error"] or "404" in f["error"], f["error"]
+
+
+PROGRAM = {"xrootd-https": ("xrootd", "xrootd-https"), "xrootd-root": ("xrootd", "xrootd-root"),
+           "gridftp": ("globus-gridftp-server", "")}
+
+
+@pytest.mark.parametrize("protocol", TPC)
+def test_source_server_killed_mid_transfer(pair, protocol):
+    """The source's server freezes with the copies in flight, then dies: a clear failed record, no hang, the
+    destination agent unharmed, and the source's supervisor restarts its server."""
+    import os
+    import signal
+
+    from tests.integration.agent.test_supervisor import server_pids, wait_for
+
+    src, dst, files = pair
+    program, tag = PROGRAM[protocol]
+    pids = [p for p in server_pids(program, str(src.data_dir)) if tag in open(f"/proc/{p}/cmdline").read()]
+    groups = {os.getpgid(p) for p in pids}
+    assert len(groups) == 1, pids
+    [group] = groups
+    key = {"xrootd-https": "xrootd_https_port", "xrootd-root": "xrootd_root_port", "gridftp": "gridftp_port"}
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        started = dst.start_transfer(protocol=protocol, source={"host": src.address, "port": src.ports[key[protocol]]},
+                                     file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT,
+                                     streams=1, timeout_seconds=25, destination="store")
+        time.sleep(1.0)
+        assert dst.get(f"/api/v1/transfers/{started['test_id']}").json()["status"] == "running"
+    finally:
+        os.killpg(group, signal.SIGKILL)
+    t0 = time.monotonic()
+    rec = dst.wait_transfer(started["test_id"], timeout=40)
+    _validator().validate(rec)
+    assert rec["status"] == "failed", rec
+    assert rec["error"]
+    assert all(f["error"] for f in rec["files"] if f["bytes"] < f["size"])
+    assert time.monotonic() - t0 < 28, "the failure must not wait for more than the job timeout"
+    assert dst.alive()
+    restarted = wait_for(lambda: src.get("/api/v1/info").json()["protocols"][protocol]["running"], 15,
+                         f"{protocol} restart on the source")
+    assert restarted
+    assert src.get("/api/v1/info").json()["protocols"][protocol]["restarts"] >= 1

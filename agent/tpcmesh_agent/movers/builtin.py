@@ -720,6 +720,16 @@ class DataServer(ThreadingHTTPServer):
         entry = cached[1].get(name)
         return entry[1] if entry and entry[0] == size else None
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a peer that goes away mid-body (cancelled or killed test) is routine, not a traceback on stderr
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError | BrokenPipeError):
+            log.info("Built-in data connection from %s ended: %s", client_address[0], exc)
+        else:
+            log.exception("Built-in data request from %s failed", client_address[0])
+
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the FQDN of the address (a DNS query); not needed here.
         socketserver.TCPServer.server_bind(self)

@@ -96,3 +96,8 @@ dashboard-run: setup ## Run the dashboard on http://127.0.0.1:8000 (SQLite file 
 test-dashboard: setup ## The dashboard's unit, integration and browser tests, and its migrations check
 	cd dashboard && ../$(PY) manage.py makemigrations --check --dry-run
 	$(PYTEST) tests/unit/dashboard tests/integration/dashboard tests/browser/test_grid.py
+
+# --- agent core (control API, file sets, runner, built-in mover) ----------------------------------------------------
+.PHONY: test-agent
+test-agent: setup ## The agent's unit and integration tests (real agents on 127.0.1.x)
+	$(PYTEST) tests/unit/agent tests/integration/agent

@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.cluster.operator_support import apply_crds, ensure_namespace
+from tests.support.live_dashboard import LiveDashboard
 
 pytestmark = pytest.mark.cluster
 G, V = "tpcmesh.io", "v1alpha1"
@@ -62,13 +63,18 @@ def agent_pods(control_plane, agent_factory, tmp_path):
     return start
 
 
-def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcmesh_pki, monkeypatch) -> None:
+def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcmesh_pki, monkeypatch,
+                                                 postgres_server, tmp_path) -> None:
     from kopf.testing import KopfRunner
 
     ns = "op-run"
     api = control_plane.client()
     apply_crds(api)
     handles = agent_pods(ns, 3)
+    dashboard = LiveDashboard(postgres_server, tmp_path)
+    dashboard.start()
+    client.CoreV1Api(api).create_namespaced_secret(ns, {"metadata": {"name": "results-token"},
+                                                         "stringData": {"token": dashboard.token}})
     monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
     for k, v in {"AGENT_TOKEN_FILE": str(agent_pods.token_file), "CA_FILE": str(tpcmesh_pki.ca_file),
                  "TIMER_INTERVAL": "1", "POLL_INTERVAL": "0.2", "UNREACHABLE_GRACE": "2", "METRICS_PORT": "0",
@@ -78,7 +84,8 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     core = client.CoreV1Api(api)
     spec = {"schedule": "@every 1h", "protocols": ["builtin"], "streams": [1], "concurrency": 2,
             "fileSet": {"count": 2, "size": "1MB"}, "latency": {"enabled": True, "count": 2}, "timeoutSeconds": 30,
-            "retries": 0, "successfulRunsHistoryLimit": 2}
+            "retries": 0, "successfulRunsHistoryLimit": 2,
+            "results": {"url": dashboard.url, "tokenSecret": {"name": "results-token"}}}
     args = ["run", "--standalone", "--namespace", ns, "-m", "tpcmesh_operator.main"]
     with KopfRunner(args, timeout=120) as runner:
         objs.create_namespaced_custom_object(G, V, ns, "transferbenchmarks", {
@@ -87,7 +94,8 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
         def finished_run():
             items = objs.list_namespaced_custom_object(G, V, ns, "transferruns",
                                                        label_selector="tpcmesh.io/benchmark=mesh")["items"]
-            done = [r for r in items if (r.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+            done = [r for r in items if (r.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                    and not r["status"].get("outbox")]
             return done[0] if done else None
 
         run = wait_for("a finished TransferRun", finished_run, timeout=90)
@@ -111,6 +119,8 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
                                  & {"Completed", "CreatedRun", "InvalidSpec"}) == 3 else None, timeout=20)
     assert runner.exception is None, runner.stdout
     assert runner.exit_code == 0
+    rows = [m for m in dashboard.measurements() if m["run"] == run["metadata"]["uid"]]
+    dashboard.stop()
 
     st = run["status"]
     nodes = {h.node for h in handles}
@@ -121,9 +131,11 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     assert st["progress"] == "12/12"
     assert {a["node"] for a in st["agents"]} == nodes
     assert {a["address"] for a in st["agents"]} == {h.address for h in handles}
-    # no results endpoint configured: every measurement waits in the status (the outbox)
-    assert len(st["outbox"]) == 12 and st["undelivered"] == 12
-    assert {(m["source"], m["destination"]) for m in st["outbox"]} == {(a, b) for a in nodes for b in nodes if a != b}
+    # every measurement acknowledged by the real dashboard, stored once, under the Kubernetes node names
+    assert st["outbox"] == [] and st["undelivered"] == 0 and st["delivered"] == 12
+    assert len(rows) == 12 and {r["id"] for r in rows} == {t["id"] for t in st["tests"].values()}
+    assert {(m["source"], m["destination"]) for m in rows} == {(a, b) for a in nodes for b in nodes if a != b}
+    assert len({r["benchmark"] for r in rows}) == 1
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Succeeded"]["status"] == "True" and conds["Progressing"]["status"] == "False"
 

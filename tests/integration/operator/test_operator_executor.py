@@ -12,7 +12,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from operator_live_dashboard import LiveDashboard
 from tpcmesh_operator.agents import Agent, AgentsClient
 from tpcmesh_operator.results import ResultsClient
 from tpcmesh_operator.runs import (
@@ -24,6 +23,8 @@ from tpcmesh_operator.runs import (
     StaticDirectory,
 )
 from tpcmesh_operator.spec import parse_spec
+
+from tests.support.live_dashboard import LiveDashboard
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,6 @@
-"""The real dashboard (gunicorn + Django + the suite's PostgreSQL) as a process the operator's tests can stop and
-start on the same port, to play a dashboard outage."""
+"""The real dashboard (gunicorn + Django on the suite's PostgreSQL, a fresh database each) as a process that tests
+can stop and start on the same port, to play a dashboard outage. Not a fixture plugin: build one from the
+`postgres_server` fixture, e.g. `LiveDashboard(postgres_server, tmp_path).start()`; `token` can ingest."""
 
 from __future__ import annotations
 

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import statistics
 import time
 
 
 async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float = 3.0,
                           interval: float = 0.05) -> dict:
-    """Connect ``count`` times; each sample is the time of the TCP handshake (SYN -> SYN/ACK)."""
+    """Connect ``count`` times; each sample is the time of the TCP handshake (SYN -> SYN/ACK). A host name is
+    resolved once, before the samples, so name resolution is not part of the RTT."""
     samples: list[float] = []
     errors: list[str] = []
+    target = host
+    try:
+        infos = await asyncio.wait_for(
+            asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
+        target = str(infos[0][4][0])
+    except (OSError, TimeoutError) as e:
+        return _result(host, port, count, [], [f"cannot resolve {host}: {e}"])
     for i in range(count):
         t0 = time.perf_counter()
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            _, writer = await asyncio.wait_for(asyncio.open_connection(target, port), timeout)
         except TimeoutError:
             errors.append(f"connect to {host}:{port} timed out after {timeout:g} s")
         except OSError as e:
@@ -31,6 +40,10 @@ async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float =
                 pass
         if i + 1 < count and interval:
             await asyncio.sleep(interval)
+    return _result(host, port, count, samples, errors)
+
+
+def _result(host: str, port: int, count: int, samples: list[float], errors: list[str]) -> dict:
     return {
         "host": host,
         "port": port,

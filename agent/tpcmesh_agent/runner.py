@@ -194,7 +194,10 @@ class TransferRunner:
         if mover is None:
             raise ApiError(422, f"protocol {job.protocol} is unavailable on this agent: "
                                 f"{self.problems.get(job.protocol, 'no mover')}")
-        why = mover.available()
+        try:
+            why = mover.available()
+        except Exception as e:  # a broken availability check makes the protocol unavailable, not the API
+            why = f"availability check failed: {type(e).__name__}: {e}"
         if why:
             raise ApiError(422, f"protocol {job.protocol} is unavailable on this agent: {why}")
         run = Run(job=job, started_at=datetime.now(UTC))

@@ -123,6 +123,8 @@ def test_rtt_probe(agent_factory):
     assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"] < 1000
     closed = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": 9, "count": 2}).json()
     assert closed["samples"] == 0 and closed["min_ms"] is None and "refused" in closed["error"].lower()
+    named = a.post("/api/v1/probes/rtt", json={"host": "localhost", "port": 9, "count": 1}).json()  # /etc/hosts
+    assert named["samples"] == 0 and "refused" in named["error"].lower() and named["host"] == "localhost"
     bad = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": 70000})
     assert bad.status_code == 422 and "port must be an integer 1-65535" in bad.json()["error"]
     assert a.post("/api/v1/probes/rtt", json={"host": b.address, "count": 1000}).status_code == 422

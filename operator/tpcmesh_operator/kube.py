@@ -32,6 +32,20 @@ def core() -> client.CoreV1Api:
     return client.CoreV1Api()
 
 
+MAX_STATUS_BYTES = 1_000_000  # etcd refuses objects above ~1.5 MB
+
+
+def compact(status: dict[str, Any], limit: int = MAX_STATUS_BYTES) -> dict[str, Any]:
+    """Keep a status under the object size limit: drop the per-file details of waiting measurements first
+    (`files` is optional in the contract; the aggregate figures stay)."""
+    if len(json.dumps(status)) <= limit:
+        return status
+    out = dict(status)
+    out["outbox"] = [{k: v for k, v in m.items() if k != "files"} for m in status.get("outbox") or []]
+    out["compacted"] = True
+    return out
+
+
 class KubeStatusStore:
     """Loads and saves a TransferRun's status (status subresource, JSON merge patch).
 
@@ -52,7 +66,7 @@ class KubeStatusStore:
         return status if status.get("agents") is not None or status.get("phase") else None
 
     async def save(self, status: dict[str, Any]) -> None:
-        body = {**status, **self.extra}
+        body = compact({**status, **self.extra})
         patch = {**{k: None for k in self._keys - set(body)}, **json.loads(json.dumps(body))}
         await asyncio.to_thread(custom().patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, RUNS,
                                 self.name, {"status": patch})

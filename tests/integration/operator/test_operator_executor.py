@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from tpcmesh_operator.agents import Agent, AgentsClient
 from tpcmesh_operator.results import ResultsClient
 from tpcmesh_operator.runs import (
@@ -97,6 +98,11 @@ async def test_full_mesh_delivers_every_measurement_once(mesh, shared_token, tpc
         if r["protocol"] == "builtin":
             assert r["total_bytes"] == 2 * 10**6 and r["throughput_gbps"] > 0 and r["checksum"] in ("ok", "skipped")
     assert progress[-1].done == 12 and progress[-1].total == 12
+    a, b = sorted(names)[:2]
+    assert REGISTRY.get_sample_value("tpcmesh_operator_last_throughput_bits_per_second",
+                                     {"source": a, "destination": b, "protocol": "builtin", "streams": "1"}) > 0
+    assert REGISTRY.get_sample_value("tpcmesh_operator_tests_total", {"protocol": "rtt", "status": "succeeded"}) >= 6
+    assert REGISTRY.get_sample_value("tpcmesh_operator_runs_total", {"outcome": "succeeded"}) >= 1
     assert any(e[1] == "Started" for e in events) and any(e[1] == "Completed" for e in events)
     assert store.status["phase"] == "Succeeded"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tpcmesh_operator.controller import build_run, reconcile_benchmark, runs_to_prune
+from tpcmesh_operator.kube import compact
 from tpcmesh_operator.spec import parse_spec
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -49,3 +50,11 @@ def test_prune_keeps_history_limits_and_undelivered_runs() -> None:
             run("ok0", "Succeeded", 0, outbox=3)]
     assert runs_to_prune(runs, keep_ok=2, keep_failed=1) == ["ok1", "bad1"]
     assert runs_to_prune(runs, keep_ok=0, keep_failed=0) == ["ok3", "ok2", "ok1", "bad2", "bad1"]
+
+
+def test_status_compaction_drops_file_details_only_when_too_big() -> None:
+    m = {"id": "x", "throughput_gbps": 1.0, "files": [{"name": "f" * 100}] * 50}
+    small = {"outbox": [m], "tests": {}}
+    assert compact(small) is small
+    big = compact({"outbox": [m] * 100, "tests": {}}, limit=100_000)
+    assert big["compacted"] and all("files" not in x and x["throughput_gbps"] == 1.0 for x in big["outbox"])

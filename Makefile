@@ -101,3 +101,8 @@ test-dashboard: setup ## The dashboard's unit, integration and browser tests, an
 .PHONY: test-agent
 test-agent: setup ## The agent's unit and integration tests (real agents on 127.0.1.x)
 	$(PYTEST) tests/unit/agent tests/integration/agent
+
+# ---- agent movers (issue 2, part B: protocol servers and external movers) ----
+.PHONY: bench-movers
+bench-movers: setup ## Movers over loopback: iperf3, cp, built-in, XRootD HTTP-TPC/root://, GridFTP (QUICK=1: smoke run)
+	$(PY) agent/bench/movers.py $(if $(QUICK),--quick) --output BENCHMARKS.md

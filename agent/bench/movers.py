@@ -1,0 +1,272 @@
+"""`make bench-movers`: every mover over loopback on this machine, written as one table into BENCHMARKS.md.
+
+Two real agents (tests/support/agents.py starts them) on loopback addresses of their own, with the real XRootD,
+GridFTP and iperf3 servers. Cases: iperf3 (1 and 8 streams), ``cp`` tmpfs->tmpfs, the built-in mover (sink and
+store), XRootD HTTP-TPC over HTTPS and over plain HTTP, XRootD root:// TPC and GridFTP TPC (store), each with 1
+and 11 files at once and 1 and 8 streams per file. Gbit/s are SI (1e9 bit/s) and wall-clock aggregates: bytes
+moved / (last byte in - start). Median of 3 repeats (``--quick``: small files, one repeat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+START, END = "<!-- bench-movers:start -->", "<!-- bench-movers:end -->"
+CONCURRENCY = (1, 11)
+STREAMS = (1, 8)
+GB = 10**9
+
+
+@dataclass
+class Case:
+    mover: str
+    streams: int | None  # None: not applicable (cp)
+    concurrency: int
+    destination: str  # sink | store
+    samples: list[float]
+
+    @property
+    def gbps(self) -> float | None:
+        ok = [s for s in self.samples if s is not None]
+        return statistics.median(ok) if ok else None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+def shm_free() -> int:
+    st = os.statvfs("/dev/shm")
+    return st.f_bavail * st.f_frsize
+
+
+def mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def pick_size(wanted: int, count: int) -> int:
+    """The largest size <= wanted (halving) with source set + one stored copy + 10 % fitting in memory."""
+    room = min(shm_free(), mem_available())
+    size = wanted
+    while size > 10**6 and 2.2 * count * size > room:
+        size //= 2
+    return size
+
+
+class Bench:
+    def __init__(self, size: int, repeats: int, log) -> None:
+        self.size, self.repeats, self.log = size, repeats, log
+        self.cases: dict[tuple, Case] = {}
+
+    def add(self, mover: str, streams: int | None, conc: int, dest: str, value: float | None) -> None:
+        key = (mover, streams, conc, dest)
+        self.cases.setdefault(key, Case(mover, streams, conc, dest, [])).samples.append(value)
+        shown = "failed" if value is None else f"{value:.2f} Gbit/s"
+        self.log(f"  {mover:14s} streams={streams} concurrency={conc:2d} {dest:5s}: {shown}")
+
+    # -- runners ---------------------------------------------------------------------------------------------
+    def api(self, src, dst, protocol: str, port: int, files: list[dict], streams: int, conc: int, dest: str,
+            timeout: float = 600) -> float | None:
+        body = dict(protocol=protocol, source={"host": src.address, "port": port},
+                    file_set={"count": 11, "size": self.size}, files=files[:conc], concurrency=conc,
+                    streams=streams, timeout_seconds=timeout, destination=dest)
+        rec = dst.transfer(timeout=timeout + 30, **body)
+        if rec["status"] != "succeeded":
+            self.log(f"    {protocol} failed: {rec['error']}")
+            return None
+        return rec["aggregate_gbps"]
+
+    def iperf3(self, src, dst, streams: int) -> float | None:
+        body = dict(protocol="iperf3", source={"host": src.address, "port": src.ports["iperf3_port"]},
+                    file_set={"count": 1, "size": 1000}, concurrency=1, streams=streams,
+                    timeout_seconds=20 if self.repeats > 1 else 8, destination="sink")
+        rec = dst.transfer(timeout=60, **body)
+        return rec["aggregate_gbps"] if rec["status"] == "succeeded" else None
+
+    def cp(self, src_dir: Path, files: list[dict], conc: int) -> float:
+        out = Path(tempfile.mkdtemp(prefix="bench-cp-", dir="/dev/shm"))
+        try:
+            t0 = time.monotonic()
+            procs = [subprocess.Popen(["cp", str(src_dir / f["name"]), str(out / f["name"])]) for f in files[:conc]]
+            for p in procs:
+                if p.wait() != 0:
+                    raise RuntimeError("cp failed")
+            dt = time.monotonic() - t0
+            return sum(f["size"] for f in files[:conc]) * 8 / 1e9 / dt
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    def xrootd_plain_http(self, src, dst, files: list[dict], streams: int, conc: int) -> float | None:
+        """XRootD HTTP-TPC with the source read over plain http:// (not a protocol of the API: run in-process)."""
+        from tpcmesh_agent.config import load_settings
+        from tpcmesh_agent.movers.base import Endpoint, FileSpec, Progress, TransferJob
+        from tpcmesh_agent.movers.xrootd_https import XrootdHttpMover
+
+        env = {"TPCMESH_AGENT_" + k.upper(): v for k, v in dst.settings.items() if k != "protocols"}
+        settings = load_settings([], {**env, "TPCMESH_AGENT_PROTOCOLS": "xrootd-https"})
+        test_id = str(uuid.uuid4())
+        job = TransferJob(test_id=test_id, protocol="xrootd-https",
+                          source=Endpoint(src.address, src.ports["xrootd_https_port"]),
+                          files=tuple(FileSpec(f["name"], f["size"], f["checksum"]) for f in files[:conc]),
+                          file_set=f"11x{self.size}", concurrency=conc, streams=streams, timeout=600,
+                          destination_dir=settings.incoming_dir / test_id, verify_checksums=False)
+        start = datetime.now(UTC)
+        try:
+            results = asyncio.run(XrootdHttpMover(settings).run(job, Progress()))
+        finally:
+            shutil.rmtree(settings.incoming_dir / test_id, ignore_errors=True)
+        if any(r.error for r in results):
+            self.log(f"    xrootd-http failed: {[r.error for r in results if r.error][0]}")
+            return None
+        last = max(r.finished_at for r in results if r.finished_at)
+        return sum(r.bytes for r in results) * 8 / 1e9 / (last - start).total_seconds()
+
+    # -- the whole matrix -------------------------------------------------------------------------------------
+    def run(self, src, dst, files: list[dict], src_dir: Path) -> None:
+        ports = src.ports
+        for rep in range(self.repeats):
+            self.log(f"repeat {rep + 1}/{self.repeats}")
+            for s in STREAMS:
+                self.add("iperf3", s, 1, "sink", self.iperf3(src, dst, s))
+            for c in CONCURRENCY:
+                self.add("cp", None, c, "store", self.cp(src_dir, files, c))
+            for c in CONCURRENCY:
+                for s in STREAMS:
+                    for d in ("sink", "store"):
+                        self.add("builtin", s, c, d, self.api(src, dst, "builtin", src.builtin_port, files, s, c, d))
+                    self.add("xrootd-https", s, c, "store",
+                             self.api(src, dst, "xrootd-https", ports["xrootd_https_port"], files, s, c, "store"))
+                    self.add("xrootd-http", s, c, "store", self.xrootd_plain_http(src, dst, files, s, c))
+                    self.add("xrootd-root", s, c, "store",
+                             self.api(src, dst, "xrootd-root", ports["xrootd_root_port"], files, s, c, "store"))
+                    self.add("gridftp", s, c, "store",
+                             self.api(src, dst, "gridftp", ports["gridftp_port"], files, s, c, "store"))
+
+    def table(self, header: str) -> str:
+        iperf = {s: self.cases[("iperf3", s, 1, "sink")].gbps for s in STREAMS if ("iperf3", s, 1, "sink") in
+                 self.cases}
+        cp = {c: self.cases[("cp", None, c, "store")].gbps for c in CONCURRENCY}
+        names = {"iperf3": "iperf3", "cp": "cp tmpfs→tmpfs", "builtin": "built-in",
+                 "xrootd-https": "XRootD HTTP-TPC (https)", "xrootd-http": "XRootD HTTP-TPC (plain http)",
+                 "xrootd-root": "XRootD root:// TPC", "gridftp": "GridFTP TPC (anonymous ftp)"}
+        rows = ["| mover | streams | concurrency | destination (sink or store) | Gbit/s | ratio to iperf3 |",
+                "|---|---|---|---|---|---|"]
+        for case in self.cases.values():
+            ref = iperf.get(case.streams or 1)
+            g = case.gbps
+            ratio = f"{g / ref:.2f}" if g is not None and ref else "–"
+            streams = "–" if case.streams is None else str(case.streams)
+            rows.append(f"| {names[case.mover]} | {streams} | {case.concurrency} | {case.destination} | "
+                        f"{'failed' if g is None else f'{g:.2f}'} | {ratio} |")
+        goals = []
+        for c in CONCURRENCY:
+            for s in STREAMS:
+                sink = self.cases.get(("builtin", s, c, "sink"))
+                store = self.cases.get(("builtin", s, c, "store"))
+                if sink and sink.gbps and iperf.get(s):
+                    r = sink.gbps / iperf[s]
+                    goals.append(f"sink {s} stream(s) × {c}: {r:.2f} × iperf3 ({'met' if r >= 0.9 else 'MISSED'})")
+                if store and store.gbps and cp.get(c):
+                    r = store.gbps / cp[c]
+                    goals.append(f"store {s} stream(s) × {c}: {r:.2f} × cp ({'met' if r >= 0.9 else 'MISSED'})")
+        text = [START, "## Movers over loopback (`make bench-movers`)", "", header, "", *rows, "",
+                "Goals for the built-in mover (sink ≥ 0.9 × iperf3 at the same stream count, store ≥ 0.9 × cp at the "
+                "same concurrency): " + "; ".join(goals) + ".", END]
+        return "\n".join(text)
+
+
+def write_section(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="100 MB files, one repeat (a smoke run)")
+    ap.add_argument("--size", type=int, default=None, help="file size in bytes (default 1e9; quick 1e8)")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md")
+    args = ap.parse_args(argv)
+    wanted = args.size or (10**8 if args.quick else GB)
+    repeats = args.repeats or (1 if args.quick else 3)
+    size = pick_size(wanted, 11)
+    reduced = size != wanted
+
+    from tpcmesh_operator import pki
+
+    from tests.support.agents import TestPKI, start_agent
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    work = Path(tempfile.mkdtemp(prefix="bench-movers-pki-"))
+    os.chmod(work, 0o755)
+    ca = pki.create_ca("tpcmesh bench CA")
+    (work / "ca.crt").write_bytes(ca.cert_pem)
+    test_pki = TestPKI(work / "ca.crt", pki.write_ca_dir(ca.cert_pem, work / "ca-dir"), ca, work)
+    protocols = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
+    agents = []
+    t0 = time.monotonic()
+    try:
+        for _ in range(2):
+            agents.append(start_agent(test_pki, protocols=protocols, run_user="nobody",
+                                      budget_bytes=int(22 * size * 1.05) + 10**8, log_level="WARNING",
+                                      xrootd_root_port=free_port(), xrootd_https_port=free_port()))
+        src, dst = agents
+        log(f"Creating 11 x {size} bytes on the source agent {src.address}")
+        files = src.file_set(count=11, size=size)["files"]
+        src_dir = src.data_dir / "data" / "sets" / f"11x{size}"
+        bench = Bench(size, repeats, log)
+        bench.run(src, dst, files, src_dir)
+    finally:
+        for a in agents:
+            a.stop()
+            shutil.rmtree(a.data_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    size_text = f"{size / 1e9:g} GB" if size >= 10**8 else f"{size / 1e6:g} MB"
+    note = (f" **Files reduced to {size_text}** (wanted {wanted / 1e9:g} GB: source set + one stored copy must fit "
+            f"in /dev/shm and free memory)." if reduced else "")
+    header = (f"Two real agents on loopback addresses of their own, {'quick run: ' if args.quick else ''}files of "
+              f"{size_text} (SI), 1 file or 11 at once, 1 or 8 streams per file; "
+              f"{'one run' if repeats == 1 else f'median of {repeats}'}; Gbit/s = SI wall-clock aggregate (bytes / "
+              "time from start to the last byte). sink discards the bytes; store writes them to tmpfs. XRootD and "
+              "GridFTP always store (their servers write the file). iperf3 is measured with the agents' iperf3 mover "
+              f"(-R); ratio to iperf3 uses the same stream count. {when}, {platform.node()}, {os.cpu_count()} cores, "
+              f"run took {time.monotonic() - t0:.0f} s.{note}")
+    write_section(args.output, bench.table(header))
+    log(f"Wrote the bench-movers section of {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Pure parts of the external movers: iperf3's JSON report, destination checks, file verification."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from tpcmesh_agent.config import Settings
+from tpcmesh_agent.files import adler32_of
+from tpcmesh_agent.movers.base import Endpoint, FileResult, FileSpec, MoverUnavailable, TransferJob
+from tpcmesh_agent.movers.external import finish_file, local_source_address, prepare_destination
+from tpcmesh_agent.movers.iperf3 import duration_for, parse_report
+
+REPORT = {"start": {}, "intervals": [], "end": {
+    "sum_sent": {"start": 0, "end": 1.0, "seconds": 1.0, "bytes": 2_600_000_000, "bits_per_second": 2.08e10},
+    "sum_received": {"start": 0, "end": 1.0004, "seconds": 1.0004, "bytes": 2_599_000_000,
+                     "bits_per_second": 2.0784e10}}}
+
+
+def test_iperf3_report_gives_received_bytes_seconds_and_rate():
+    assert parse_report(json.dumps(REPORT)) == (2_599_000_000, 1.0004, 2.0784e10)
+
+
+def test_iperf3_error_report_names_iperf3s_reason():
+    with pytest.raises(ValueError, match="iperf3: unable to connect to server: Connection refused"):
+        parse_report(json.dumps({"start": {}, "end": {}, "error": "unable to connect to server: Connection refused"}))
+
+
+def test_iperf3_output_that_is_not_json():
+    with pytest.raises(ValueError, match="no JSON report"):
+        parse_report("iperf3: error - the server is busy running a test. try again later\n")
+
+
+@pytest.mark.parametrize(("timeout", "secs"), [(0.5, 1), (2, 1), (9, 4), (60, 10), (3600, 10)])
+def test_iperf3_duration_is_half_the_timeout_between_1_and_10_s(timeout, secs):
+    assert duration_for(timeout) == secs
+
+
+ONE_FILE = (FileSpec("f1", 5, None),)
+
+
+def _job(tmp_path: Path, dest: Path | None) -> TransferJob:
+    return TransferJob(test_id=str(uuid.uuid4()), protocol="gridftp", source=Endpoint("127.0.0.1", 2811),
+                       files=ONE_FILE, file_set="1x5", concurrency=1, streams=1, timeout=10,
+                       destination_dir=dest)
+
+
+def test_sink_is_refused_with_a_clear_message(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    with pytest.raises(MoverUnavailable, match="supports only destination 'store'"):
+        prepare_destination(settings, _job(tmp_path, None), "gridftp")
+
+
+def test_destination_outside_the_data_dir_is_refused(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data")
+    with pytest.raises(MoverUnavailable, match="outside the data dir"):
+        prepare_destination(settings, _job(tmp_path, tmp_path / "elsewhere"), "gridftp")
+
+
+def test_destination_path_is_relative_to_the_data_dir(tmp_path):
+    settings = Settings(data_dir=tmp_path, run_user="nobody")
+    dest = tmp_path / "incoming" / "abc"
+    assert prepare_destination(settings, _job(tmp_path, dest), "gridftp") == "/incoming/abc"
+    assert dest.is_dir()
+
+
+def test_finish_file_checks_size_and_checksum(tmp_path):
+    (tmp_path / "good").write_bytes(b"hello")
+    (tmp_path / "short").write_bytes(b"hel")
+    good_sum = adler32_of(tmp_path / "good")
+    job = _job(tmp_path, tmp_path)
+    ok = finish_file(FileResult("good", 5), FileSpec("good", 5, good_sum), job, None)
+    assert (ok.bytes, ok.error, ok.checksum_ok) == (5, None, True)
+    short = finish_file(FileResult("short", 5), FileSpec("short", 5, good_sum), job, None)
+    assert short.bytes == 3 and short.error == "received 3 of 5 bytes" and short.checksum_ok is None
+    bad = finish_file(FileResult("good", 5), FileSpec("good", 5, "adler32:00000001"), job, None)
+    assert bad.checksum_ok is False and "checksum mismatch" in bad.error
+    missing = finish_file(FileResult("nope", 5), FileSpec("nope", 5, None), job, "server said no")
+    assert (missing.bytes, missing.error) == (0, "server said no")
+
+
+def test_local_source_address_on_loopback():
+    assert local_source_address("127.0.1.9", 1094).startswith("127.")

@@ -221,3 +221,16 @@ async def test_every_protocol_through_the_executor(mesh, shared_token, tpcmesh_p
     for p in protocols:
         assert by_protocol[p]["throughput_gbps"] > 0, by_protocol[p]
         assert by_protocol[p]["rtt_ms"] is not None
+
+
+async def test_timeouts_fail_the_test_after_the_retries(mesh, shared_token, tpcmesh_pki) -> None:
+    # 200 kB/s per connection and 2 x 1 MB: ~5 s per attempt, the timeout is 1 s; one retry (a new test id)
+    _, agents = mesh(2, builtin_max_rate=200_000)
+    spec = {**SPEC, "latency": False, "timeoutSeconds": 1, "retries": 1}
+    opts = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=1.0, delivery_max_seconds=1.0)
+    async with CountingClient(shared_token[0], tpcmesh_pki.ca_file) as ac:
+        st = await asyncio.wait_for(executor(spec, agents, ac, None, MemoryStatusStore(), options=opts).execute(), 60)
+    assert (st["done"], st["failed"]) == (2, 2) and st["phase"] == "Failed"
+    assert len(ac.started) == 4 and set(ac.started.values()) == {1}  # 2 tests x 2 attempts, each its own id
+    for t in st["tests"].values():
+        assert t["error"], t

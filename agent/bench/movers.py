@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     protocols = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
     agents = []
     t0 = time.monotonic()
+    load_start = os.getloadavg()[0]
     try:
         for _ in range(2):
             agents.append(start_agent(test_pki, protocols=protocols, run_user="nobody",
@@ -262,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
               "time from start to the last byte). sink discards the bytes; store writes them to tmpfs. XRootD and "
               "GridFTP always store (their servers write the file). iperf3 is measured with the agents' iperf3 mover "
               f"(-R); ratio to iperf3 uses the same stream count. {when}, {platform.node()}, {os.cpu_count()} cores, "
-              f"run took {time.monotonic() - t0:.0f} s.{note}")
+              f"run took {time.monotonic() - t0:.0f} s, 1-minute load average {load_start:.1f} at the start and "
+              f"{os.getloadavg()[0]:.1f} at the end (other work on the machine lowers every figure).{note}")
     write_section(args.output, bench.table(header))
     log(f"Wrote the bench-movers section of {args.output}")
     return 0

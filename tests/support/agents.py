@@ -81,6 +81,7 @@ class AgentHandle:
     log_file: Path
     process: subprocess.Popen
     settings: dict[str, str] = field(default_factory=dict)
+    pooled: bool = False  # the address came from the pool (released at clean-up)
     _client: httpx.Client | None = None
 
     @property
@@ -198,8 +199,19 @@ class AgentHandle:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
-def _address_free(address: str) -> bool:
-    for port in DEFAULT_PORTS.values():
+PROTOCOL_PORTS = {"xrootd-root": "xrootd_root_port", "xrootd-https": "xrootd_https_port",
+                  "gridftp": "gridftp_port", "iperf3": "iperf3_port"}
+
+
+def _ports_needed(protocols: tuple[str, ...] | list[str] | str) -> list[int]:
+    if isinstance(protocols, str):
+        protocols = [p.strip() for p in protocols.split(",")]
+    keys = ["api_port", "metrics_port", "builtin_port"] + [PROTOCOL_PORTS[p] for p in protocols if p in PROTOCOL_PORTS]
+    return [DEFAULT_PORTS[k] for k in keys]
+
+
+def _address_free(address: str, ports: list[int]) -> bool:
+    for port in ports:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.bind((address, port))
@@ -218,7 +230,7 @@ class _AddressPool:
         self.next = 0
         self.held: dict[str, int] = {}
 
-    def acquire(self) -> str:
+    def acquire(self, ports: list[int]) -> str:
         for _ in range(9 * 254):
             i = self.next
             self.next = (self.next + 1) % (9 * 254)
@@ -231,7 +243,7 @@ class _AddressPool:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            if not _address_free(address):
+            if not _address_free(address, ports):
                 os.close(fd)
                 continue
             self.held[address] = fd
@@ -264,7 +276,12 @@ def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 30.0, **se
     global _POOL
     if _POOL is None:
         _POOL = _AddressPool()
-    address = settings.pop("address", None) or _POOL.acquire()
+    address = settings.pop("address", None)
+    pooled = address is None
+    if address is None:
+        # only the ports this agent opens: a wildcard listener elsewhere (e.g. xrootd on *:1094) then blocks
+        # only agents that run that server themselves
+        address = _POOL.acquire(_ports_needed(settings.get("protocols", ("builtin",))))
     name = name or f"agent-{address.replace('.', '-')}"
     data_dir = Path(tempfile.mkdtemp(prefix=f"tpcmesh-{name}-", dir="/dev/shm"))
     os.chmod(data_dir, 0o755)
@@ -292,7 +309,7 @@ def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 30.0, **se
                                 start_new_session=True)
     handle = AgentHandle(name=name, address=address, ports=ports, token=token, token_file=token_file,
                          ca_file=pki_.ca_file, cert_file=cert, key_file=key, data_dir=data_dir, log_file=log_file,
-                         process=proc, settings={k: str(v) for k, v in values.items()})
+                         process=proc, settings={k: str(v) for k, v in values.items()}, pooled=pooled)
     deadline = time.monotonic() + wait
     with httpx.Client(verify=handle.ssl_context(), timeout=2) as c:
         while True:
@@ -315,7 +332,7 @@ def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 30.0, **se
 
 def _cleanup(handle: AgentHandle) -> None:
     shutil.rmtree(handle.data_dir, ignore_errors=True)
-    if _POOL is not None:
+    if _POOL is not None and handle.pooled:
         _POOL.release(handle.address)
 
 

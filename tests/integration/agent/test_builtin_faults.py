@@ -138,3 +138,25 @@ def test_one_test_at_a_time_idempotency_and_cancel(agent_factory):
     assert dst.metric("tpcmesh_agent_transfers_total", protocol="builtin", status="cancelled") == 1.0
     assert dst.delete(f"/api/v1/transfers/{uuid.uuid4()}").status_code == 404
     _healthy_after(src, dst)
+
+
+def test_sigterm_during_a_test_ends_it_and_exits_cleanly(agent_factory):
+    src = agent_factory(builtin_max_rate=1_000_000)
+    dst = agent_factory()
+    fs = src.file_set(count=1, size=SIZE)
+    started = dst.start_transfer(protocol="builtin", source={"host": src.address, "port": src.builtin_port},
+                                 file_set={"count": 1, "size": SIZE}, files=fs["files"])
+    _wait_bytes(dst, started["test_id"])
+    t0 = time.monotonic()
+    dst.process.terminate()
+    assert dst.process.wait(10) == 0 and time.monotonic() - t0 < 8
+    assert "Finished transfer " + started["test_id"] + ": cancelled" in dst.log()
+    assert src.get("/healthz").status_code == 200  # the source does not care
+
+
+def test_port_in_use_fails_fast_with_the_reason(agent_factory):
+    first = agent_factory()
+    with pytest.raises(RuntimeError) as e:
+        agent_factory(address=first.address, api_port=9444, metrics_port=9465)  # builtin port 9080 is taken
+    assert "exited with 1" in str(e.value) and "address already in use" in str(e.value).lower()
+    assert first.get("/healthz").status_code == 200

@@ -175,3 +175,44 @@ def test_source_server_killed_mid_transfer(pair, protocol):
                          f"{protocol} restart on the source")
     assert restarted
     assert src.get("/api/v1/info").json()["protocols"][protocol]["restarts"] >= 1
+
+
+@pytest.mark.parametrize("protocol", TPC)
+def test_timeout_and_cancel_stop_the_copies(pair, protocol):
+    """A source that stops answering: the job timeout ends the test with 'timed out'; DELETE cancels a test; both
+    promptly, with the mover's child programs gone."""
+    import os
+    import signal
+
+    from tests.integration.agent.test_supervisor import server_pids
+
+    src, dst, files = pair
+    program, tag = PROGRAM[protocol]
+    pids = [p for p in server_pids(program, str(src.data_dir)) if tag in open(f"/proc/{p}/cmdline").read()]
+    [group] = {os.getpgid(p) for p in pids}
+    key = {"xrootd-https": "xrootd_https_port", "xrootd-root": "xrootd_root_port", "gridftp": "gridftp_port"}
+    body = dict(protocol=protocol, source={"host": src.address, "port": src.ports[key[protocol]]},
+                file_set={"count": COUNT, "size": SIZE}, files=files[:2], concurrency=2, streams=1,
+                destination="store")
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        rec = dst.transfer(timeout_seconds=2, timeout=20, **body)
+        assert time.monotonic() - t0 < 8
+        assert rec["status"] == "failed" and "timed out" in rec["error"], rec
+        _validator().validate(rec)
+
+        started = dst.start_transfer(timeout_seconds=60, **body)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        r = dst.delete(f"/api/v1/transfers/{started['test_id']}")
+        assert r.status_code in (200, 202), r.text
+        rec = dst.wait_transfer(started["test_id"], timeout=15)
+        assert time.monotonic() - t0 < 8
+        assert rec["status"] == "cancelled", rec
+        client = {"xrootd-root": "xrdcp", "gridftp": "globus-url-copy"}.get(protocol)
+        if client:
+            time.sleep(0.2)
+            assert not server_pids(client, src.address), f"{client} still running after cancel"
+    finally:
+        os.killpg(group, signal.SIGCONT)

@@ -274,6 +274,8 @@ class RunExecutor:
         self._current: dict[str, Agent] = {}
         self._last_save = 0.0
         self._flush_lock = asyncio.Lock()
+        self._flush_after = 0.0  # during the run, after a failed delivery, wait (backoff) before trying again
+        self._flush_backoff = 5.0
 
     # -- public
 
@@ -593,7 +595,7 @@ class RunExecutor:
 
     async def _flush_once(self) -> None:
         """During the run: one attempt per batch, no waiting; an outage just leaves them in the outbox."""
-        if self.results_client is None or self._flush_lock.locked():
+        if self.results_client is None or self._flush_lock.locked() or time.monotonic() < self._flush_after:
             return
         async with self._flush_lock:
             while self.status.get("outbox"):
@@ -601,7 +603,10 @@ class RunExecutor:
                     await self._post_next_batch(self.results_client.post_batch)
                 except DeliveryFailed as e:
                     self._delivery_failed(e)
+                    self._flush_after = time.monotonic() + self._flush_backoff
+                    self._flush_backoff = min(self._flush_backoff * 2, 300.0)
                     return
+            self._flush_backoff = 5.0
 
     def _delivery_failed(self, e: Exception) -> None:
         n = len(self.status.get("outbox") or [])

@@ -224,9 +224,15 @@ class TransferRunner:
             raise ApiError(404, f"no transfer {test_id} on this agent")
         if run.record is None and run.task is not None:
             run.cancel_requested = True
-            run.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(run.task), 30)
+            stop = getattr(self.movers.get(run.job.protocol), "stop_test", None)
+            if stop is not None:  # cooperative: the mover ends its files itself and reports the bytes they got
+                stop(run.job.test_id, "cancelled by request")
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(run.task), TIMEOUT_GRACE)
+            if run.record is None:
+                run.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(run.task), 30)
         return run.view()
 
     async def shutdown(self) -> None:
@@ -250,7 +256,10 @@ class TransferRunner:
             results = await asyncio.wait_for(mover.run(job, run.progress), job.timeout + TIMEOUT_GRACE)
             error = records.failure_summary(results)
             status = "failed" if error else "succeeded"
-            if error and time.monotonic() - t0 >= job.timeout:
+            if run.cancel_requested:
+                status = "cancelled"
+                error = f"cancelled by request after {sum(r.bytes for r in results)} bytes"
+            elif error and time.monotonic() - t0 >= job.timeout:
                 error = f"timed out after {job.timeout:g} s: {error}"
         except TimeoutError:
             error = f"timed out after {job.timeout:g} s ({run.progress.bytes_done} bytes received)"

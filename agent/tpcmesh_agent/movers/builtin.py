@@ -386,6 +386,13 @@ class BuiltinMover(Mover):
     def __init__(self, settings: Any) -> None:
         self.settings = settings
         self.idle_timeout = IDLE_TIMEOUT
+        self._registries: dict[str, SocketRegistry] = {}
+
+    def stop_test(self, test_id: str, reason: str) -> None:
+        """End a running test now: every file stops with ``reason`` and keeps the bytes it received."""
+        registry = self._registries.get(test_id)
+        if registry is not None:
+            registry.cancel(reason)
 
     def _pull_one(self, job: TransferJob, spec: FileSpec, registry: SocketRegistry, progress: Progress,
                   ssl_ctx: ssl.SSLContext | None) -> FileResult:
@@ -414,6 +421,7 @@ class BuiltinMover(Mover):
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
         registry = SocketRegistry()
+        self._registries[job.test_id] = registry
         ssl_ctx = client_ssl_context(self.settings) if self.settings.builtin_tls else None
         progress.files_total = len(job.files)
         if job.destination_dir is not None:
@@ -432,6 +440,7 @@ class BuiltinMover(Mover):
             raise
         finally:
             timer.cancel()
+            self._registries.pop(job.test_id, None)
             registry.cancel("cancelled")
             executor.shutdown(wait=False, cancel_futures=True)
 

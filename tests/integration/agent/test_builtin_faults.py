@@ -10,6 +10,18 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+
+def _validator():
+    import json
+
+    import jsonschema
+
+    from tests.support.paths import REPO
+
+    schema = json.loads((REPO / "manifests/schemas/measurement.v1.schema.json").read_text())
+    return jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/transferRecord"},
+                                           format_checker=jsonschema.FormatChecker())
+
 SIZE = 4_000_000
 
 
@@ -130,7 +142,9 @@ def test_one_test_at_a_time_idempotency_and_cancel(agent_factory):
     assert time.monotonic() - t0 < 5
     assert cancelled.status_code == 200
     rec = cancelled.json()
-    assert rec["status"] == "cancelled" and rec["error"].startswith("cancelled by request")
+    assert rec["status"] == "cancelled" and rec["error"] == f"cancelled by request after {rec['total_bytes']} bytes"
+    assert 0 < rec["total_bytes"] < SIZE and rec["files"][0]["error"] == "cancelled by request"
+    _validator().validate(rec)
     assert dst.get(f"/api/v1/transfers/{body['test_id']}").json() == rec
     repeat = dst.post("/api/v1/transfers", json=body)  # a finished test id returns its record
     assert repeat.status_code == 200 and repeat.json() == rec

@@ -271,7 +271,7 @@ def tpcmesh_pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
     return TestPKI(ca_file=d / "ca.crt", ca_dir=ca_dir, ca=ca, directory=d)
 
 
-def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 30.0, **settings: Any) -> AgentHandle:
+def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 60.0, **settings: Any) -> AgentHandle:
     """Start one real agent process (use the ``agent_factory`` fixture, which also cleans up)."""
     global _POOL
     if _POOL is None:

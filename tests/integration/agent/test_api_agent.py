@@ -120,7 +120,7 @@ def test_rtt_probe(agent_factory):
     a, b = agent_factory(), agent_factory()
     r = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": b.api_port, "count": 5}).json()
     assert r["samples"] == 5 and r["error"] is None
-    assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"] < 1000
+    assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"] < 5000
     closed = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": 9, "count": 2}).json()
     assert closed["samples"] == 0 and closed["min_ms"] is None and "refused" in closed["error"].lower()
     named = a.post("/api/v1/probes/rtt", json={"host": "localhost", "port": 9, "count": 1}).json()  # /etc/hosts
@@ -181,7 +181,7 @@ def test_renewed_host_certificate_is_reloaded(agent_factory, tpcmesh_pki):
 
     pki.issue_host_cert(tpcmesh_pki.ca, agent.name, [agent.address]).write(agent.cert_file, agent.key_file)
     new = x509.load_pem_x509_certificate(agent.cert_file.read_bytes()).serial_number
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while served_serial() != new:
         assert time.monotonic() < deadline, "renewed certificate not served"
         time.sleep(0.1)

@@ -217,6 +217,17 @@ class FileSets:
                 f"file set {spec.name} needs {spec.total_bytes} bytes plus {spec.total_bytes} to receive one set"
                 f"{held}: {need} bytes exceed the budget of {self.budget_bytes} bytes"
             )
+        # the budget may promise more than the memory-backed filesystem holds: check what is really free
+        probe = self.sets_dir
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        existing = dir_bytes(self.path(spec.name))  # a damaged copy about to be replaced
+        free = shutil.disk_usage(probe).free + existing
+        if 2 * spec.total_bytes > free:
+            raise BudgetExceeded(
+                f"file set {spec.name} needs {spec.total_bytes} bytes plus {spec.total_bytes} to receive one set, "
+                f"but only {free} bytes are free on the filesystem of {self.sets_dir}"
+            )
 
     def ensure(self, spec: SetSpec, verify_checksums: bool = False) -> list[FileEntry]:
         """Create the set or verify the existing one (size + manifest; checksum when asked). Blocking."""

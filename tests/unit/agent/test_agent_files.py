@@ -97,3 +97,14 @@ def test_budget_refuses_before_writing(tmp_path):
     assert fs.list() == ["1x2000", "1x4000"]
     fs.remove("1x2000")
     assert fs.remove("1x4000") and fs.list() == []
+
+
+def test_refused_when_the_filesystem_has_less_room_than_the_budget(tmp_path):
+    import shutil
+
+    free = shutil.disk_usage(tmp_path).free
+    fs = FileSets(tmp_path / "sets", 10**18)  # a budget far beyond the filesystem
+    count = free // (2 * 10**9) + 1  # 1 GB files: the set would fit alone, not with room to receive it
+    with pytest.raises(BudgetExceeded, match="bytes are free on the filesystem of"):
+        fs.ensure(files.spec_from_request({"count": count, "size": 10**9}))
+    assert not (tmp_path / "sets").exists()

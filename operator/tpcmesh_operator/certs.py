@@ -283,26 +283,38 @@ except ImportError:  # pragma: no cover - kopf is a dependency of the operator p
 
 SETTINGS = CertSettings.from_env()
 _CA: dict[str, pki.KeyPair] = {}
+_API: dict[str, Any] = {}
+
+
+def _api_client() -> Any:
+    """Our own ApiClient (in-cluster, else $KUBECONFIG): independent of the order of startup handlers."""
+    if "api" not in _API:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config(client_configuration=(c := client.Configuration()))
+        except config.ConfigException:
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=(
+                c := client.Configuration()))
+        _API["api"] = client.ApiClient(c)
+    return _API["api"]
+
 
 if kopf is not None and SETTINGS.signer_name:
 
     @kopf.on.startup()
     def start_ca(logger: logging.Logger, **_: Any) -> None:
-        from kubernetes import client
-
         if SETTINGS.sign:
-            _CA["ca"] = ensure_ca(client.ApiClient(), SETTINGS)
+            _CA["ca"] = ensure_ca(_api_client(), SETTINGS)
             logger.info("Loaded CA %s/%s for signer %s", SETTINGS.namespace, SETTINGS.ca_secret,
                         SETTINGS.signer_name)
 
     @kopf.on.event("certificates.k8s.io", "v1", "certificatesigningrequests",
                    when=lambda spec, **_: spec.get("signerName") == SETTINGS.signer_name)
     def csr_event(name: str, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's keyword
-        from kubernetes import client
-
         if type == "DELETED":
             return
-        api = client.ApiClient()
+        api = _api_client()
         ca = _CA.get("ca")
         if SETTINGS.sign and (ca is None or pki.expires_within(ca.cert_pem, CA_RENEW_BEFORE)):
             ca = _CA["ca"] = ensure_ca(api, SETTINGS)  # renews the CA a year before it ends

@@ -1,0 +1,200 @@
+"""`helm install` end to end on the real control plane: the chart's DaemonSet places agents on the fast nodes, real
+agents answer on those nodes' addresses, the operator runs with the chart's ServiceAccount token and environment
+(RBAC real), the dashboard runs the chart's own init and web commands, and the quick example benchmark's
+measurements arrive in the dashboard.
+
+Stand-ins, because there is no kubelet or container runtime here: pods are marked Running by the test (as a kubelet
+would), the agent, operator and dashboard run as local processes from the virtualenv with the env the chart gives
+their containers (file paths remapped to temp files; the dashboard on SQLite instead of the bundled PostgreSQL;
+agents' host certificates from the test CA rather than the CSR flow, which tests/cluster/test_certs.py covers).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import secrets
+import subprocess
+import time
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.support.controlplane import K8S_VERSION, free_port
+from tests.support.paths import REPO, VENV_BIN
+
+pytestmark = pytest.mark.cluster
+
+CHART = REPO / "charts" / "tpcmesh"
+NS = "tpcmesh-e2e"
+RELEASE = "mesh"
+G, V = "tpcmesh.io", "v1alpha1"
+
+
+def wait_for(what: str, fn, timeout: float, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last}")
+
+
+def rendered(control_plane, *sets: str) -> list[dict]:
+    out = control_plane.helm("template", RELEASE, str(CHART), "--namespace", NS, "--kube-version",
+                             K8S_VERSION.lstrip("v"), *sets)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def container(docs: list[dict], kind: str, name: str, cname: str, init: bool = False) -> dict:
+    obj = next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+    spec = obj["spec"]["template"]["spec"]
+    return next(c for c in spec["initContainers" if init else "containers"] if c["name"] == cname)
+
+
+def plain_env(c: dict, remap: dict[str, str]) -> dict[str, str]:
+    """A container's literal env values with in-container paths remapped to local files."""
+    env = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = remap.get(e["value"], e["value"])
+    return env
+
+
+def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_factory, tpcmesh_pki, tmp_path):
+    api = control_plane.client()
+    core = client.CoreV1Api(api)
+    control_plane.start_controller_manager()
+    control_plane.start_scheduler()
+    control_plane.ensure_namespace(NS)
+
+    # The two Secrets the chart can take from outside (agent control API token, dashboard ingest token).
+    agent_token, results_key = secrets.token_hex(24), secrets.token_hex(20)
+    for name, value in (("e2e-agent-token", agent_token), ("e2e-results-token", results_key)):
+        core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name=name),
+                                                          string_data={"token": value}))
+    token_file = tmp_path / "agent-token"
+    token_file.write_text(agent_token + "\n")
+    results_file = tmp_path / "results-token"
+    results_file.write_text(results_key + "\n")
+
+    # Real agents, one per fast node, each on its node's address; plus a node without the label.
+    agents = [agent_factory(token_file=token_file) for _ in range(2)]
+    nodes = {}
+    for i, h in enumerate(agents):
+        nodes[f"e2e-dtn-{i}"] = h.address
+        control_plane.create_node(f"e2e-dtn-{i}", h.address, {"tpcmesh.io/fast-network": "true"})
+    control_plane.create_node("e2e-worker", "127.0.40.9")
+    sets = ["--set", "agent.token.existingSecret=e2e-agent-token", "--set",
+            "resultsToken.existingSecret=e2e-results-token", "--set", "image.registry=example.invalid/tpcmesh"]
+    procs: list[subprocess.Popen] = []
+    logs = {}
+    try:
+        out = control_plane.helm("install", RELEASE, str(CHART), "--namespace", NS, *sets, check=False)
+        assert out.returncode == 0, out.stderr
+        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
+        pods = wait_for("two agent pods", lambda: [p for p in core.list_namespaced_pod(
+            NS, label_selector=selector).items if p.spec.node_name] if len(core.list_namespaced_pod(
+                NS, label_selector=selector).items) >= 2 else None, timeout=60)
+        assert sorted(p.spec.node_name for p in pods) == sorted(nodes)
+        played = control_plane.play_kubelet(NS, selector)
+        assert {p.spec.node_name: p.status.pod_ip for p in played} == nodes
+
+        docs = rendered(control_plane, *sets)
+        fullname = f"{RELEASE}-tpcmesh"
+
+        # The dashboard: the chart's init container (migrate + register the ingest token), then its web command.
+        dash_port = free_port()
+        init = container(docs, "Deployment", f"{fullname}-dashboard", "migrate", init=True)
+        web = container(docs, "Deployment", f"{fullname}-dashboard", "dashboard")
+        env = {**os.environ, **plain_env(web, {}), "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+               "DATABASE_URL": f"sqlite:///{tmp_path / 'dashboard.sqlite3'}", "PYTHONUNBUFFERED": "1"}
+        init_cmd = [a.replace("/etc/tpcmesh/results-token/token", str(results_file)) for a in init["command"]]
+        r = subprocess.run(init_cmd, env=env, cwd=REPO / "dashboard", capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        web_cmd = [a.replace("0.0.0.0:8000", f"127.0.0.1:{dash_port}") for a in web["command"]]
+        assert web_cmd[0] == "gunicorn"
+        logs["dashboard"] = tmp_path / "dashboard.log"
+        with open(logs["dashboard"], "wb") as f:
+            procs.append(subprocess.Popen([str(VENV_BIN / "gunicorn"), "--chdir", str(REPO / "dashboard"),
+                                           *web_cmd[1:]], env=env, stdout=f, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        dash = f"http://127.0.0.1:{dash_port}"
+        wait_for("the dashboard", lambda: _ok(f"{dash}/healthz"), timeout=60)
+
+        # The operator: the chart's command and environment, authenticated as the chart's ServiceAccount.
+        op = container(docs, "Deployment", f"{fullname}-operator", "operator")
+        health = free_port()
+        op_env = {k: v for k, v in os.environ.items() if not k.startswith("TPCMESH_OPERATOR_")}
+        op_env.update(plain_env(op, {"/var/run/tpcmesh/agent-token/token": str(token_file),
+                                     "/var/run/tpcmesh/ca/ca.crt": str(tpcmesh_pki.ca_file)}))
+        op_env.update(KUBECONFIG=str(control_plane.kubeconfig_for(f"{fullname}-operator", NS)),
+                      PATH=f"{VENV_BIN}:{os.environ['PATH']}", TPCMESH_OPERATOR_METRICS_PORT="0",
+                      TPCMESH_OPERATOR_TIMER_INTERVAL="1", TPCMESH_OPERATOR_POLL_INTERVAL="0.2",
+                      PYTHONUNBUFFERED="1")
+        op_cmd = [a.replace("0.0.0.0:8080", f"127.0.0.1:{health}") for a in op["command"]]
+        assert op_cmd[0] == "tpcmesh-operator"
+        logs["operator"] = tmp_path / "operator.log"
+        with open(logs["operator"], "wb") as f:
+            procs.append(subprocess.Popen([str(VENV_BIN / op_cmd[0]), *op_cmd[1:]], env=op_env, stdout=f,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        wait_for("the operator's liveness endpoint", lambda: _ok(f"http://127.0.0.1:{health}/healthz"), timeout=60)
+
+        # The quick example benchmark, made small for the test, reporting to the dashboard.
+        tb = yaml.safe_load((REPO / "manifests" / "examples" / "quick-benchmark.yaml").read_text())
+        tb = copy.deepcopy(tb)
+        tb["spec"].update(protocols=["builtin"], streams=[1], concurrency=2, fileSet={"count": 2, "size": "1MB"},
+                          latency={"enabled": True, "count": 2}, timeoutSeconds=60, retries=0,
+                          results={"url": dash, "tokenSecret": {"name": "e2e-results-token"}})
+        objs = client.CustomObjectsApi(api)
+        objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
+
+        def delivered():
+            r = httpx.get(f"{dash}/api/v1/measurements/", params={"limit": 100}, timeout=10)
+            if r.status_code != 200:
+                return None
+            body = r.json()
+            results = body.get("results", body) if isinstance(body, dict) else body
+            return results if len(results) >= 4 else None
+
+        measured = wait_for("measurements in the dashboard", delivered, timeout=120, interval=1.0)
+        pairs = {(m["source"], m["destination"], m["protocol"]) for m in measured}
+        a, b = sorted(nodes)
+        for src, dst in ((a, b), (b, a)):
+            assert (src, dst, "builtin") in pairs
+            assert (src, dst, "rtt") in pairs
+        assert all(m["status"] == "succeeded" for m in measured), measured
+        run = wait_for("a succeeded TransferRun", lambda: next(
+            (r for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
+             if (r.get("status") or {}).get("phase") == "Succeeded"), None), timeout=60)
+        assert run["status"]["failed"] == 0
+        wait_for("an empty outbox (all delivered)", lambda: not objs.get_namespaced_custom_object(
+            G, V, NS, "transferruns", run["metadata"]["name"])["status"].get("outbox"), timeout=60)
+    except BaseException:
+        for name, path in logs.items():
+            print(f"----- {name} log -----\n{path.read_text(errors='replace')[-6000:]}")
+        raise
+    finally:
+        if os.environ.get("TPCMESH_E2E_LOGS"):
+            for name, path in logs.items():
+                print(f"----- {name} log -----\n{path.read_text(errors='replace')[-20000:]}")
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        control_plane.helm("uninstall", RELEASE, "--namespace", NS, check=False)
+        control_plane.delete_nodes()
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

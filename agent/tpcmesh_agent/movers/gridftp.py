@@ -2,11 +2,14 @@
 
 Both servers run anonymously with their data dir as home, so URLs are ``ftp://host:port/~/sets/<set>/<name>``
 (source) and ``ftp://<local>:port/~/incoming/<test>/<name>`` (destination); the data flows server to server.
+Destination ``sink``: the local server writes to ``/dev/null`` (as the papers did); a successful copy (the servers'
+226 reply) counts the whole file, a failed one the last byte count ``globus-url-copy -vb`` printed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -32,12 +35,14 @@ class GridftpMover(Mover):
         why = self.available()
         if why:
             raise MoverUnavailable(why)
-        dest = prepare_destination(self.settings, job, self.protocol)
+        dest = prepare_destination(self.settings, job, self.protocol) if job.destination_dir is not None else None
         deadline = time.monotonic() + job.timeout
         progress.files_total = len(job.files)
 
         async def pull(spec: FileSpec) -> FileResult:
             src = f"ftp://{job.source.hostport()}/~/sets/{job.file_set}/{spec.name}"
+            if dest is None:
+                return await self._sink(job, spec, src, deadline, progress)
             dst = f"ftp://{self.local_hostport()}/~{dest}/{spec.name}"
             argv = ["globus-url-copy", "-p", str(job.streams), "-fast", src, dst]
             start = now()
@@ -58,3 +63,25 @@ class GridftpMover(Mover):
             return result
 
         return await run_files_concurrently(job, pull)
+
+    async def _sink(self, job: TransferJob, spec: FileSpec, src: str, deadline: float,
+                    progress: Progress) -> FileResult:
+        argv = ["globus-url-copy", "-vb", "-p", str(job.streams), "-fast", src,
+                f"ftp://{self.local_hostport()}/dev/null"]
+        result = FileResult(name=spec.name, size=spec.size, started_at=now())
+        proc = await run_program(argv, deadline)
+        result.finished_at = now()
+        counts = [int(n) for n in BYTES_RE.findall(proc.stdout)]
+        result.bytes = min(counts[-1], spec.size) if counts else 0
+        if proc.timed_out:
+            result.error = f"timed out after {job.timeout:g} s"
+        elif proc.returncode != 0:
+            result.error = f"globus-url-copy exited with {proc.returncode}: {short(proc.stderr or proc.stdout)}"
+        else:
+            result.bytes = spec.size  # the destination server confirmed the complete file (226)
+        progress.add_bytes(result.bytes)
+        progress.files_done += 1
+        return result
+
+
+BYTES_RE = re.compile(r"(\d+) bytes")

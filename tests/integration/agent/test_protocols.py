@@ -109,13 +109,28 @@ def test_iperf3_measures_the_received_rate(pair, streams):
     assert time.monotonic() - t0 < 10
 
 
-def test_sink_is_refused_clearly_by_server_side_movers(pair):
+@pytest.mark.parametrize("protocol", ["xrootd-https", "xrootd-root"])
+def test_sink_is_refused_clearly_by_xrootd_movers(pair, protocol):
     src, dst, files = pair
-    rec = dst.transfer(protocol="gridftp", source={"host": src.address, "port": src.ports["gridftp_port"]},
+    port = src.ports[protocol.replace("-", "_") + "_port"]
+    rec = dst.transfer(protocol=protocol, source={"host": src.address, "port": port},
                        file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=1, streams=1,
                        timeout_seconds=20, destination="sink", timeout=30)
     assert rec["status"] == "failed"
     assert "supports only destination 'store'" in rec["error"]
+
+
+@pytest.mark.parametrize("streams", [1, 8])
+def test_gridftp_sink_writes_to_dev_null(pair, streams):
+    src, dst, files = pair
+    rec = dst.transfer(protocol="gridftp", source={"host": src.address, "port": src.ports["gridftp_port"]},
+                       file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT, streams=streams,
+                       timeout_seconds=30, destination="sink", timeout=40)
+    _validator().validate(rec)
+    assert rec["status"] == "succeeded", (rec["error"], [f["error"] for f in rec["files"]])
+    assert rec["destination_kind"] == "sink" and rec["checksum"] == "skipped"
+    assert rec["total_bytes"] == COUNT * SIZE
+    assert all(f["bytes"] == f["size"] == SIZE and f["checksum_ok"] is None for f in rec["files"])
 
 
 def test_missing_source_file_fails_with_the_servers_reason(pair):

@@ -162,8 +162,9 @@ class Bench:
                     self.add("xrootd-http", s, c, "store", self.xrootd_plain_http(src, dst, files, s, c))
                     self.add("xrootd-root", s, c, "store",
                              self.api(src, dst, "xrootd-root", ports["xrootd_root_port"], files, s, c, "store"))
-                    self.add("gridftp", s, c, "store",
-                             self.api(src, dst, "gridftp", ports["gridftp_port"], files, s, c, "store"))
+                    for d in ("sink", "store"):
+                        self.add("gridftp", s, c, d, self.api(src, dst, "gridftp", ports["gridftp_port"], files, s,
+                                                              c, d))
 
     def table(self, header: str) -> str:
         iperf = {s: self.cases[("iperf3", s, 1, "sink")].gbps for s in STREAMS if ("iperf3", s, 1, "sink") in
@@ -260,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"Two real agents on loopback addresses of their own, {'quick run: ' if args.quick else ''}files of "
               f"{size_text} (SI), 1 file or 11 at once, 1 or 8 streams per file; "
               f"{'one run' if repeats == 1 else f'median of {repeats}'}; Gbit/s = SI wall-clock aggregate (bytes / "
-              "time from start to the last byte). sink discards the bytes; store writes them to tmpfs. XRootD and "
-              "GridFTP always store (their servers write the file). iperf3 is measured with the agents' iperf3 mover "
-              f"(-R); ratio to iperf3 uses the same stream count. {when}, {platform.node()}, {os.cpu_count()} cores, "
+              "time from start to the last byte). sink discards the bytes (GridFTP: its server writes /dev/null); "
+              "store writes them to tmpfs. XRootD always stores (its server writes the file). iperf3 is measured "
+              "with the agents' iperf3 mover (-R); ratio to iperf3 uses the same stream count. "
+              f"{when}, {platform.node()}, {os.cpu_count()} cores, "
               f"run took {time.monotonic() - t0:.0f} s, 1-minute load average {load_start:.1f} at the start and "
               f"{os.getloadavg()[0]:.1f} at the end (other work on the machine lowers every figure).{note}")
     write_section(args.output, bench.table(header))

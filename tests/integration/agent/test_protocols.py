@@ -79,11 +79,11 @@ def test_every_server_runs_and_is_reported(pair):
 
 
 @pytest.mark.parametrize("streams", [1, 8])
-@pytest.mark.parametrize("protocol", TPC)
+@pytest.mark.parametrize("protocol", ("builtin", *TPC))
 def test_tpc_protocol_moves_the_set(pair, protocol, streams):
     src, dst, files = pair
-    port = src.ports[{"xrootd-https": "xrootd_https_port", "xrootd-root": "xrootd_root_port",
-                      "gridftp": "gridftp_port"}[protocol]]
+    port = src.ports[{"builtin": "builtin_port", "xrootd-https": "xrootd_https_port",
+                      "xrootd-root": "xrootd_root_port", "gridftp": "gridftp_port"}[protocol]]
     rec = dst.transfer(protocol=protocol, source={"host": src.address, "port": port},
                        file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT, streams=streams,
                        timeout_seconds=60, destination="store", timeout=90)

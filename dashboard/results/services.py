@@ -110,7 +110,9 @@ def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
             for k, v in copied.items():
                 setattr(cell, k, v)
             update.append(cell)
-    PairLatest.objects.bulk_create(create, batch_size=2000)
+    # A concurrent ingest may have created the same cell since we looked: keep its row (ON CONFLICT DO NOTHING)
+    # rather than fail the whole batch; the next ingest of that cell sets it straight.
+    PairLatest.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
     PairLatest.objects.bulk_update(update, LATEST_FIELDS, batch_size=2000)
 
 

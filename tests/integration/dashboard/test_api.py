@@ -222,3 +222,26 @@ def test_grid_cells_built_by_postgresql_match_the_python_path(client, archive):
             assert g == w
         assert {k: v for k, v in api.items() if k not in ("cells", "generated_at")} == {
             k: v for k, v in python.items() if k not in ("cells", "generated_at")}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_ingest_of_the_same_batch_stores_once(write_key):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+    from rest_framework.test import APIClient
+
+    body = batch([measurement(f"n{i}", f"n{i + 1}", files=1) for i in range(200)], nodes=[{"name": "n0"}])
+
+    def send(_):
+        try:
+            return post(APIClient(), body, write_key).json()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(send, range(3)))
+    assert sum(a["created"] for a in answers) == 200, answers
+    assert all(a["created"] + a["duplicates"] == 200 for a in answers)
+    assert Measurement.objects.count() == 200 and FileTransfer.objects.count() == 200
+    assert PairLatest.objects.count() == 200

@@ -11,7 +11,8 @@ pytest sessions never share one), the default ports on it, a data dir on /dev/sh
 certificate from the session's tpcmesh CA (``tpcmesh_operator.pki``). The factory waits for /readyz and kills the
 process at teardown. Keyword arguments are agent settings (``protocols``, ``budget_bytes``, ``builtin_max_rate``,
 ``run_user``, ``token_file`` to share one token, ...), passed as TPCMESH_AGENT_<NAME> environment variables.
-``module_agent_factory`` is the same with agents shared by a module's tests.
+``agent_factory.many(n, **settings)`` starts n agents in parallel. ``module_agent_factory`` is the same with agents
+shared by a module's tests.
 """
 
 from __future__ import annotations
@@ -272,7 +273,13 @@ def tpcmesh_pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
 
 
 def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 60.0, **settings: Any) -> AgentHandle:
-    """Start one real agent process (use the ``agent_factory`` fixture, which also cleans up)."""
+    """Start one real agent process and wait until it is ready (use the ``agent_factory`` fixture, which also
+    cleans up)."""
+    return wait_ready(launch_agent(pki_, name, **settings), wait)
+
+
+def launch_agent(pki_: TestPKI, name: str | None = None, **settings: Any) -> AgentHandle:
+    """Start one real agent process without waiting for it (see ``wait_ready``)."""
     global _POOL
     if _POOL is None:
         _POOL = _AddressPool()
@@ -310,6 +317,12 @@ def start_agent(pki_: TestPKI, name: str | None = None, wait: float = 60.0, **se
     handle = AgentHandle(name=name, address=address, ports=ports, token=token, token_file=token_file,
                          ca_file=pki_.ca_file, cert_file=cert, key_file=key, data_dir=data_dir, log_file=log_file,
                          process=proc, settings={k: str(v) for k, v in values.items()}, pooled=pooled)
+    return handle
+
+
+def wait_ready(handle: AgentHandle, wait: float = 60.0) -> AgentHandle:
+    """Wait for /readyz; on exit or time-out the agent is cleaned up and RuntimeError carries its log."""
+    proc, name = handle.process, handle.name
     deadline = time.monotonic() + wait
     with httpx.Client(verify=handle.ssl_context(), timeout=2) as c:
         while True:
@@ -343,6 +356,22 @@ def _factory(pki_: TestPKI, node: Any) -> Iterator[Any]:
         h = start_agent(pki_, name=name, **settings)
         started.append(h)
         return h
+
+    def many(n: int, **settings: Any) -> list[AgentHandle]:
+        """Start ``n`` agents at once (in parallel) with the same settings; returns them when all are ready."""
+        handles = [launch_agent(pki_, **settings) for _ in range(n)]
+        ready, error = [], None
+        for h in handles:
+            try:
+                ready.append(wait_ready(h))
+            except RuntimeError as e:
+                error = error or e
+        started.extend(ready)
+        if error is not None:
+            raise error
+        return ready
+
+    factory.many = many  # type: ignore[attr-defined]
 
     yield factory
     for h in started:

@@ -117,7 +117,7 @@ def test_file_sets_and_budget(agent_factory):
 
 
 def test_rtt_probe(agent_factory):
-    a, b = agent_factory(), agent_factory()
+    a, b = agent_factory.many(2)
     r = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": b.api_port, "count": 5}).json()
     assert r["samples"] == 5 and r["error"] is None
     assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"] < 5000

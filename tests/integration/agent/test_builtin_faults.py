@@ -46,7 +46,7 @@ def _wait_bytes(dst, test_id: str, timeout: float = 10.0) -> dict:
 
 
 def test_refused_source_fails_with_the_reason(agent_factory):
-    src, dst = agent_factory(), agent_factory()
+    src, dst = agent_factory.many(2)
     src.file_set(count=2, size=1000)
     t0 = time.monotonic()
     rec = dst.transfer(protocol="builtin", source={"host": src.address, "port": 9},  # nothing listens there
@@ -62,7 +62,7 @@ def test_refused_source_fails_with_the_reason(agent_factory):
 
 
 def test_missing_set_on_source_fails_with_404(agent_factory):
-    src, dst = agent_factory(), agent_factory()
+    src, dst = agent_factory.many(2)
     rec = dst.transfer(protocol="builtin", source={"host": src.address, "port": src.builtin_port},
                        file_set={"count": 1, "size": 1000})
     assert rec["status"] == "failed" and "answered 404 Not Found" in rec["error"]
@@ -89,7 +89,7 @@ def test_source_killed_mid_transfer(agent_factory):
 
 
 def test_stalled_source_times_out(agent_factory):
-    src, dst = agent_factory(), agent_factory()
+    src, dst = agent_factory.many(2)
     fs = src.file_set(count=1, size=SIZE)
     src.pause()  # SIGSTOP: the kernel still accepts the connection, nobody answers
     try:

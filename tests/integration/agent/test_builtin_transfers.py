@@ -64,7 +64,7 @@ def check_record(rec: dict, files: list[dict], *, streams: int, concurrency: int
 
 @pytest.fixture
 def pair(agent_factory):
-    src, dst = agent_factory(), agent_factory()
+    src, dst = agent_factory.many(2)
     return src, dst
 
 

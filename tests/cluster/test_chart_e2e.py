@@ -1,12 +1,13 @@
 """`helm install` end to end on the real control plane: the chart's DaemonSet places agents on the fast nodes, real
 agents answer on those nodes' addresses, the operator runs with the chart's ServiceAccount token and environment
-(RBAC real), the dashboard runs the chart's own init and web commands, and the quick example benchmark's
-measurements arrive in the dashboard.
+(RBAC real) and, as the CA, signs each agent's CSR through its kopf handler; the agents serve with those
+certificates and the operator verifies them with its published CA bundle; the dashboard runs the chart's own init
+and web commands, and the quick example benchmark's measurements arrive in the dashboard.
 
 Stand-ins, because there is no kubelet or container runtime here: pods are marked Running by the test (as a kubelet
 would), the agent, operator and dashboard run as local processes from the virtualenv with the env the chart gives
 their containers (file paths remapped to temp files; the dashboard on SQLite instead of the bundled PostgreSQL;
-agents' host certificates from the test CA rather than the CSR flow, which tests/cluster/test_certs.py covers).
+the agent's CSR step called in-process with a token bound to its DaemonSet pod).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client
+from tpcmesh_agent import csr as agent_csr
 
+from tests.support import agents as agent_support
 from tests.support.controlplane import K8S_VERSION, free_port
 from tests.support.paths import REPO, VENV_BIN
 
@@ -65,7 +68,7 @@ def plain_env(c: dict, remap: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_factory, tpcmesh_pki, tmp_path):
+def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
     api = control_plane.client()
     core = client.CoreV1Api(api)
     control_plane.start_controller_manager()
@@ -82,16 +85,19 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_fact
     results_file = tmp_path / "results-token"
     results_file.write_text(results_key + "\n")
 
-    # Real agents, one per fast node, each on its node's address; plus a node without the label.
-    agents = [agent_factory(token_file=token_file) for _ in range(2)]
-    nodes = {}
-    for i, h in enumerate(agents):
-        nodes[f"e2e-dtn-{i}"] = h.address
-        control_plane.create_node(f"e2e-dtn-{i}", h.address, {"tpcmesh.io/fast-network": "true"})
+    # One fast node per agent-to-be (its own loopback address), plus a node without the label.
+    if agent_support._POOL is None:
+        agent_support._POOL = agent_support._AddressPool()
+    # (the agents' own address pool, so parallel sessions never share an address; released at the end)
+    nodes = {f"e2e-dtn-{i}": agent_support._POOL.acquire(agent_support._ports_needed(("builtin",)))
+             for i in range(2)}
+    for node, address in nodes.items():
+        control_plane.create_node(node, address, {"tpcmesh.io/fast-network": "true"})
     control_plane.create_node("e2e-worker", "127.0.40.9")
     sets = ["--set", "agent.token.existingSecret=e2e-agent-token", "--set",
             "resultsToken.existingSecret=e2e-results-token", "--set", "image.registry=example.invalid/tpcmesh"]
     procs: list[subprocess.Popen] = []
+    agents: list = []
     logs = {}
     try:
         out = control_plane.helm("install", RELEASE, str(CHART), "--namespace", NS, *sets, check=False)
@@ -101,8 +107,6 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_fact
             NS, label_selector=selector).items if p.spec.node_name] if len(core.list_namespaced_pod(
                 NS, label_selector=selector).items) >= 2 else None, timeout=60)
         assert sorted(p.spec.node_name for p in pods) == sorted(nodes)
-        played = control_plane.play_kubelet(NS, selector)
-        assert {p.spec.node_name: p.status.pod_ip for p in played} == nodes
 
         docs = rendered(control_plane, *sets)
         fullname = f"{RELEASE}-tpcmesh"
@@ -130,8 +134,9 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_fact
         op = container(docs, "Deployment", f"{fullname}-operator", "operator")
         health = free_port()
         op_env = {k: v for k, v in os.environ.items() if not k.startswith("TPCMESH_OPERATOR_")}
+        bundle_file = tmp_path / "ca-bundle.crt"  # the chart mounts the operator's CA bundle ConfigMap here
         op_env.update(plain_env(op, {"/var/run/tpcmesh/agent-token/token": str(token_file),
-                                     "/var/run/tpcmesh/ca/ca.crt": str(tpcmesh_pki.ca_file)}))
+                                     "/var/run/tpcmesh/ca/ca.crt": str(bundle_file)}))
         op_env.update(KUBECONFIG=str(control_plane.kubeconfig_for(f"{fullname}-operator", NS)),
                       PATH=f"{VENV_BIN}:{os.environ['PATH']}", TPCMESH_OPERATOR_METRICS_PORT="0",
                       TPCMESH_OPERATOR_TIMER_INTERVAL="1", TPCMESH_OPERATOR_POLL_INTERVAL="0.2",
@@ -143,6 +148,40 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_fact
             procs.append(subprocess.Popen([str(VENV_BIN / op_cmd[0]), *op_cmd[1:]], env=op_env, stdout=f,
                                           stderr=subprocess.STDOUT, start_new_session=True))
         wait_for("the operator's liveness endpoint", lambda: _ok(f"http://127.0.0.1:{health}/healthz"), timeout=60)
+
+        # The operator is the CA: it publishes its bundle, then signs each agent pod's CSR (what the chart's
+        # `certificate` init container does, with a token bound to that pod, as the kubelet would project it).
+        bundle = wait_for("the CA bundle ConfigMap", lambda: _configmap(core, f"{fullname}-ca-bundle"), timeout=30)
+        bundle_file.write_text(bundle)
+        csr_env = {e["name"]: e.get("value") for e in container(docs, "DaemonSet", f"{fullname}-agent",
+                                                                "certificate", init=True)["env"]}
+        pod_of = {p.spec.node_name: p for p in pods}
+
+        class CsrPKI:
+            """Host certificates for the agents through the CSR flow, in the shape tests.support.agents expects."""
+
+            ca_file = ca_dir = bundle_file
+            directory = tmp_path
+
+            def host_cert(self, node: str, addresses: list[str]) -> tuple:
+                pod = pod_of[node]
+                token = core.create_namespaced_service_account_token(
+                    f"{fullname}-agent", NS, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+                        audiences=["https://kubernetes.default.svc"], expiration_seconds=3600,
+                        bound_object_ref=client.V1BoundObjectReference(
+                            kind="Pod", api_version="v1", name=pod.metadata.name, uid=pod.metadata.uid))))
+                sa_token = tmp_path / f"{node}.sa-token"
+                sa_token.write_text(token.status.token)
+                tls = tmp_path / f"{node}-tls"
+                agent_csr.obtain(agent_csr.ApiServer(control_plane.server, sa_token, control_plane.ca_cert),
+                                 agent_csr.Request(node, tuple(addresses), csr_env["TPCMESH_CSR_SIGNER_NAME"],
+                                                   int(csr_env["TPCMESH_CSR_LIFETIME_SECONDS"])), tls, timeout=30)
+                return tls / "tls.crt", tls / "tls.key"
+
+        for node, address in nodes.items():  # the real agent on the node's address, with its signed certificate
+            agents.append(agent_support.start_agent(CsrPKI(), name=node, address=address, token_file=token_file))
+        played = control_plane.play_kubelet(NS, selector)
+        assert {p.spec.node_name: p.status.pod_ip for p in played} == nodes
 
         # The quick example benchmark, made small for the test, reporting to the dashboard.
         tb = yaml.safe_load((REPO / "manifests" / "examples" / "quick-benchmark.yaml").read_text())
@@ -182,6 +221,9 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_fact
         if os.environ.get("TPCMESH_E2E_LOGS"):
             for name, path in logs.items():
                 print(f"----- {name} log -----\n{path.read_text(errors='replace')[-20000:]}")
+        for h in agents:
+            h.stop()
+            agent_support._cleanup(h)
         for p in procs:
             p.terminate()
         for p in procs:
@@ -191,6 +233,15 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, agent_fact
                 p.kill()
         control_plane.helm("uninstall", RELEASE, "--namespace", NS, check=False)
         control_plane.delete_nodes()
+        for address in nodes.values():
+            agent_support._POOL.release(address)
+
+
+def _configmap(core, name: str) -> str | None:
+    try:
+        return core.read_namespaced_config_map(name, NS).data["ca.crt"]
+    except client.ApiException:
+        return None
 
 
 def _ok(url: str) -> bool:

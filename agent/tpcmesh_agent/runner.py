@@ -278,14 +278,23 @@ class TransferRunner:
             run.samples.append((time.monotonic(), run.progress.bytes_done))
             if results is None:
                 results = [FileResult(name=f.name, size=f.size, bytes=0, error=error) for f in job.files]
-            if job.destination_dir is not None:  # free the memory before the record says "done"
-                await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
-            run.record = records.build_record(job, results, run.started_at, finished, status, error, run.samples)
-            self.metrics.active.dec()
+            try:
+                if job.destination_dir is not None:  # free the memory before the record says "done"
+                    await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
+                run.record = records.build_record(job, results, run.started_at, finished, status, error,
+                                                  run.samples)
+            except Exception as e:  # a malformed mover result must not leave the agent busy forever
+                log.exception("Transfer %s: building the record failed", job.test_id)
+                status, error = "failed", f"agent error building the record: {type(e).__name__}: {e}"
+                run.record = records.build_record(
+                    job, [FileResult(name=f.name, size=f.size, error=error) for f in job.files], run.started_at,
+                    finished, status, error)
+            finally:
+                self.metrics.active.dec()
+                if self.running is run:
+                    self.running = None
             self.metrics.transfers.labels(job.protocol, status).inc()
             self.metrics.bytes.labels(job.protocol).inc(run.record["total_bytes"])
-            if self.running is run:
-                self.running = None
             log.info("Finished transfer %s: %s, %d bytes, throughput %s Gbit/s, aggregate %s Gbit/s%s",
                      job.test_id, status, run.record["total_bytes"], _fmt(run.record["throughput_gbps"]),
                      _fmt(run.record["aggregate_gbps"]), f" ({error})" if error else "")

@@ -1,0 +1,89 @@
+"""The transfer runner with deliberately broken movers: it always ends with a record and is never left busy."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from tpcmesh_agent.config import Settings
+from tpcmesh_agent.files import FileSets
+from tpcmesh_agent.metrics import AgentMetrics
+from tpcmesh_agent.movers.base import FileResult, Mover
+from tpcmesh_agent.runner import TransferRunner
+
+
+class Raises(Mover):
+    protocol = "builtin"
+
+    async def run(self, job, progress):
+        raise RuntimeError("boom")
+
+
+class Malformed(Mover):
+    protocol = "builtin"
+
+    async def run(self, job, progress):
+        return [FileResult(name=f.name, size=f.size, bytes=f.size, started_at="yesterday",  # type: ignore[arg-type]
+                           finished_at="today") for f in job.files]  # type: ignore[arg-type]
+
+
+class Hangs(Mover):
+    protocol = "builtin"
+
+    async def run(self, job, progress):
+        await asyncio.sleep(3600)
+
+
+def _runner(tmp_path: Path, mover: Mover) -> TransferRunner:
+    token = tmp_path / "token"
+    token.write_text("x" * 20)
+    s = Settings(address="127.0.1.200", data_dir=tmp_path, token_file=token, allow_plain_http=True)
+    return TransferRunner(s, {"builtin": mover}, {}, FileSets(s.sets_dir, s.budget_bytes), AgentMetrics(dict))
+
+
+def _body(**over):
+    return {"test_id": str(uuid.uuid4()), "protocol": "builtin", "source": {"host": "127.0.1.201", "port": 9080},
+            "file_set": {"count": 2, "size": 10}, **over}
+
+
+async def _finish(runner: TransferRunner, test_id: str) -> dict:
+    for _ in range(200):
+        rec = runner.get(test_id)
+        if rec["status"] != "running":
+            return rec
+        await asyncio.sleep(0.01)
+    raise AssertionError("still running")
+
+
+@pytest.mark.parametrize("mover, words", [(Raises(), "mover error: RuntimeError: boom"),
+                                          (Malformed(), "agent error building the record: TypeError")])
+async def test_broken_movers_end_in_a_failed_record_and_the_runner_is_free(tmp_path, mover, words):
+    runner = _runner(tmp_path, mover)
+    code, rec = runner.submit(_body())
+    assert code == 202 and rec["status"] == "running"
+    rec = await _finish(runner, rec["test_id"])
+    assert rec["status"] == "failed" and rec["error"].startswith(words)
+    assert len(rec["files"]) == 2 and runner.running is None
+    code, _ = runner.submit(_body())  # the next test is accepted
+    assert code == 202
+    await _finish(runner, runner.running.job.test_id)  # type: ignore[union-attr]
+
+
+async def test_a_mover_that_ignores_the_timeout_is_stopped_by_the_runner(tmp_path, monkeypatch):
+    monkeypatch.setattr("tpcmesh_agent.runner.TIMEOUT_GRACE", 0.1)
+    runner = _runner(tmp_path, Hangs())
+    _, rec = runner.submit(_body(timeout_seconds=0.2))
+    rec = await _finish(runner, rec["test_id"])
+    assert rec["status"] == "failed" and rec["error"] == "timed out after 0.2 s (0 bytes received)"
+    assert all(f["error"] == rec["error"] and f["bytes"] == 0 for f in rec["files"])
+
+
+async def test_cancel_of_a_mover_without_stop_test(tmp_path):
+    runner = _runner(tmp_path, Hangs())
+    _, rec = runner.submit(_body())
+    await asyncio.sleep(0.05)
+    rec = await runner.cancel(rec["test_id"])
+    assert rec["status"] == "cancelled" and rec["error"] == "cancelled by request after 0 bytes"
+    assert runner.running is None

@@ -111,3 +111,16 @@ def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_g
 
 def iperf3_argv(settings: Any) -> list[str]:
     return ["iperf3", "-s", "-B", settings.address, "-p", str(settings.iperf3_port)]
+
+
+def supervised_argv(argv: list[str], switch_user: str | None, switch_group: str | None,
+                    setpriv: str | None) -> list[str]:
+    """Wrap a server's argv in ``setpriv --pdeathsig KILL`` so it dies with the agent even when the agent is
+    killed outright; ``switch_user`` also drops privileges there (used for xrootd instead of its ``-R``, which
+    would clear the parent-death signal when xrootd changes its own user)."""
+    if setpriv is None:
+        return argv
+    wrapped = [setpriv]
+    if switch_user:
+        wrapped += ["--reuid", switch_user, "--regid", switch_group or switch_user, "--clear-groups"]
+    return [*wrapped, "--pdeathsig", "KILL", *argv]

@@ -113,6 +113,7 @@ class ServerSupervisor:
         self.servers: dict[str, ManagedServer] = {}
         self._stopping = False
         self._admin_root: Path | None = None
+        self.setpriv = shutil.which("setpriv")  # util-linux: servers die with the agent (parent-death signal)
 
     def _admin_dir(self, name: str) -> Path:
         """A short directory for xrootd's admin socket (Unix socket paths are limited to 108 bytes)."""
@@ -165,6 +166,15 @@ class ServerSupervisor:
             write_ca_dir(s.ca_file, ca_dir)
         return configs.XrootdPaths(rt, cert, key, Path(ca_dir), admin)
 
+    def _wrap(self, argv: list[str], user: str | None = None) -> list[str]:
+        group = _user_ids(user)[2] if user else None
+        return configs.supervised_argv(argv, user, group, self.setpriv)
+
+    def _xrootd_argv(self, protocol: str, port: int, paths: configs.XrootdPaths) -> list[str]:
+        if self.setpriv and self.run_user:  # setpriv drops to run_user and keeps the parent-death signal
+            return self._wrap(configs.xrootd_argv(protocol, port, paths, None), self.run_user)
+        return configs.xrootd_argv(protocol, port, paths, self.run_user)
+
     def specs(self) -> list[ServerSpec]:
         s = self.settings
         out: list[ServerSpec] = []
@@ -173,7 +183,7 @@ class ServerSupervisor:
             def prep_https() -> list[str]:
                 paths = self._xrootd_paths("xrootd-https", tls=True)
                 paths.config.write_text(configs.xrootd_https_config(s, paths))
-                return configs.xrootd_argv("xrootd-https", s.xrootd_https_port, paths, self.run_user)
+                return self._xrootd_argv("xrootd-https", s.xrootd_https_port, paths)
 
             rt = self.runtime_dir / "xrootd-https"
             out.append(ServerSpec("xrootd-https", s.xrootd_https_port, s.address,
@@ -182,7 +192,7 @@ class ServerSupervisor:
             def prep_root() -> list[str]:
                 paths = self._xrootd_paths("xrootd-root", tls=False)
                 paths.config.write_text(configs.xrootd_root_config(s, paths))
-                return configs.xrootd_argv("xrootd-root", s.xrootd_root_port, paths, self.run_user)
+                return self._xrootd_argv("xrootd-root", s.xrootd_root_port, paths)
 
             rt = self.runtime_dir / "xrootd-root"
             out.append(ServerSpec("xrootd-root", s.xrootd_root_port, s.address, ("xrootd", "xrdcp"), prep_root,
@@ -192,7 +202,7 @@ class ServerSupervisor:
                 rt = self._runtime("gridftp")
                 user = self.run_user or pwd.getpwuid(os.geteuid()).pw_name
                 _, _, group = _user_ids(user)
-                return configs.gridftp_argv(s, rt / "gridftp.log", user, group)
+                return self._wrap(configs.gridftp_argv(s, rt / "gridftp.log", user, group))
 
             rt = self.runtime_dir / "gridftp"
             out.append(ServerSpec("gridftp", s.gridftp_port, s.address, ("globus-gridftp-server",), prep_gridftp,
@@ -200,7 +210,7 @@ class ServerSupervisor:
         if "iperf3" in enabled:
             def prep_iperf3() -> list[str]:
                 self._runtime("iperf3")
-                return configs.iperf3_argv(s)
+                return self._wrap(configs.iperf3_argv(s))
 
             rt = self.runtime_dir / "iperf3"
             out.append(ServerSpec("iperf3", s.iperf3_port, s.address, ("iperf3",), prep_iperf3,

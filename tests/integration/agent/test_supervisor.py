@@ -4,6 +4,7 @@ makes its protocols unavailable with the Debian package named, and the other ser
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -99,3 +100,17 @@ def test_missing_program_is_reported_with_its_package_and_the_rest_works(agent_f
         assert rec["status"] == "failed" and "xrootd" in rec["error"], rec
     else:
         assert r.status_code in (409, 422, 503) and "xrootd" in r.text, r.text
+
+
+def test_servers_die_with_an_agent_killed_outright(agent_factory):
+    agent = agent_factory(protocols=("builtin", "xrootd-root", "gridftp", "iperf3"), run_user="nobody",
+                          **xrootd_ports())
+    marker = str(agent.data_dir)
+    before = {p: server_pids(p, marker) + server_pids(p, agent.address)
+              for p in ("xrootd", "globus-gridftp-server", "iperf3")}
+    assert all(before.values()), before
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert all(os.stat(f"/proc/{pid}").st_uid == nobody for pid in server_pids("xrootd", marker))
+    agent.kill()  # SIGKILL: no chance to stop the servers itself
+    wait_for(lambda: not any(server_pids(p, marker) + server_pids(p, agent.address) for p in before), 10,
+             "the servers' exit after the agent was killed")

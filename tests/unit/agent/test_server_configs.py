@@ -85,3 +85,14 @@ def test_package_names_match_the_debian_package_list():
               if line and not line.startswith("#")}
     assert set(configs.PACKAGES.values()) <= listed
     assert "xrootd-server-plugins" in missing_message("libXrdHttpTPC-5.so")
+
+
+def test_supervised_argv_sets_the_parent_death_signal_and_drops_privileges():
+    argv = ["xrootd", "-c", "x.cfg"]
+    assert configs.supervised_argv(argv, None, None, "/usr/bin/setpriv") == [
+        "/usr/bin/setpriv", "--pdeathsig", "KILL", "xrootd", "-c", "x.cfg"]
+    wrapped = configs.supervised_argv(argv, "nobody", "nogroup", "/usr/bin/setpriv")
+    assert wrapped[:7] == ["/usr/bin/setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
+                           "--pdeathsig"]
+    assert wrapped[-3:] == argv
+    assert configs.supervised_argv(argv, "nobody", "nogroup", None) == argv

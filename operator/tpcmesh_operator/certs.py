@@ -184,8 +184,9 @@ def ensure_ca(api_client: Any, settings: CertSettings, now: dt.datetime | None =
     return ca
 
 
-def _ca_data(ca: pki.KeyPair, previous: bytes) -> dict[str, str]:
-    d = {"tls.crt": base64.b64encode(ca.cert_pem).decode(), "tls.key": base64.b64encode(ca.key_pem).decode()}
+def _ca_data(ca: pki.KeyPair, previous: bytes) -> dict[str, bytes | str]:
+    d: dict[str, bytes | str] = {"tls.crt": base64.b64encode(ca.cert_pem).decode(),
+                                 "tls.key": base64.b64encode(ca.key_pem).decode()}
     if previous:
         d["previous.crt"] = base64.b64encode(previous).decode()
     return d
@@ -245,12 +246,14 @@ def process(api_client: Any, csr_name: str, settings: CertSettings, ca: pki.KeyP
         if not decision.approve:
             return "denied"
         did = "approved"
-    if settings.sign and not (obj.status and obj.status.certificate):
+    status = obj.status or client.V1CertificateSigningRequestStatus()
+    if settings.sign and not status.certificate:
         if ca is None:
             raise RuntimeError("cannot sign without the CA")
         request = base64.b64decode(obj.spec.request)
         cert = pki.sign_csr(ca, request, _lifetime(csr, settings))
-        obj.status.certificate = base64.b64encode(cert).decode()
+        status.certificate = base64.b64encode(cert).decode()
+        obj.status = status
         certs.replace_certificate_signing_request_status(csr_name, obj)
         log.info("Signed CSR %s for %s", csr_name, x509.load_pem_x509_csr(request).subject.rfc4514_string())
         did = "signed"
@@ -261,10 +264,11 @@ def process_all(api_client: Any, settings: CertSettings, ca: pki.KeyPair | None)
     """Every CSR for our signer: {name: what was done}."""
     from kubernetes import client
 
-    out = {}
+    out: dict[str, str] = {}
     for obj in client.CertificatesV1Api(api_client).list_certificate_signing_request().items:
-        if obj.spec.signer_name == settings.signer_name:
-            out[obj.metadata.name] = process(api_client, obj.metadata.name, settings, ca)
+        name = obj.metadata.name if obj.metadata else None
+        if name and obj.spec.signer_name == settings.signer_name:
+            out[name] = process(api_client, name, settings, ca)
     return out
 
 
@@ -303,10 +307,10 @@ def _api_client() -> Any:
 if kopf is not None and SETTINGS.signer_name:
 
     @kopf.on.startup()
-    def start_ca(logger: logging.Logger, **_: Any) -> None:
+    def start_ca(**kwargs: Any) -> None:
         if SETTINGS.sign:
             _CA["ca"] = ensure_ca(_api_client(), SETTINGS)
-            logger.info("Loaded CA %s/%s for signer %s", SETTINGS.namespace, SETTINGS.ca_secret,
+            kwargs["logger"].info("Loaded CA %s/%s for signer %s", SETTINGS.namespace, SETTINGS.ca_secret,
                         SETTINGS.signer_name)
 
     @kopf.on.event("certificates.k8s.io", "v1", "certificatesigningrequests",

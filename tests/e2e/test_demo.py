@@ -39,6 +39,10 @@ spec:
   latency: {{enabled: true, count: 5}}
   timeoutSeconds: 60
   retries: 1
+  pairs:
+    mode: explicit
+    explicit:
+{pairs}
 """
 PROFILE = """\
 kind: WanProfile
@@ -116,22 +120,35 @@ def available_protocols(output: str) -> set[str]:
     return set.intersection(*sets) & set(ALL)
 
 
-def check_grid(base: str, name: str, got: list[dict], protocols: set[str], nodes: list[str]) -> None:
-    pairs = {(a, b) for a in nodes for b in nodes if a != b}
+def benchmark(name: str, pairs: list[tuple[str, str]]) -> str:
+    """The short benchmark: every protocol, 1 stream, 2 x 2 MB files, on the given directed pairs only (the suite's
+    time budget: a full mesh of 3 agents would be 6 pairs)."""
+    listed = "\n".join(f"      - {{source: {a}, destination: {b}}}" for a, b in pairs)
+    return BENCHMARK.format(name=name, protocols=", ".join(ALL), pairs=listed)
+
+
+def check_grid(base: str, name: str, got: list[dict], protocols: set[str], pairs: list[tuple[str, str]],
+               must_succeed: set[str]) -> None:
+    """Every available protocol has a measured cell for every pair; those in must_succeed succeeded there."""
+    nodes = sorted({n for p in pairs for n in p})
     for proto in protocols:
-        cells = {(m["source"], m["destination"]) for m in got if m["protocol"] == proto and m["status"] == "succeeded"}
-        assert cells == pairs, f"{proto}: measured {sorted(cells)} of {sorted(pairs)}"
+        cells = {(m["source"], m["destination"]): m for m in got if m["protocol"] == proto}
+        assert set(cells) == set(pairs), f"{proto}: measured {sorted(cells)} of {sorted(pairs)}"
+        if proto in must_succeed:
+            bad = {k: m["error"] for k, m in cells.items() if m["status"] != "succeeded"}
+            assert not bad, f"{proto} failed: {bad}"
         page = httpx.get(f"{base}/grid/local/{name}/", params={"protocol": proto}, timeout=30)
         assert page.status_code == 200, page.text[:2000]
         assert all(n in page.text for n in nodes)
     moved = [m for m in got if m["protocol"] == "builtin"]
-    assert all(m["throughput_gbps"] > 0 and m["total_bytes"] == 4_000_000 for m in moved), moved
+    assert moved and all(m["throughput_gbps"] > 0 and m["total_bytes"] == 4_000_000 for m in moved), moved
 
 
 @pytest.mark.netns
 @pytest.mark.skipif(bool(netns_unavailable_reason()), reason=f"no netns lab: {netns_unavailable_reason()}")
 def test_demo_in_the_wan_lab_serves_a_grid_with_the_profile_delays(tmp_path: Path):
-    (tmp_path / "bench.yaml").write_text(BENCHMARK.format(name="e2e-lab", protocols=", ".join(ALL)))
+    pairs = [("east", "east-metro"), ("east-metro", "west"), ("west", "east")]
+    (tmp_path / "bench.yaml").write_text(benchmark("e2e-lab", pairs))
     (tmp_path / "profile.yaml").write_text(PROFILE)
     demo = Demo(["--agents", "3", "--benchmark", str(tmp_path / "bench.yaml"), "--profile",
                  str(tmp_path / "profile.yaml"), "--port", str(free_port())])
@@ -143,13 +160,15 @@ def test_demo_in_the_wan_lab_serves_a_grid_with_the_profile_delays(tmp_path: Pat
         got = measurements(base, "e2e-lab")
         protocols = available_protocols(demo.output)
         assert "builtin" in protocols
-        check_grid(base, "e2e-lab", got, protocols, ["east", "east-metro", "west"])
-        rtt = {(m["source"], m["destination"]): m["rtt_ms"] for m in got if m["protocol"] == "rtt"}
-        assert len(rtt) == 6
-        for (a, b), ms in rtt.items():
+        check_grid(base, "e2e-lab", got, protocols, pairs, must_succeed=protocols)
+        rtt = {(m["source"], m["destination"]): m for m in got if m["protocol"] == "rtt"}
+        assert set(rtt) == set(pairs)
+        for (a, b), m in rtt.items():
             want = 30.0 if "west" in (a, b) else 2.0
-            # The agents' probe adds its own ~0.5 ms; the emulated delay must dominate and match within 10 %.
-            assert want * 0.9 <= ms <= want * 1.1 + 1.0, (a, b, ms)
+            # The least of the probe's samples is the path's latency (the agent's probe adds ~0.5 ms of its own);
+            # the median also carries the loaded machine's scheduling noise.
+            assert want * 0.9 <= m["rtt_min_ms"] <= want * 1.1 + 1.0, (a, b, m)
+            assert m["rtt_ms"] < (10.0 if want < 10 else want * 1.5), (a, b, m)
     finally:
         code = demo.stop()
     assert code in (0, 130), demo.output
@@ -168,7 +187,7 @@ def as_non_root() -> tuple[list[str], dict[str, str], str]:
 
 
 def test_demo_once_without_root_falls_back_to_loopback_and_still_measures(tmp_path: Path):
-    (tmp_path / "bench.yaml").write_text(BENCHMARK.format(name="e2e-loopback", protocols=", ".join(ALL)))
+    (tmp_path / "bench.yaml").write_text(benchmark("e2e-loopback", [("site-a-1", "site-a-2")]))
     state = tmp_path / "state"
     prefix, env, reason = as_non_root()
     demo = Demo(["--once", "--agents", "2", "--benchmark", str(tmp_path / "bench.yaml"), "--port", str(free_port()),
@@ -193,7 +212,10 @@ def test_demo_once_without_root_falls_back_to_loopback_and_still_measures(tmp_pa
             except httpx.HTTPError:
                 time.sleep(0.2)
         got = measurements(base, "e2e-loopback")
-        check_grid(base, "e2e-loopback", got, available_protocols(demo.output), ["site-a-1", "site-a-2"])
+        protocols = available_protocols(demo.output)
+        # Without root the built-in mover must work; the Debian servers' own non-root limits (e.g. GridFTP's
+        # anonymous mode changing its gid) may fail their cells, which the grid then shows as failed.
+        check_grid(base, "e2e-loopback", got, protocols, [("site-a-1", "site-a-2")], must_succeed={"builtin"})
         assert {m["protocol"] for m in got} >= {"builtin", "rtt"}
     finally:
         server.terminate()

@@ -80,7 +80,10 @@ def test_namespaces_are_created_named_and_removed():
 def test_rtt_between_namespaces_matches_the_profile():
     with Lab(two_nodes(delayMs=10)) as lab:
         rtts = connect_rtts(lab, "near", lab.node("far").address)
-        assert statistics.median(rtts) == pytest.approx(20.0, rel=0.10), rtts
+        # The path's latency is the least RTT seen (as ping's min); the median also carries the machine's
+        # scheduling noise (this 2-core machine runs whole test suites at once), so it gets a looser bound.
+        assert min(rtts) == pytest.approx(20.0, rel=0.10), rtts
+        assert 18.0 <= statistics.median(rtts) <= 25.0, rtts
         # The root namespace reaches every node with no added delay (the local operator talks to agents from there).
         host = []
         for _ in range(5):

@@ -153,3 +153,23 @@ def test_other_signers_requests_are_left_alone(csr_cluster, control_plane):
     time.sleep(1.0)
     obj = client.CertificatesV1Api(control_plane.client()).read_certificate_signing_request(name)
     assert not (obj.status and obj.status.conditions) and name not in csr_cluster["done"]
+
+
+def test_ca_is_renewed_a_year_before_it_ends_and_the_old_one_stays_trusted(control_plane):
+    from tpcmesh_operator import pki
+
+    ns = "tpcmesh-ca-renew"
+    control_plane.ensure_namespace(ns)
+    api = control_plane.client()
+    old = pki.create_ca("old tpcmesh CA", lifetime=certs.dt.timedelta(days=200))  # inside the 1-year margin
+    client.CoreV1Api(api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="ca"), type="kubernetes.io/tls",
+        data=certs._ca_data(old, b"")))
+    settings = certs.CertSettings(signer_name="tpcmesh.io/agent", agent_service_account="system:serviceaccount:x:y",
+                                  namespace=ns, ca_secret="ca", ca_bundle_configmap="ca-bundle")
+    new = certs.ensure_ca(api, settings)
+    assert new.cert_pem != old.cert_pem
+    assert not pki.expires_within(new.cert_pem, certs.CA_RENEW_BEFORE)
+    bundle = client.CoreV1Api(api).read_namespaced_config_map("ca-bundle", ns).data["ca.crt"].encode()
+    assert new.cert_pem in bundle and old.cert_pem in bundle  # certificates signed by the old CA stay valid
+    assert certs.ensure_ca(api, settings).cert_pem == new.cert_pem  # stable once renewed

@@ -123,6 +123,32 @@ def test_agent_on_its_node_gets_a_signed_certificate(csr_cluster, tmp_path):
     assert agent_csr.needs_renewal(cert_file, agent_csr.dt.timedelta(hours=3))
 
 
+def test_the_charts_init_container_command_obtains_once(csr_cluster, control_plane, tmp_path, monkeypatch):
+    """`python -m tpcmesh_agent.csr --once` with the env the chart sets, the pod's token where kubelet puts it."""
+    sa_dir = tmp_path / "serviceaccount"
+    sa_dir.mkdir()
+    (sa_dir / "token").write_text(csr_cluster["agent"].token_file.read_text())
+    (sa_dir / "ca.crt").write_bytes(control_plane.ca_cert.read_bytes())
+    monkeypatch.setattr(agent_csr, "SA_DIR", sa_dir)
+    host, port = control_plane.server.removeprefix("https://").rsplit(":", 1)
+    out = tmp_path / "tls"
+    for k, v in {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
+                 "TPCMESH_AGENT_NODE_NAME": "csr-node-1", "TPCMESH_AGENT_ADDRESS": "127.0.30.1",
+                 "TPCMESH_CSR_SIGNER_NAME": "tpcmesh.io/agent", "TPCMESH_CSR_OUT_DIR": str(out),
+                 "TPCMESH_CSR_LIFETIME_SECONDS": "7200", "TPCMESH_CSR_RENEW_BEFORE_SECONDS": "600"}.items():
+        monkeypatch.setenv(k, v)
+    assert agent_csr.main(["--once"]) == 0
+    first = (out / "tls.crt").read_bytes()
+    assert agent_csr.main(["--once"]) == 0  # still valid: kept, no new request
+    assert (out / "tls.crt").read_bytes() == first
+    monkeypatch.setenv("TPCMESH_CSR_RENEW_BEFORE_SECONDS", "10800")  # ends within 3 h: renewed
+    assert agent_csr.main(["--once"]) == 0
+    assert (out / "tls.crt").read_bytes() != first
+    monkeypatch.setenv("TPCMESH_AGENT_NODE_NAME", "csr-node-2")
+    monkeypatch.setenv("TPCMESH_CSR_OUT_DIR", str(tmp_path / "other"))
+    assert agent_csr.main(["--once"]) == 1  # denied: a clear log line, a failing init container
+
+
 def _denied(api: agent_csr.ApiServer, req: agent_csr.Request) -> str:
     key = agent_csr.new_key()
     name = agent_csr.submit(api, req, agent_csr.build_csr(req.node_name, req.addresses, key))

@@ -18,7 +18,7 @@ import aiohttp
 
 from ..markers import MarkerParser, MarkerStreamError
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
-from .external import finish_file, now, prepare_destination, short
+from .external import FileWatch, finish_file, now, prepare_destination, short
 
 MAX_STREAMS = 100  # XRootD answers 500 above this
 
@@ -65,6 +65,12 @@ class XrootdHttpsMover(Mover):
 
             return await run_files_concurrently(job, pull)
 
+    @staticmethod
+    def _markers(markers: list, marks: list[tuple[float, int]]) -> None:
+        for marker in markers:
+            if marker.timestamp is not None:
+                marks.append((marker.timestamp, marker.stripe_bytes))
+
     async def _copy(self, session: aiohttp.ClientSession, job: TransferJob, spec: FileSpec, dest: str,
                     deadline: float, progress: Progress) -> FileResult:
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
@@ -72,30 +78,26 @@ class XrootdHttpsMover(Mover):
         headers = {"Source": source, "Credential": "none", "X-Number-Of-Streams": str(job.streams),
                    "Overwrite": "T"}
         parser = MarkerParser()
-        reported = 0
         peak = 0.0
-        last: tuple[float, int] | None = None
+        marks: list[tuple[float, int]] = []
         error: str | None = None
+        assert job.destination_dir is not None
+        # progress from the file's growth: markers come every 5 s and, with several streams, count bytes
+        # assigned to workers rather than received
+        watch = FileWatch(job.destination_dir / spec.name, spec.size, progress)
         remaining = deadline - time.monotonic()
         try:
             if remaining <= 0:
                 raise TimeoutError
             timeout = aiohttp.ClientTimeout(total=remaining)
-            async with session.request("COPY", self.local_url(f"{dest}/{spec.name}"), headers=headers,
-                                       timeout=timeout) as resp:
-                if resp.status not in (200, 201, 202):
-                    body = await resp.text(errors="replace")
-                    raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}")
-                async for chunk in resp.content.iter_any():
-                    for marker in parser.feed(chunk):
-                        done = marker.stripe_bytes
-                        if done > reported:  # markers count bytes assigned to workers: an upper bound in flight
-                            progress.add_bytes(done - reported)
-                            reported = done
-                        if marker.timestamp is not None:
-                            if last is not None and marker.timestamp > last[0]:
-                                peak = max(peak, (done - last[1]) * 8 / (marker.timestamp - last[0]))
-                            last = (marker.timestamp, done)
+            with watch:
+                async with session.request("COPY", self.local_url(f"{dest}/{spec.name}"), headers=headers,
+                                           timeout=timeout) as resp:
+                    if resp.status not in (200, 201, 202):
+                        body = await resp.text(errors="replace")
+                        raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}")
+                    async for chunk in resp.content.iter_any():
+                        self._markers(parser.feed(chunk), marks)
             outcome = parser.close()
             if not outcome.ok:
                 error = f"XRootD HTTP-TPC failed: {outcome.message}"
@@ -108,10 +110,13 @@ class XrootdHttpsMover(Mover):
         except RuntimeError as e:
             error = str(e)
         result.finished_at = now()
+        for (t0, b0), (t1, b1) in zip(marks, marks[1:], strict=False):
+            if t1 > t0:
+                peak = max(peak, (b1 - b0) * 8 / (t1 - t0))
         result.peak_bps = peak or None
         await asyncio.to_thread(finish_file, result, spec, job, error)
-        if result.bytes > reported:
-            progress.add_bytes(result.bytes - reported)
+        if result.bytes > watch.reported:
+            progress.add_bytes(result.bytes - watch.reported)
         return result
 
 

@@ -57,6 +57,7 @@ class ServerSpec:
     prepare: Callable[[], list[str]]  # writes config files, returns argv
     log_file: Path
     cwd: Path | None = None
+    diag_logs: tuple[Path, ...] = ()  # the server's own logs, searched for the reason of an exit
 
 
 @dataclass
@@ -187,7 +188,8 @@ class ServerSupervisor:
 
             rt = self.runtime_dir / "xrootd-https"
             out.append(ServerSpec("xrootd-https", s.xrootd_https_port, s.address,
-                                  ("xrootd", "libXrdHttpTPC-5.so"), prep_https, rt / "stdout.log", rt))
+                                  ("xrootd", "libXrdHttpTPC-5.so"), prep_https, rt / "stdout.log", rt,
+                                  (rt / configs.instance_name("xrootd-https", s.xrootd_https_port) / "xrootd.log",)))
         if "xrootd-root" in enabled:
             def prep_root() -> list[str]:
                 paths = self._xrootd_paths("xrootd-root", tls=False)
@@ -196,7 +198,8 @@ class ServerSupervisor:
 
             rt = self.runtime_dir / "xrootd-root"
             out.append(ServerSpec("xrootd-root", s.xrootd_root_port, s.address, ("xrootd", "xrdcp"), prep_root,
-                                  rt / "stdout.log", rt))
+                                  rt / "stdout.log", rt,
+                                  (rt / configs.instance_name("xrootd-root", s.xrootd_root_port) / "xrootd.log",)))
         if "gridftp" in enabled:
             def prep_gridftp() -> list[str]:
                 rt = self._runtime("gridftp")
@@ -206,7 +209,7 @@ class ServerSupervisor:
 
             rt = self.runtime_dir / "gridftp"
             out.append(ServerSpec("gridftp", s.gridftp_port, s.address, ("globus-gridftp-server",), prep_gridftp,
-                                  rt / "stdout.log", rt))
+                                  rt / "stdout.log", rt, (rt / "gridftp.log",)))
         if "iperf3" in enabled:
             def prep_iperf3() -> list[str]:
                 self._runtime("iperf3")
@@ -296,7 +299,7 @@ class ServerSupervisor:
             server.restarts += 1
             if time.monotonic() - server.started_at > STABLE_AFTER:
                 server.backoff = BACKOFF_FIRST
-            tail = _tail(spec.log_file)
+            tail = _reason(spec.diag_logs + (spec.log_file,))
             server.message = f"exited with status {code}, restarting (restart {server.restarts})" + (
                 f": {tail}" if tail else "")
             log.warning("Server %s exited with status %s; restarting in %.1f s", spec.name, code, server.backoff)
@@ -338,13 +341,29 @@ def _kill_group(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> 
         os.killpg(proc.pid, sig)
 
 
+REASON_WORDS = (("unable", "in use", "denied", "refus", "no such"), ("error", "failed", "fatal"))
+
+
+def _reason(paths: tuple[Path, ...]) -> str:
+    """The last line of the logs that looks like a reason (else the last line), for the status message."""
+    for words in REASON_WORDS:
+        for path in paths:
+            for line in reversed(_tail(path, 4000).splitlines()):
+                if any(w in line.lower() for w in words):
+                    return line.strip()[-300:]
+    for path in paths:
+        last = _tail(path).splitlines()
+        if last:
+            return last[-1].strip()
+    return ""
+
+
 def _tail(path: Path, limit: int = 300) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - limit))
-            lines = f.read().decode("utf-8", "replace").strip().splitlines()
-        return lines[-1] if lines else ""
+            return f.read().decode("utf-8", "replace").strip()
     except OSError:
         return ""

@@ -114,3 +114,21 @@ def test_servers_die_with_an_agent_killed_outright(agent_factory):
     agent.kill()  # SIGKILL: no chance to stop the servers itself
     wait_for(lambda: not any(server_pids(p, marker) + server_pids(p, agent.address) for p in before), 10,
              "the servers' exit after the agent was killed")
+
+
+def test_a_server_that_cannot_start_says_why(agent_factory):
+    """XRootD's port is taken: it keeps failing, is retried with backoff, and the status carries XRootD's reason."""
+    blocker = socket.socket()
+    blocker.bind(("0.0.0.0", 0))
+    blocker.listen()
+    try:
+        port = blocker.getsockname()[1]
+        agent = agent_factory(protocols=("builtin", "xrootd-root", "iperf3"), run_user="nobody",
+                              xrootd_root_port=port, xrootd_https_port=xrootd_ports()["xrootd_https_port"])
+        st = wait_for(lambda: (s := agent.get("/api/v1/info").json()["protocols"]["xrootd-root"])["restarts"] >= 2
+                      and s, 20, "two restarts of xrootd-root")
+        assert st["running"] is False or st["restarts"] >= 2
+        assert "address already in use" in st["message"], st
+        assert agent.get("/api/v1/info").json()["protocols"]["iperf3"]["running"] is True
+    finally:
+        blocker.close()

@@ -77,10 +77,11 @@ class LocalAgent:
     process: subprocess.Popen
     data_dir: Path
     log_file: Path
+    ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
     info: dict = field(default_factory=dict)
 
     def agent(self) -> Agent:
-        return Agent(node=self.node.name, address=self.node.address, ports=dict(DEFAULT_PORTS),
+        return Agent(node=self.node.name, address=self.node.address, ports=dict(self.ports),
                      labels={"tpcmesh.io/site": self.node.name.rsplit("-", 1)[0] if self.node.name[-1].isdigit()
                              else self.node.name}, name=self.node.name)
 
@@ -110,19 +111,25 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
             "tls_cert": cert, "tls_key": key, "ca_file": certs.ca_file, "budget_bytes": budget_bytes,
             "protocols": ",".join(protocols), "log_level": "INFO",
         }
+        ports = dict(DEFAULT_PORTS)
+        if node.netns is None:
+            # XRootD listens on every address of the host: on loopback each agent needs XRootD ports of its own.
+            for proto in ("xrootd-root", "xrootd-https"):
+                ports[proto] = free_port("0.0.0.0")
+                settings[f"{proto.replace('-', '_')}_port"] = ports[proto]
         for k, v in settings.items():
             env[f"TPCMESH_AGENT_{k.upper()}"] = str(v)
         log_file = state / f"agent-{node.name}.log"
         with open(log_file, "wb") as out:
             proc = lab.popen(node, [venv_command("tpcmesh-agent")], env=env, stdout=out, stderr=subprocess.STDOUT,
                              critical=True)
-        agents.append(LocalAgent(node=node, process=proc, data_dir=data_dir, log_file=log_file))
+        agents.append(LocalAgent(node=node, process=proc, data_dir=data_dir, log_file=log_file, ports=ports))
     lab.add_cleanup(lambda: shutil.rmtree(data_root, ignore_errors=True))
     ctx = ssl.create_default_context(cafile=str(certs.ca_file))
     deadline = time.monotonic() + wait
     with httpx.Client(verify=ctx, timeout=3, headers={"Authorization": f"Bearer {token}"}) as client:
         for a in agents:
-            url = f"https://{a.node.address}:{DEFAULT_PORTS['control']}"
+            url = f"https://{a.node.address}:{a.ports['control']}"
             while True:
                 if a.process.poll() is not None:
                     raise MeshError(f"the agent on {a.node.name} exited with {a.process.returncode}:\n"

@@ -125,7 +125,9 @@ def tree_cpu_seconds(*roots: int) -> float:
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+            # utime + stime + cutime + cstime: a child that exited and was reaped (a PostgreSQL backend
+            # closing its connection) moves its CPU into its parent's cutime/cstime, so the sum keeps it.
+            stats[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
     wanted, frontier = set(roots), list(roots)
     while frontier:
         parent = frontier.pop()

@@ -30,7 +30,7 @@ import httpx
 from ..agents import DEFAULT_PORTS
 from .mesh import Certificates, MeshError, start_agents
 from .netns import Lab, LabError, netns_unavailable_reason
-from .profile import load_profile
+from .profile import load_profile, parse_profile
 
 log = logging.getLogger("tpcmesh.local.fidelity")
 START, END = "<!-- bench-fidelity:start -->", "<!-- bench-fidelity:end -->"
@@ -51,15 +51,15 @@ def replace_section(path: Path, body: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def iperf3(lab: Lab, seconds: float) -> float:
-    """Gbit/s received, far -> near with 4 streams."""
+def iperf3(lab: Lab, seconds: float, streams: int = 4) -> float:
+    """Gbit/s received, far -> near."""
     near, far = lab.nodes[0], lab.nodes[1]
     port = "5301"
     server = lab.popen(far, ["iperf3", "-s", "-1", "-B", far.address, "-p", port], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
-        out = lab.run(near, ["iperf3", "-c", far.address, "-p", port, "-R", "-P", "4", "-t", str(seconds),
+        out = lab.run(near, ["iperf3", "-c", far.address, "-p", port, "-R", "-P", str(streams), "-t", str(seconds),
                              "-O", "2", "-J"], capture_output=True, text=True, timeout=seconds + 60)
         data = json.loads(out.stdout)
         if "error" in data:
@@ -117,6 +117,10 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
                                  "builtin_paper": rec.get("throughput_gbps"), "probe": probe["median_ms"]})
                     log.info("Repeat %d: iperf3 %.3f Gbit/s, builtin %.3f Gbit/s, probe RTT %.2f ms", i + 1,
                              ip_gbps, rec["aggregate_gbps"], probe["median_ms"])
+        # The delay line's own capacity: one TCP stream over an unlimited 0.1 ms link.
+        with Lab(parse_profile({"nodes": ["near", "far"], "defaultLink": {"delayMs": 0.1}}, "capacity"),
+                 mode="netns") as lab:
+            capacity = iperf3(lab, 5, streams=1)
     except (LabError, MeshError, httpx.HTTPError) as e:
         print(f"bench-fidelity: {e}", file=sys.stderr)
         return 1
@@ -145,6 +149,7 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
         f"{'yes' if abs(ratio - 1) <= 0.10 else 'NO'} ({(ratio - 1) * 100:+.1f} %) |",
         f"| agents' RTT probe (median) | {probe_ms:.2f} ms | {want_rtt:g} ms +-10 % | "
         f"{'yes' if rtt_err <= 0.10 else 'NO'} ({rtt_err * 100:.1f} %) |",
+        f"| delay line capacity (iperf3, 1 stream, unlimited 0.1 ms link) | {capacity:.1f} Gbit/s | - | |",
         "",
         "| repeat | iperf3 Mbit/s | built-in Mbit/s (wall clock) | built-in Mbit/s (paper's definition) "
         "| probe RTT ms |",

@@ -113,6 +113,15 @@ class Lab:
         else:
             try:
                 self._start_netns()
+            except LabError as e:
+                self.close()
+                if want == "netns":
+                    raise
+                # Root, but namespaces or TUN devices cannot be made here (e.g. a container without the
+                # privileges): what was made is gone; run on loopback like a non-root user.
+                self._closed, self._delayline, self._tmp, self.nodes, self.subnet = False, None, None, [], None
+                self.reason = f"the WAN lab failed: {e}"
+                self._start_loopback()
             except BaseException:
                 self.close()
                 raise

@@ -146,3 +146,19 @@ def test_a_crashed_critical_process_takes_the_whole_lab_down():
     assert failed.wait(15), "the lab did not notice its critical process died"
     assert other.wait(10) is not None
     assert leftovers(os.getpid()) == []
+
+
+def test_auto_mode_falls_back_to_loopback_when_the_lab_cannot_be_built(monkeypatch):
+    from tpcmesh_operator.local import netns
+
+    def no_subnet():
+        raise netns.LabError("every candidate range collides with a route on this machine")
+
+    monkeypatch.setattr(netns, "pick_subnet", no_subnet)
+    with Lab(two_nodes(delayMs=1)) as lab:
+        assert not lab.emulated and "collides" in lab.reason
+        assert all(n.address.startswith("127.0.") and n.netns is None for n in lab.nodes)
+    assert leftovers(os.getpid()) == []
+    with pytest.raises(netns.LabError, match="collides"):
+        Lab(two_nodes(delayMs=1), mode="netns").start()
+    assert leftovers(os.getpid()) == []

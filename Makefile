@@ -106,3 +106,9 @@ test-agent: setup ## The agent's unit and integration tests (real agents on 127.
 .PHONY: bench-movers
 bench-movers: setup ## Movers over loopback: iperf3, cp, built-in, XRootD HTTP-TPC/root://, GridFTP (QUICK=1: smoke run)
 	$(PY) agent/bench/movers.py $(if $(QUICK),--quick) --output BENCHMARKS.md
+
+# --- docs -------------------------------------------------------------------------------------------------------
+.PHONY: readme-picture
+readme-picture: setup ## Refresh docs/grid.png (the README's picture) from the browser test's grid screenshot
+	$(PYTEST) -q tests/browser/test_grid.py -k colours
+	mkdir -p docs && cp artifacts/grid.png docs/grid.png

@@ -5,6 +5,8 @@ Validation only: writes happen in results.services.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from rest_framework import serializers
 
 from results.models import PROTOCOLS, STATUSES, Benchmark, FileTransfer, Measurement, Node, Run
@@ -12,12 +14,28 @@ from results.models import PROTOCOLS, STATUSES, Benchmark, FileTransfer, Measure
 # ---- ingest (the contract's ingestBatch) ----
 
 
+class RFC3339Field(serializers.DateTimeField):
+    """A date-time with a UTC offset (RFC 3339, as the contract says), parsed with datetime.fromisoformat:
+    several times cheaper than DRF's generic parsing, which matters at 10 000 measurements a batch."""
+
+    def to_internal_value(self, value):
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value)
+            except ValueError:
+                self.fail("invalid", format="RFC 3339, e.g. 2026-01-31T12:00:00Z")
+            if parsed.tzinfo is None:
+                raise serializers.ValidationError("needs a UTC offset (RFC 3339), e.g. 2026-01-31T12:00:00Z")
+            return parsed
+        return super().to_internal_value(value)
+
+
 class FileResultIn(serializers.Serializer):
     name = serializers.RegexField(r"^[A-Za-z0-9._-]+$", max_length=200)
     size = serializers.IntegerField(min_value=0)
     bytes = serializers.IntegerField(min_value=0)
-    started_at = serializers.DateTimeField()
-    finished_at = serializers.DateTimeField()
+    started_at = RFC3339Field()
+    finished_at = RFC3339Field()
     seconds = serializers.FloatField(min_value=0, allow_null=True, required=False)
     error = serializers.CharField(allow_null=True, allow_blank=True)
     checksum_ok = serializers.BooleanField(allow_null=True, required=False)
@@ -52,8 +70,8 @@ class MeasurementIn(serializers.Serializer):
     error = serializers.CharField(allow_null=True, allow_blank=True, required=False)
     checksum = serializers.ChoiceField(choices=["ok", "mismatch", "skipped"], allow_null=True, required=False)
     destination_kind = serializers.ChoiceField(choices=["store", "sink"], allow_null=True, required=False)
-    started_at = serializers.DateTimeField()
-    finished_at = serializers.DateTimeField()
+    started_at = RFC3339Field()
+    finished_at = RFC3339Field()
     files = FileResultIn(many=True, required=False)
 
     def validate(self, attrs):
@@ -78,9 +96,9 @@ class BenchmarkIn(serializers.Serializer):
 class RunIn(serializers.Serializer):
     uid = serializers.CharField(max_length=64)
     name = serializers.CharField(max_length=253)
-    scheduled_at = serializers.DateTimeField(allow_null=True, required=False)
-    started_at = serializers.DateTimeField(allow_null=True, required=False)
-    finished_at = serializers.DateTimeField(allow_null=True, required=False)
+    scheduled_at = RFC3339Field(allow_null=True, required=False)
+    started_at = RFC3339Field(allow_null=True, required=False)
+    finished_at = RFC3339Field(allow_null=True, required=False)
     state = serializers.CharField(max_length=40, required=False, allow_blank=True)
     counts = serializers.DictField(required=False)
 

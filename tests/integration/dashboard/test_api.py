@@ -77,6 +77,8 @@ def test_ingest_is_transactional(client, write_key, monkeypatch):
         ({"id": "not-a-uuid"}, "measurements[0].id"),
         ({"status": "meh"}, "measurements[0].status"),
         ({"streams": 0}, "measurements[0].streams"),
+        ({"started_at": "2026-01-01T00:00:00"}, "measurements[0].started_at"),  # no UTC offset
+        ({"started_at": "yesterday"}, "measurements[0].started_at"),
     ],
 )
 def test_ingest_validation_names_the_field(client, write_key, change, field):

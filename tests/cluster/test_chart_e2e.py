@@ -148,6 +148,10 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
             procs.append(subprocess.Popen([str(VENV_BIN / op_cmd[0]), *op_cmd[1:]], env=op_env, stdout=f,
                                           stderr=subprocess.STDOUT, start_new_session=True))
         wait_for("the operator's liveness endpoint", lambda: _ok(f"http://127.0.0.1:{health}/healthz"), timeout=60)
+        # Peering is active: the operator announces itself in the chart's KopfPeering (one active operator).
+        peerings = client.CustomObjectsApi(api)
+        wait_for("the operator in the chart's KopfPeering", lambda: peerings.get_namespaced_custom_object(
+            "kopf.dev", "v1", NS, "kopfpeerings", fullname).get("status") or None, timeout=30)
 
         # The operator is the CA: it publishes its bundle, then signs each agent pod's CSR (what the chart's
         # `certificate` init container does, with a token bound to that pod, as the kubelet would project it).

@@ -46,31 +46,42 @@ def compact(status: dict[str, Any], limit: int = MAX_STATUS_BYTES) -> dict[str, 
     return out
 
 
+def merge_patch(old: Any, new: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new` (pure): keys gone at any depth are sent as null
+    (a merge patch merges objects, so `{"tests": {}}` alone would remove nothing)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        patch[k] = merge_patch(old[k], v) if k in old else v
+    return patch
+
+
 class KubeStatusStore:
     """Loads and saves a TransferRun's status (status subresource, JSON merge patch).
 
-    Keys present in the last saved status and absent now are sent as null, so they are removed."""
+    Keys present in the last saved status and absent now (at any depth) are sent as null, so they are removed."""
 
     def __init__(self, namespace: str, name: str, extra: Mapping[str, Any] | None = None) -> None:
         self.namespace = namespace
         self.name = name
         self.extra = dict(extra or {})
-        self._keys: set[str] = set()
+        self._last: dict[str, Any] = {}
 
     async def load(self) -> dict[str, Any] | None:
         obj: Any = await asyncio.to_thread(custom().get_namespaced_custom_object, GROUP, VERSION, self.namespace, RUNS,
                                       self.name)
         status = dict(obj.get("status") or {})
         status.pop("kopf", None)
-        self._keys = set(status)
+        self._last = json.loads(json.dumps(status))  # a copy: the executor changes `status` in place
         return status if status.get("agents") is not None or status.get("phase") else None
 
     async def save(self, status: dict[str, Any]) -> None:
-        body = compact({**status, **self.extra})
-        patch = {**{k: None for k in self._keys - set(body)}, **json.loads(json.dumps(body))}
+        body = json.loads(json.dumps(compact({**status, **self.extra})))
+        patch = merge_patch(self._last, body)
         await asyncio.to_thread(custom().patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, RUNS,
                                 self.name, {"status": patch})
-        self._keys = set(body)
+        self._last = body
 
 
 def _ready(pod: Any) -> bool:

@@ -19,11 +19,16 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
     left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
 
 The status dict is the whole state (JSON, camelCase keys, stored as the TransferRun status): `phase`, `agents`
-(frozen at the start so a resumed run plans the same rounds), `planned`, `done`, `succeeded`, `failed`,
-`currentRound`, `totalRounds`, `tests` (key -> {status, id, gbps, error} for every finished test), `rtt`,
+(frozen at the start so a resumed run plans the same rounds), `planned`, `done`, `succeeded`, `failed` (integer
+counts), `currentRound` (every test of the rounds before it is finished), `totalRounds`, `tests` (key -> {status, id,
+gbps, error} for the finished tests of the current round only), `recentFailures` (the latest failed tests with their
+reasons, for people), `rttMs` (each pair's median RTT, a row per source agent, for the measurements that follow),
 `filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected`, `conditions`, times.
-RESUME: a new executor on the same store skips finished tests and re-posts running ones with the same test_id
-(the agent answers 200 with the same record), so no finished pair is redone and no test runs twice.
+SIZE: nothing grows with the finished tests but the counts; `agents` is O(N), `rttMs` ~7 bytes a pair (~70 kB for
+100 agents), the outbox O(measurements the dashboard has not acknowledged); see test_operator_run_status.py.
+RESUME: a new executor on the same store starts at `currentRound`, skips the tests of that round already in `tests`,
+and re-posts running ones with the same test_id (the agent answers 200 with the same record), so no finished pair is
+redone and no test runs twice.
 """
 
 from __future__ import annotations
@@ -222,10 +227,100 @@ def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: 
 
 
 def _add_rtt(m: dict[str, Any], rtt: Mapping[str, Any] | None) -> None:
+    """The pair's RTT on a measurement: median, min and max on the RTT row itself; the median on the others."""
     if rtt:
         m["rtt_ms"] = rtt.get("median_ms")
-        m["rtt_min_ms"] = rtt.get("min_ms")
-        m["rtt_max_ms"] = rtt.get("max_ms")
+        for k in ("min_ms", "max_ms"):
+            if k in rtt:
+                m[f"rtt_{k}"] = rtt[k]
+
+
+MAX_RECENT_FAILURES = 20
+MAX_ERROR_CHARS = 300  # in `tests` and `recentFailures`; the measurement keeps the whole error
+
+
+def initial_status(agents: Sequence[Agent]) -> dict[str, Any]:
+    """The status of a run that has not started a test yet (agents sorted by node: the plan's order)."""
+    n = len(agents)
+    return {
+        "phase": "Running", "startTime": now_iso(),
+        "agents": [a.to_dict() for a in sorted(agents, key=lambda a: a.node)],
+        "tests": {}, "rttMs": [None] * n, "filesets": {}, "outbox": [],
+        "recentFailures": [], "done": 0, "succeeded": 0, "failed": 0, "delivered": 0, "rejected": 0,
+        "currentRound": 0,
+    }
+
+
+def book_test(status: dict[str, Any], key: str, m: Mapping[str, Any]) -> bool:
+    """Book one finished test and queue its measurement (pure). False if the key is already booked this round."""
+    tests = status.setdefault("tests", {})
+    if key in tests:
+        return False
+    error = (m.get("error") or None) and str(m["error"])[:MAX_ERROR_CHARS]
+    tests[key] = {"status": m["status"], "id": m["id"], "gbps": m.get("throughput_gbps"), "error": error}
+    status["done"] = int(status.get("done", 0)) + 1
+    if m["status"] == "succeeded":
+        status["succeeded"] = int(status.get("succeeded", 0)) + 1
+    else:
+        status["failed"] = int(status.get("failed", 0)) + 1
+        recent = status.setdefault("recentFailures", [])
+        recent.append({"key": key, "id": m["id"], "status": m["status"], "error": error,
+                       "finishedAt": m.get("finished_at")})
+        del recent[:-MAX_RECENT_FAILURES]
+    status.setdefault("outbox", []).append(m)
+    status["undelivered"] = len(status["outbox"])
+    return True
+
+
+def finish_round(status: dict[str, Any], index: int) -> None:
+    """Round `index` is over (pure): the rounds before index + 1 are finished, their keys are no longer needed."""
+    status["currentRound"] = index + 1
+    status["tests"] = {}
+
+
+def put_rtt(status: dict[str, Any], agents: Sequence[str], source: str, destination: str,
+            median_ms: float | None) -> None:
+    """Keep a pair's median RTT (ms, to the microsecond) in `rttMs`: one row per source, one column per
+    destination, in the plan's agent order, a few bytes a pair (pure). The probe's min and max stay in the RTT
+    measurement."""
+    n = len(agents)
+    rows = status.get("rttMs")
+    if not isinstance(rows, list) or len(rows) != n:
+        rows = status["rttMs"] = [None] * n
+    i, j = agents.index(source), agents.index(destination)
+    if rows[i] is None:
+        rows[i] = [None] * n
+    rows[i][j] = None if median_ms is None else round(float(median_ms), 3)
+
+
+def get_rtt(status: Mapping[str, Any], agents: Sequence[str], source: str, destination: str) -> dict[str, Any] | None:
+    """A pair's RTT from `rttMs` as {median_ms}, or None (pure)."""
+    rows = status.get("rttMs")
+    try:
+        i, j = agents.index(source), agents.index(destination)
+        v = rows[i][j] if isinstance(rows, list) and rows[i] is not None else None
+    except (ValueError, IndexError, TypeError):
+        return None
+    return None if v is None else {"median_ms": v}
+
+
+def migrate_status(status: dict[str, Any], agents: Sequence[str]) -> None:
+    """A status written before the bounded format (an operator upgraded mid-run): `rtt` keyed by pair becomes
+    `rttMs`; counts and `tests` carry over (`tests` shrinks to one round when the current round ends)."""
+    old = status.pop("rtt", None)
+    if isinstance(old, dict):
+        for pair, probe in old.items():
+            s, _, d = pair.partition(">")
+            if s in agents and d in agents and isinstance(probe, Mapping):
+                put_rtt(status, agents, s, d, probe.get("median_ms"))
+    status.setdefault("recentFailures", [])
+    for k in ("done", "succeeded", "failed"):
+        status.setdefault(k, 0)
+
+
+def status_size_bytes(status: Mapping[str, Any]) -> int:
+    """The status as the API server stores it (compact JSON), in bytes."""
+    return len(json.dumps(status, separators=(",", ":")).encode())
 
 
 def set_condition(status: dict[str, Any], type_: str, value: bool, reason: str, message: str = "") -> None:
@@ -277,6 +372,10 @@ class RunExecutor:
         self._flush_after = 0.0  # during the run, after a failed delivery, wait (backoff) before trying again
         self._flush_backoff = 5.0
 
+    @property
+    def _names(self) -> tuple[str, ...]:
+        return self.plan.agents if self.plan else ()
+
     # -- public
 
     async def execute(self) -> dict[str, Any]:
@@ -287,14 +386,11 @@ class RunExecutor:
             return self.status
         resumed = "agents" in st
         if not resumed:
-            agents = sorted(await self.directory.agents(), key=lambda a: a.node)
-            st.update(
-                phase="Running", startTime=now_iso(), agents=[a.to_dict() for a in agents], tests={}, rtt={},
-                filesets={}, outbox=[], delivered=0, rejected=0, currentRound=0,
-            )
+            st.update(initial_status(await self.directory.agents()))
         self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
         self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec)
         p = self.plan
+        migrate_status(st, p.agents)
         st["planned"] = p.num_tests + len(p.skipped) * len(p.settings)
         st["totalRounds"] = p.num_rounds
         self._recount()
@@ -307,10 +403,12 @@ class RunExecutor:
         if len(self._frozen) < 2 and not p.skipped:
             return await self._finish("NotEnoughAgents", f"{len(self._frozen)} Ready agent(s): a mesh needs two")
         t0 = time.monotonic()
-        for s, d, reason in p.skipped:
-            for setting in p.settings:
-                await self._record_failure(Test(-1, setting, s, d), test_id(self.run.run_uid, f"{setting.key}:{s}>{d}",
-                                                                          0), reason, now_iso())
+        if int(st.get("currentRound", 0)) == 0:  # pairs left out are booked with round 0 (its keys say which)
+            for s, d, reason in p.skipped:
+                for setting in p.settings:
+                    t = Test(-1, setting, s, d)
+                    if t.key not in st["tests"]:
+                        await self._record_failure(t, test_id(self.run.run_uid, t.key, 0), reason, now_iso())
         await self._prepare_filesets()
         for i in range(int(st.get("currentRound", 0)), p.num_rounds):
             st["currentRound"] = i
@@ -318,8 +416,9 @@ class RunExecutor:
             pending = [t for t in p.round(i) if t.key not in st["tests"]]
             if pending:
                 await asyncio.gather(*(self._run_test(t) for t in pending))
-            st["currentRound"] = i + 1
-            await self._save(force=True)
+            async with self._lock:
+                finish_round(st, i)
+                await self._save(force=True)
             self._progress()
             await self._flush_once()
         metrics.RUN_DURATION.observe(time.monotonic() - t0)
@@ -398,7 +497,7 @@ class RunExecutor:
     async def _run_test(self, test: Test) -> None:
         started = now_iso()
         key = test.key
-        rtt = self.status["rtt"].get(pair_key(test.source, test.destination))
+        rtt = get_rtt(self.status, self._names, test.source, test.destination)
         gone = [n for n in (test.source, test.destination) if n not in self._current]
         if gone:
             await self._record_failure(test, test_id(self.run.run_uid, key, 0),
@@ -414,8 +513,7 @@ class RunExecutor:
                 probe = {"error": e.message}
             m = rtt_measurement(tid, test, probe, started)
             if m["status"] == "succeeded":
-                self.status["rtt"][pair_key(test.source, test.destination)] = {
-                    k: probe.get(k) for k in ("median_ms", "min_ms", "max_ms")}
+                put_rtt(self.status, self._names, test.source, test.destination, probe["median_ms"])
                 metrics.LAST_RTT.labels(test.source, test.destination).set((probe["median_ms"] or 0) / 1000)
             await self._record(test, m)
             return
@@ -511,8 +609,9 @@ class RunExecutor:
         async with self._lock:
             st = self.status
             gbps = m.get("throughput_gbps")
-            st["tests"][test.key] = {"status": m["status"], "id": m["id"], "gbps": gbps, "error": m.get("error")}
-            st["outbox"].append(m)
+            if not book_test(st, test.key, m):
+                log.warning("Test %s of %s was already booked; ignored a second result", test.key, self.run.run_name)
+                return
             self._recount()
             metrics.TESTS.labels(protocol=test.setting.protocol, status=m["status"]).inc()
             if gbps is not None and test.setting.protocol != RTT:
@@ -525,10 +624,6 @@ class RunExecutor:
 
     def _recount(self) -> None:
         st = self.status
-        tests = st.get("tests", {})
-        st["done"] = len(tests)
-        st["succeeded"] = sum(1 for t in tests.values() if t["status"] == "succeeded")
-        st["failed"] = st["done"] - st["succeeded"]
         st["undelivered"] = len(st.get("outbox") or [])
         metrics.set_undelivered(self.run.run_uid, st["undelivered"])
 
@@ -640,6 +735,7 @@ class RunExecutor:
 
 __all__ = [
     "AgentDirectory", "ExecutorOptions", "JsonFileStatusStore", "MemoryStatusStore", "Progress", "RunExecutor",
-    "RunInfo", "Setting", "StaticDirectory", "StatusStore", "failed_measurement", "measurement_from_record",
-    "rtt_measurement", "test_id",
+    "RunInfo", "Setting", "StaticDirectory", "StatusStore", "book_test", "failed_measurement", "finish_round",
+    "get_rtt", "initial_status", "measurement_from_record", "put_rtt", "rtt_measurement", "status_size_bytes",
+    "test_id",
 ]

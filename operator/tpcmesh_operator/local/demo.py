@@ -210,9 +210,11 @@ def demo(opts: DemoOptions) -> int:
                                            state, ProgressDisplay()))
         say(f"Run {status.get('phase')}: {status.get('message')}; {status.get('delivered', 0)} measurements "
             f"delivered, {len(status.get('outbox') or [])} undelivered.")
-        for key, t in sorted((status.get("tests") or {}).items()):
-            if t.get("status") != "succeeded":
-                say(f"  {key}: {t.get('status')}: {t.get('error')}")
+        recent = status.get("recentFailures") or []
+        if status.get("failed", 0) > len(recent):
+            say(f"  The latest {len(recent)} of {status['failed']} failed tests:")
+        for f in recent:
+            say(f"  {f.get('key')}: {f.get('status')}: {f.get('error')}")
         say(f"Grid: {dashboard.url}/grid/{NAMESPACE}/{name}/")
         ok = status.get("phase") == "Succeeded" and not status.get("outbox")
         if opts.once:

@@ -89,7 +89,8 @@ async def test_full_mesh_delivers_every_measurement_once(mesh, shared_token, tpc
     assert st["outbox"] == [] and st["delivered"] == 12 and st["undelivered"] == 0
     rows = stored(dashboard, info)
     assert len(rows) == 12 and len({r["id"] for r in rows}) == 12
-    assert {r["id"] for r in rows} == {t["id"] for t in st["tests"].values()}
+    assert len({(r["source"], r["destination"], r["protocol"], r["streams"]) for r in rows}) == 12  # each test once
+    assert st["tests"] == {} and st["recentFailures"] == []  # finished rounds leave only their counts
     assert {r["protocol"] for r in rows} == {"rtt", "builtin"}
     names = {h.name for h in handles}
     for r in rows:
@@ -127,15 +128,17 @@ async def test_agent_killed_mid_run_fails_its_pairs_without_stalling(mesh, share
         st = await asyncio.wait_for(ex.execute(), timeout=90)
     assert killed.is_set()
     assert st["done"] == st["planned"] == 6
-    failed = {k: v for k, v in st["tests"].items() if v["status"] != "succeeded"}
-    assert failed, st["tests"]
+    tests = {f"{m['source']}>{m['destination']}": m for m in st["outbox"]}  # no results endpoint: all wait there
+    failed = {k: v for k, v in tests.items() if v["status"] != "succeeded"}
+    assert failed, tests
     assert all(victim.name in k for k in failed), failed
     for v in failed.values():
         assert v["error"], v
     assert any("vanished" in v["error"] for v in failed.values()), failed
+    assert {f["id"] for f in st["recentFailures"]} == {v["id"] for v in failed.values()}
     # pairs not touching the victim succeeded
-    others = [k for k in st["tests"] if victim.name not in k]
-    assert others and all(st["tests"][k]["status"] == "succeeded" for k in others)
+    others = [k for k in tests if victim.name not in k]
+    assert others and all(tests[k]["status"] == "succeeded" for k in others)
     assert st["phase"] == "Succeeded" and st["failed"] == len(failed)
     assert len(st["outbox"]) == 6  # no results endpoint: everything waits in the outbox
 
@@ -154,10 +157,11 @@ async def test_dashboard_down_whole_run_then_back(mesh, shared_token, tpcmesh_pk
         assert cond["Delivered"]["status"] == "False" and cond["Delivered"]["reason"] == "DashboardUnavailable"
         await asyncio.to_thread(dashboard.start)
         assert stored(dashboard, info) == []
+        waiting = {m["id"] for m in st["outbox"]}
         left = await ex.deliver(20)
     assert left == 0 and ex.status["outbox"] == [] and ex.status["delivered"] == 4
     rows = stored(dashboard, info)
-    assert len(rows) == 4 and {r["id"] for r in rows} == {t["id"] for t in ex.status["tests"].values()}
+    assert len(rows) == 4 and {r["id"] for r in rows} == waiting
     assert {c["type"]: c["status"] for c in ex.status["conditions"]}["Delivered"] == "True"
 
 
@@ -189,23 +193,28 @@ async def test_stopped_and_resumed_run_does_not_redo_finished_tests(mesh, shared
         with pytest.raises(asyncio.CancelledError):
             await task
         saved = await store.load()
-        finished = dict(saved["tests"])
-        assert 9 <= len(finished) < 18 and saved["phase"] == "Running"
+        # the finished tests: their measurements are either acknowledged by the dashboard or waiting in the outbox
+        # (both, if the stop cut a batch between the dashboard's answer and the status save)
+        finished = {r["id"]: r for r in stored(dashboard, info)} | {m["id"]: m for m in saved["outbox"]}
+        assert 9 <= saved["done"] < 18 and saved["phase"] == "Running"
+        assert len(finished) == saved["done"] and saved["currentRound"] <= saved["done"]
         posted_before = Counter(ac.started)
 
         second = executor(spec, agents, ac, rc, store, run=info)
         st = await second.execute()
     assert st["phase"] == "Succeeded" and (st["done"], st["succeeded"]) == (18, 18)
-    for key, t in finished.items():
-        assert st["tests"][key] == t  # untouched
-        assert ac.started[t["id"]] == posted_before[t["id"]]  # not started again
+    rows = {r["id"]: r for r in stored(dashboard, info)}
+    for tid, m in finished.items():
+        assert rows[tid]["status"] == m["status"]  # its measurement, stored under its first id
+        assert ac.started[tid] == posted_before[tid]  # not started again
     # a test cut mid-flight is re-posted once with the same id (the agent answers 200 with the same record)
     assert max(ac.started.values()) <= 2
     assert len(ac.started) == 12  # 12 transfers (rtt probes are not transfers), none under a second id
     # stored exactly once (a batch cut by the stop between the dashboard's answer and the status save is re-sent;
     # the dashboard is idempotent by id)
-    rows = stored(dashboard, info)
-    assert len(rows) == 18 and {r["id"] for r in rows} == {t["id"] for t in st["tests"].values()}
+    assert len(rows) == 18 and len({(r["source"], r["destination"], r["protocol"], r["streams"])
+                                    for r in rows.values()}) == 18
+    assert set(ac.started) <= set(rows) and st["tests"] == {}
 
 
 async def test_every_protocol_through_the_executor(mesh, shared_token, tpcmesh_pki) -> None:
@@ -217,7 +226,7 @@ async def test_every_protocol_through_the_executor(mesh, shared_token, tpcmesh_p
             "timeoutSeconds": 4}
     async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac:
         st = await executor(spec, agents, ac, None, MemoryStatusStore()).execute()
-    bad = {k: v["error"] for k, v in st["tests"].items() if v["status"] != "succeeded"}
+    bad = {(m["source"], m["protocol"]): m["error"] for m in st["outbox"] if m["status"] != "succeeded"}
     assert not bad, bad
     assert st["done"] == 8  # 2 pairs x (rtt + 3 protocols)
     by_protocol = {m["protocol"]: m for m in st["outbox"]}
@@ -236,5 +245,6 @@ async def test_timeouts_fail_the_test_after_the_retries(mesh, shared_token, tpcm
         st = await asyncio.wait_for(executor(spec, agents, ac, None, MemoryStatusStore(), options=opts).execute(), 60)
     assert (st["done"], st["failed"]) == (2, 2) and st["phase"] == "Failed"
     assert len(ac.started) == 4 and set(ac.started.values()) == {1}  # 2 tests x 2 attempts, each its own id
-    for t in st["tests"].values():
+    assert len(st["recentFailures"]) == 2
+    for t in [*st["outbox"], *st["recentFailures"]]:
         assert t["error"], t

@@ -224,3 +224,24 @@ class FileWatch:
         if self.complete is not None and result.finished_at is not None and self.complete < result.finished_at:
             result.finished_at = self.complete
         result.peak_bps = self.peak_bps()
+
+
+async def copy_one_file(argv: list[str], job: TransferJob, spec: FileSpec, deadline: float, progress: Any,
+                        env: dict[str, str] | None = None) -> FileResult:
+    """Store one file with a client program (xrdcp, globus-url-copy), timed by the stored file's growth."""
+    assert job.destination_dir is not None
+    start = now()
+    result = FileResult(name=spec.name, size=spec.size, started_at=start)
+    with FileWatch(job.destination_dir / spec.name, spec.size, progress) as watch:
+        proc = await run_program(argv, deadline, env=env)
+    result.finished_at = now()
+    watch.settle(result, start)
+    if proc.timed_out:
+        error: str | None = f"timed out after {job.timeout:g} s"
+    elif proc.returncode != 0:
+        error = f"{argv[0]} exited with {proc.returncode}: {short(proc.stderr or proc.stdout)}"
+    else:
+        error = None
+    await asyncio.to_thread(finish_file, result, spec, job, error)
+    progress.files_done += 1
+    return result

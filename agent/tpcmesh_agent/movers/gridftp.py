@@ -8,13 +8,12 @@ Destination ``sink``: the local server writes to ``/dev/null`` (as the papers di
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import Any
 
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
-from .external import FileWatch, finish_file, missing, now, prepare_destination, run_program, short
+from .external import copy_one_file, missing, now, prepare_destination, run_program, short
 
 
 class GridftpMover(Mover):
@@ -45,22 +44,7 @@ class GridftpMover(Mover):
                 return await self._sink(job, spec, src, deadline, progress)
             dst = f"ftp://{self.local_hostport()}/~{dest}/{spec.name}"
             argv = ["globus-url-copy", "-p", str(job.streams), "-fast", src, dst]
-            start = now()
-            result = FileResult(name=spec.name, size=spec.size, started_at=start)
-            assert job.destination_dir is not None
-            with FileWatch(job.destination_dir / spec.name, spec.size, progress) as watch:
-                proc = await run_program(argv, deadline)
-            result.finished_at = now()
-            watch.settle(result, start)
-            if proc.timed_out:
-                error: str | None = f"timed out after {job.timeout:g} s"
-            elif proc.returncode != 0:
-                error = f"globus-url-copy exited with {proc.returncode}: {short(proc.stderr or proc.stdout)}"
-            else:
-                error = None
-            await asyncio.to_thread(finish_file, result, spec, job, error)
-            progress.files_done += 1
-            return result
+            return await copy_one_file(argv, job, spec, deadline, progress)
 
         return await run_files_concurrently(job, pull)
 

@@ -14,16 +14,7 @@ import time
 from typing import Any
 
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
-from .external import (
-    FileWatch,
-    finish_file,
-    local_source_address,
-    missing,
-    now,
-    prepare_destination,
-    run_program,
-    short,
-)
+from .external import copy_one_file, local_source_address, missing, prepare_destination
 
 
 class XrootdRootMover(Mover):
@@ -49,21 +40,6 @@ class XrootdRootMover(Mover):
             src = f"root://{job.source.hostport()}//sets/{job.file_set}/{spec.name}"
             dst = f"root://{local}:{self.settings.xrootd_root_port}/{dest}/{spec.name}"
             argv = ["xrdcp", "--tpc", "only", "--force", "--nopbar", "--streams", str(job.streams), src, dst]
-            start = now()
-            result = FileResult(name=spec.name, size=spec.size, started_at=start)
-            assert job.destination_dir is not None
-            with FileWatch(job.destination_dir / spec.name, spec.size, progress) as watch:
-                proc = await run_program(argv, deadline, env={"XRD_CONNECTIONRETRY": "1"})
-            result.finished_at = now()
-            watch.settle(result, start)
-            if proc.timed_out:
-                error: str | None = f"timed out after {job.timeout:g} s"
-            elif proc.returncode != 0:
-                error = f"xrdcp exited with {proc.returncode}: {short(proc.stderr or proc.stdout)}"
-            else:
-                error = None
-            await asyncio.to_thread(finish_file, result, spec, job, error)
-            progress.files_done += 1
-            return result
+            return await copy_one_file(argv, job, spec, deadline, progress, env={"XRD_CONNECTIONRETRY": "1"})
 
         return await run_files_concurrently(job, pull)

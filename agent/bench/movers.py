@@ -39,7 +39,8 @@ class Case:
     streams: int | None  # None: not applicable (cp)
     concurrency: int
     destination: str  # sink | store
-    samples: list[float]
+    samples: list[float | None]
+    refused: str | None = None  # the agent's reason when it refused to run the case (422)
 
     @property
     def gbps(self) -> float | None:
@@ -81,19 +82,29 @@ class Bench:
         self.size, self.repeats, self.log = size, repeats, log
         self.cases: dict[tuple, Case] = {}
 
-    def add(self, mover: str, streams: int | None, conc: int, dest: str, value: float | None) -> None:
+    def add(self, mover: str, streams: int | None, conc: int, dest: str, value: float | str | None) -> None:
+        """``value``: Gbit/s, None when the transfer failed, or the agent's reason when it refused the case."""
         key = (mover, streams, conc, dest)
-        self.cases.setdefault(key, Case(mover, streams, conc, dest, [])).samples.append(value)
-        shown = "failed" if value is None else f"{value:.2f} Gbit/s"
+        case = self.cases.setdefault(key, Case(mover, streams, conc, dest, []))
+        if isinstance(value, str):
+            case.refused = value
+            shown = "refused: " + value
+        else:
+            case.samples.append(value)
+            shown = "failed" if value is None else f"{value:.2f} Gbit/s"
         self.log(f"  {mover:14s} streams={streams} concurrency={conc:2d} {dest:5s}: {shown}")
 
     # -- runners ---------------------------------------------------------------------------------------------
     def api(self, src, dst, protocol: str, port: int, files: list[dict], streams: int, conc: int, dest: str,
-            timeout: float = 600) -> float | None:
+            timeout: float = 600) -> float | str | None:
         body = dict(protocol=protocol, source={"host": src.address, "port": port},
                     file_set={"count": 11, "size": self.size}, files=files[:conc], concurrency=conc,
-                    streams=streams, timeout_seconds=timeout, destination=dest)
-        rec = dst.transfer(timeout=timeout + 30, **body)
+                    streams=streams, timeout_seconds=timeout, destination=dest, test_id=str(uuid.uuid4()))
+        r = dst.post("/api/v1/transfers", json=body)
+        if r.status_code == 422:  # e.g. not enough memory on this machine for the case: say so in the table
+            return r.json()["error"]
+        assert r.status_code == 202, r.text
+        rec = dst.wait_transfer(body["test_id"], timeout + 30)
         if rec["status"] != "succeeded":
             self.log(f"    {protocol} failed: {rec['error']}")
             return None
@@ -119,11 +130,12 @@ class Bench:
         finally:
             shutil.rmtree(out, ignore_errors=True)
 
-    def xrootd_plain_http(self, src, dst, files: list[dict], streams: int, conc: int) -> float | None:
+    def xrootd_plain_http(self, src, dst, files: list[dict], streams: int, conc: int) -> float | str | None:
         """XRootD HTTP-TPC with the source read over plain http:// (not a protocol of the API: run in-process)."""
         from tpcmesh_agent.config import load_settings
         from tpcmesh_agent.movers.base import Endpoint, FileSpec, Progress, TransferJob
         from tpcmesh_agent.movers.xrootd_https import XrootdHttpMover
+        from tpcmesh_agent.runner import memory_shortfall
 
         env = {"TPCMESH_AGENT_" + k.upper(): v for k, v in dst.settings.items() if k != "protocols"}
         settings = load_settings([], {**env, "TPCMESH_AGENT_PROTOCOLS": "xrootd-https"})
@@ -133,9 +145,13 @@ class Bench:
                           files=tuple(FileSpec(f["name"], f["size"], f["checksum"]) for f in files[:conc]),
                           file_set=f"11x{self.size}", concurrency=conc, streams=streams, timeout=600,
                           destination_dir=settings.incoming_dir / test_id, verify_checksums=False)
+        mover = XrootdHttpMover(settings)
+        short = memory_shortfall(job, mover, settings.incoming_dir)  # what the API would refuse
+        if short:
+            return short
         start = datetime.now(UTC)
         try:
-            results = asyncio.run(XrootdHttpMover(settings).run(job, Progress()))
+            results = asyncio.run(mover.run(job, Progress()))
         finally:
             shutil.rmtree(settings.incoming_dir / test_id, ignore_errors=True)
         if any(r.error for r in results):
@@ -180,8 +196,11 @@ class Bench:
             g = case.gbps
             ratio = f"{g / ref:.2f}" if g is not None and ref else "–"
             streams = "–" if case.streams is None else str(case.streams)
+            shown = f"{g:.2f}" if g is not None else "refused¹" if case.refused else "failed"
             rows.append(f"| {names[case.mover]} | {streams} | {case.concurrency} | {case.destination} | "
-                        f"{'failed' if g is None else f'{g:.2f}'} | {ratio} |")
+                        f"{shown} | {ratio} |")
+        refused = [f"¹ {names[c.mover]}, {c.streams} stream(s) × {c.concurrency}: the agent refused the case: "
+                   f"“{c.refused}”." for c in self.cases.values() if c.refused and c.gbps is None]
         goals, store_ratios = [], []
         for c in CONCURRENCY:
             for s in STREAMS:
@@ -195,6 +214,7 @@ class Bench:
                     store_ratios.append((r, s, c))
                     goals.append(f"store {s} stream(s) × {c}: {r:.2f} × cp ({'met' if r >= 0.9 else 'MISSED'})")
         text = [START, "## Movers over loopback (`make bench-movers`)", "", header, "", *rows, "",
+                *[line for r in refused for line in (r, "")],
                 "Goals for the built-in mover (sink ≥ 0.9 × iperf3 at the same stream count, store ≥ 0.9 × cp at the "
                 "same concurrency): " + "; ".join(goals) + ".", *store_shortfall(store_ratios), END]
         return "\n".join(text)

@@ -11,11 +11,13 @@ import shutil
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from . import records
+from . import memory, records
 from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
@@ -85,6 +87,28 @@ class Run:
         }
 
 
+def memory_shortfall(job: TransferJob, mover: Mover, incoming_dir: Path) -> str | None:
+    """Why ``job`` would run the node out of memory (the OOM killer would end it, or a neighbour), or None.
+    Stored files count when the destination directory is memory-backed, plus what the protocol's own programs
+    buffer (Mover.memory_needed)."""
+    parts: list[str] = []
+    need = 0
+    if job.destination_dir is not None and memory.memory_backed(incoming_dir):
+        stored = sum(f.size for f in job.files)
+        need += stored
+        parts.append(f"{memory.gigabytes(stored)} stored in the memory-backed {incoming_dir}")
+    buffers = mover.memory_needed(job)
+    if buffers is not None:
+        need += buffers[0]
+        parts.append(f"up to {memory.gigabytes(buffers[0])} because {buffers[1]}")
+    room = memory.available_bytes()
+    if room is None or need <= room:
+        return None
+    return (f"this test needs up to {memory.gigabytes(need)} of memory ({'; '.join(parts)}) but the node has "
+            f"{memory.gigabytes(room)} available: lower concurrency or streams, use smaller files or destination "
+            "'sink', or give the node more memory")
+
+
 class TransferRunner:
     def __init__(self, settings: Settings, movers: dict[str, Mover], problems: dict[str, str], filesets: FileSets,
                  metrics: AgentMetrics) -> None:
@@ -95,6 +119,9 @@ class TransferRunner:
         self.metrics = metrics
         self.runs: OrderedDict[str, Run] = OrderedDict()
         self.running: Run | None = None
+        # the protocol servers' status (Supervisor.status), set once they run: a failed test then says when the
+        # local server died under it, which the client side only sees as a cut connection
+        self.server_status: Callable[[], dict[str, dict]] | None = None
 
     # ---- validation --------------------------------------------------------------------------------------
     def parse(self, body: Any) -> TransferJob:
@@ -200,6 +227,9 @@ class TransferRunner:
             why = f"availability check failed: {type(e).__name__}: {e}"
         if why:
             raise ApiError(422, f"protocol {job.protocol} is unavailable on this agent: {why}")
+        short = memory_shortfall(job, mover, self.settings.incoming_dir)
+        if short:
+            raise ApiError(422, short)
         run = Run(job=job, started_at=datetime.now(UTC))
         run.progress.files_total = len(job.files)
         self.runs[job.test_id] = run
@@ -252,10 +282,13 @@ class TransferRunner:
         results: list[FileResult] | None = None
         status, error = "failed", None
         t0 = time.monotonic()
+        restarts = self._restarts(job.protocol)
         try:
             results = await asyncio.wait_for(mover.run(job, run.progress), job.timeout + TIMEOUT_GRACE)
             error = records.failure_summary(results)
             status = "failed" if error else "succeeded"
+            if error:
+                error += await self._server_died(job.protocol, restarts)
             if run.cancel_requested:
                 status = "cancelled"
                 error = f"cancelled by request after {sum(r.bytes for r in results)} bytes"
@@ -298,6 +331,26 @@ class TransferRunner:
             log.info("Finished transfer %s: %s, %d bytes, throughput %s Gbit/s, aggregate %s Gbit/s%s",
                      job.test_id, status, run.record["total_bytes"], _fmt(run.record["throughput_gbps"]),
                      _fmt(run.record["aggregate_gbps"]), f" ({error})" if error else "")
+
+
+    def _restarts(self, protocol: str) -> int | None:
+        status = self.server_status() if self.server_status is not None else {}
+        return status[protocol]["restarts"] if protocol in status else None
+
+    async def _server_died(self, protocol: str, before: int | None) -> str:
+        """'; the local <protocol> server exited …' when it did during the test, else ''. The supervisor may
+        learn of the exit a moment after the mover saw its connections cut: wait a little for it."""
+        if before is None:
+            return ""
+        for _ in range(10):
+            if (self._restarts(protocol) or 0) > before:
+                assert self.server_status is not None
+                message = self.server_status()[protocol]["message"] or "exited"
+                hint = (" (killed by SIGKILL: often the kernel's OOM killer, see dmesg; lower concurrency or "
+                        "streams)" if "status -9" in message else "")
+                return f"; the local {protocol} server died during the test: {message}{hint}"
+            await asyncio.sleep(0.1)
+        return ""
 
 
 def _fmt(v: float | None) -> str:

@@ -155,6 +155,7 @@ class Agent:
             self.supervisor = _load_supervisor(s)
             if self.supervisor is not None:
                 await self.supervisor.start()
+                self.runner.server_status = self.supervisor.status
         except Exception as e:  # the built-in mover and the API keep working without the protocol servers
             log.exception("Protocol-server supervisor failed to start")
             self.supervisor_error = f"protocol-server supervisor failed: {type(e).__name__}: {e}"

@@ -99,6 +99,10 @@ class Mover(abc.ABC):
         """None when usable, else a message naming what is missing (e.g. the Debian package)."""
         return None
 
+    def memory_needed(self, job: TransferJob) -> tuple[int, str] | None:
+        """Worst-case RAM this protocol's programs take for ``job`` beyond the stored files, and why; None: small."""
+        return None
+
 
 async def run_files_concurrently(
     job: TransferJob, pull_one: Callable[[FileSpec], Awaitable[FileResult]]

@@ -153,18 +153,17 @@ PROGRAM = {"xrootd-https": ("xrootd", "xrootd-https"), "xrootd-root": ("xrootd",
            "gridftp": ("globus-gridftp-server", "")}
 
 
-@pytest.mark.parametrize("protocol", TPC)
-def test_source_server_killed_mid_transfer(pair, protocol):
-    """The source's server freezes with the copies in flight, then dies: a clear failed record, no hang, the
-    destination agent unharmed, and the source's supervisor restarts its server."""
+def start_then_kill_server(pair, protocol: str, victim) -> dict:
+    """Freeze ``victim``'s server of ``protocol``, start a test (source -> destination) against it, and SIGKILL the
+    server once the test is under way. Returns the started test."""
     import os
     import signal
 
-    from tests.integration.agent.test_supervisor import server_pids, wait_for
+    from tests.integration.agent.test_supervisor import server_pids
 
     src, dst, files = pair
     program, tag = PROGRAM[protocol]
-    pids = [p for p in server_pids(program, str(src.data_dir)) if tag in open(f"/proc/{p}/cmdline").read()]
+    pids = [p for p in server_pids(program, str(victim.data_dir)) if tag in open(f"/proc/{p}/cmdline").read()]
     groups = {os.getpgid(p) for p in pids}
     assert len(groups) == 1, pids
     [group] = groups
@@ -178,6 +177,18 @@ def test_source_server_killed_mid_transfer(pair, protocol):
         assert dst.get(f"/api/v1/transfers/{started['test_id']}").json()["status"] == "running"
     finally:
         os.killpg(group, signal.SIGKILL)
+    return started
+
+
+@pytest.mark.parametrize("protocol", TPC)
+def test_source_server_killed_mid_transfer(pair, protocol):
+    """The source's server freezes with the copies in flight, then dies: a clear failed record, no hang, the
+    destination agent unharmed, and the source's supervisor restarts its server."""
+
+    from tests.integration.agent.test_supervisor import wait_for
+
+    src, dst, files = pair
+    started = start_then_kill_server(pair, protocol, victim=src)
     t0 = time.monotonic()
     rec = dst.wait_transfer(started["test_id"], timeout=40)
     _validator().validate(rec)
@@ -190,6 +201,23 @@ def test_source_server_killed_mid_transfer(pair, protocol):
                          f"{protocol} restart on the source")
     assert restarted
     assert src.get("/api/v1/info").json()["protocols"][protocol]["restarts"] >= 1
+
+
+@pytest.mark.parametrize("protocol", TPC)
+def test_local_server_killed_mid_transfer_is_named_in_the_record(pair, protocol):
+    """The destination's own server dies under the copies (as when the OOM killer picks it): the record says so,
+    with the exit status and the likely cause, instead of only the cut connection the client saw."""
+
+    from tests.integration.agent.test_supervisor import wait_for
+
+    src, dst, files = pair
+    started = start_then_kill_server(pair, protocol, victim=dst)
+    rec = dst.wait_transfer(started["test_id"], timeout=40)
+    assert rec["status"] == "failed", rec
+    assert f"the local {protocol} server died during the test: exited with status -9" in rec["error"], rec["error"]
+    assert "OOM killer" in rec["error"]
+    assert wait_for(lambda: dst.get("/api/v1/info").json()["protocols"][protocol]["running"], 15,
+                    f"{protocol} restart on the destination")
 
 
 @pytest.mark.parametrize("protocol", TPC)
@@ -231,3 +259,23 @@ def test_timeout_and_cancel_stop_the_copies(pair, protocol):
             assert not server_pids(client, src.address), f"{client} still running after cancel"
     finally:
         os.killpg(group, signal.SIGCONT)
+
+
+def test_a_test_that_would_exhaust_memory_is_refused_up_front(module_agent_factory, pair):
+    """XRootD's multi-stream HTTP-TPC buffers in RAM (measured: 8.8 GB for 11 x 1 GB files x 8 streams, then the
+    OOM killer): a test whose worst case exceeds what the node has is refused with the figures and the fix."""
+    src, _, _ = pair
+    big = module_agent_factory(protocols=("xrootd-https",), run_user="nobody", budget_bytes=10**13,
+                               **xrootd_ports())
+    files = [{"name": f"big-{i:02d}.dat", "size": 60 * 10**9} for i in range(50)]
+    r = big.post("/api/v1/transfers", json={
+        "test_id": "6f1d7a64-5b7e-4d0a-9d43-2f7c1b0f6a11", "protocol": "xrootd-https",
+        "source": {"host": src.address, "port": src.ports["xrootd_https_port"]},
+        "file_set": {"count": 50, "size": 60 * 10**9}, "files": files, "concurrency": 50, "streams": 8,
+        "timeout_seconds": 60, "destination": "store"})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert "this test needs up to" in error and "available" in error
+    assert "up to 107.4 GB because XRootD's multi-stream HTTP-TPC buffers" in error
+    assert "lower concurrency or streams" in error
+    assert big.get("/api/v1/transfers/6f1d7a64-5b7e-4d0a-9d43-2f7c1b0f6a11").status_code == 404

@@ -34,6 +34,9 @@ READY_TIMEOUT = 15.0
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
+XROOTD_ENV_DIR = Path("/tmp")  # fixed in XRootD, whatever TMPDIR says
+
+
 def find_library(name: str) -> Path | None:
     for d in LIB_DIRS:
         p = Path(d) / name
@@ -327,6 +330,10 @@ class ServerSupervisor:
                 with contextlib.suppress(Exception):
                     await proc.wait()
             _kill_group(proc, signal.SIGKILL)  # forked children (gridftp sessions) left in the group
+            if server.spec.name.startswith("xrootd-"):  # XRootD leaves /tmp/<program>.<instance>.env behind
+                instance = configs.instance_name(server.spec.name, server.spec.port)
+                with contextlib.suppress(OSError):
+                    (XROOTD_ENV_DIR / f"xrootd.{instance}.env").unlink()
             log.info("Stopped server %s", server.spec.name)
         if self._admin_root is not None:
             shutil.rmtree(self._admin_root, ignore_errors=True)

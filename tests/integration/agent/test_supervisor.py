@@ -132,3 +132,21 @@ def test_a_server_that_cannot_start_says_why(agent_factory):
         assert agent.get("/api/v1/info").json()["protocols"]["iperf3"]["running"] is True
     finally:
         blocker.close()
+
+
+def test_a_stopped_agent_leaves_nothing_of_xrootd_in_tmp(agent_factory):
+    """XRootD writes /tmp/xrootd.<instance>.env (a fixed place) and the agent keeps its admin sockets under /tmp
+    (short socket paths): both are gone once the agent has stopped."""
+    ports = xrootd_ports()
+    agent = agent_factory(protocols=("builtin", "xrootd-root", "xrootd-https"), run_user="nobody", **ports)
+    envs = [Path(f"/tmp/xrootd.tpcm-root-{ports['xrootd_root_port']}.env"),
+            Path(f"/tmp/xrootd.tpcm-https-{ports['xrootd_https_port']}.env")]
+    wait_for(lambda: all(p.exists() for p in envs), 10, "XRootD's env files")
+    admin_dirs = set()
+    for p in envs:
+        fields = dict(kv.split("=", 1) for kv in p.read_text().strip().split("&"))
+        admin_dirs.add(Path(fields["apath"]).parents[1])
+    assert all(str(d).startswith("/tmp/tpcm-") and d.is_dir() for d in admin_dirs), admin_dirs
+    agent.stop()
+    assert not [p for p in envs if p.exists()]
+    assert not [d for d in admin_dirs if d.exists()]

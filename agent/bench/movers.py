@@ -204,7 +204,7 @@ class Bench:
         cp = {c: self.cases[("cp", None, c, "store")].gbps for c in CONCURRENCY}
         names = {"iperf3": "iperf3", "cp": "cp tmpfs→tmpfs", "builtin": "built-in",
                  "xrootd-https": "XRootD HTTP-TPC (https)", "xrootd-http": "XRootD HTTP-TPC (plain http)",
-                 "xrootd-root": "XRootD root:// TPC", "gridftp": "GridFTP TPC (anonymous ftp)"}
+                 "xrootd-root": "XRootD root:// TPC", "gridftp": "GridFTP TPC (gsiftp)"}
         rows = ["| mover | streams | concurrency | destination (sink or store) | Gbit/s | ratio to iperf3 |",
                 "|---|---|---|---|---|---|"]
         for case in self.cases.values():
@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{size_text} (SI), 1 file or 11 at once, 1 or 8 streams per file; "
               f"{'one run' if repeats == 1 else f'median of {repeats}'}; Gbit/s = SI wall-clock aggregate (bytes / "
               "time from start to the last byte). sink discards the bytes (GridFTP: its server writes /dev/null); "
+              "GridFTP authenticates with the agents' X509 host certificates (gsiftp, the agents' default) and "
+              "leaves the data channel plain (-nodcau); "
               "store writes them to tmpfs. XRootD always stores (its server writes the file). iperf3 is measured "
               "with the agents' iperf3 mover (-R); ratio to iperf3 uses the same stream count. cp is timed at the "
               "start and at the end of every repeat (median of all); one untimed cp and built-in store of the whole "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 ALL_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
 ENV_PREFIX = "TPCMESH_AGENT_"
+GRIDFTP_SECURITY = ("gsi", "anonymous")
 
 
 class SettingsError(ValueError):
@@ -57,6 +58,9 @@ class Settings:
     xrootd_https_port: int = field(default=8444, metadata={"help": "XRootD HTTP(S) port"})
     gridftp_port: int = field(default=2811, metadata={"help": "GridFTP control port"})
     iperf3_port: int = field(default=5201, metadata={"help": "iperf3 server port"})
+    gridftp_security: str = field(default="gsi", metadata={
+        "help": "gsi: gsiftp:// with the X509 host certificates (peers must hold a certificate of ca_file; data "
+                "channel plain, integrity from checksums); anonymous: ftp:// without authentication"})
     run_user: str = field(default="nobody", metadata={"help": "unprivileged user for servers that refuse root"})
     builtin_tls: bool = field(default=False, metadata={"help": "serve the built-in data port over TLS"})
     builtin_max_rate: int = field(default=0,
@@ -87,6 +91,17 @@ class Settings:
         if self.ca_file is None:
             return None
         return self.data_dir / "ca-dir"
+
+    @property
+    def gsiftp(self) -> bool:
+        return self.gridftp_security == "gsi"
+
+    def gsiftp_missing(self) -> str | None:
+        """Why gsiftp cannot run here (no certificate or CA configured), naming the fix; None when it can."""
+        if self.gsiftp and (self.tls_cert is None or self.tls_key is None or self.ca_file is None):
+            return ("gsiftp needs tls_cert, tls_key and ca_file (the X509 host certificate and the CA peers are "
+                    "signed by); set gridftp_security=anonymous for unauthenticated ftp://")
+        return None
 
     def port_of(self, protocol: str) -> int | None:
         return {
@@ -121,6 +136,9 @@ class Settings:
                 v = getattr(self, f.name)
                 if not 1 <= v <= 65535:
                     raise SettingsError(f"{f.name} {v} is not a TCP port (1-65535)")
+        if self.gridftp_security not in GRIDFTP_SECURITY:
+            raise SettingsError(f"gridftp_security {self.gridftp_security!r} must be one of "
+                                f"{', '.join(GRIDFTP_SECURITY)}")
         if self.budget_bytes <= 0:
             raise SettingsError(f"budget_bytes {self.budget_bytes} must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):

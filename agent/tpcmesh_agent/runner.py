@@ -345,7 +345,7 @@ class TransferRunner:
         for _ in range(10):
             if (self._restarts(protocol) or 0) > before:
                 assert self.server_status is not None
-                message = self.server_status()[protocol]["message"] or "exited"
+                message = self.server_status()[protocol].get("last_exit") or "exited"
                 hint = (" (killed by SIGKILL: often the kernel's OOM killer, see dmesg; lower concurrency or "
                         "streams)" if "status -9" in message else "")
                 return f"; the local {protocol} server died during the test: {message}{hint}"

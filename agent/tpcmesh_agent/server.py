@@ -78,6 +78,18 @@ def write_ca_dir(ca_file: Path, directory: Path) -> None:
             log.warning("Could not hash CA certificate for %s: %s", directory, e)
             return
         (directory / f"{h}.0").write_bytes(block.strip() + b"\n")
+        (directory / f"{h}.signing_policy").write_text(signing_policy(block))
+
+
+def signing_policy(ca_pem: bytes) -> str:
+    """The Globus signing policy a CA directory entry needs for gsiftp: this CA may sign any subject (which CAs
+    are trusted at all is what ca_file says)."""
+    from cryptography import x509
+
+    subject = x509.load_pem_x509_certificate(ca_pem).subject
+    dn = "".join(f"/{a.rfc4514_attribute_name}="
+                 f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in subject)
+    return f"access_id_CA X509 '{dn}'\npos_rights globus CA:sign\ncond_subjects globus '\"*\"'\n"
 
 
 class Agent:

@@ -1,7 +1,10 @@
 """GridFTP third-party copy: ``globus-url-copy -p <streams>`` from the source's GridFTP server to the local one.
 
-Both servers run anonymously with their data dir as home, so URLs are ``ftp://host:port/~/sets/<set>/<name>``
-(source) and ``ftp://<local>:port/~/incoming/<test>/<name>`` (destination); the data flows server to server.
+Both servers have their data dir as home, so URLs are ``gsiftp://host:port/~/sets/<set>/<name>`` (source) and
+``gsiftp://<local>:port/~/incoming/<test>/<name>`` (destination); the data flows server to server. gsiftp (the
+default): globus-url-copy authenticates to both servers with this agent's host certificate (a private copy, as
+Globus insists on a key only its user can read) and ``-nodcau`` leaves the data channels plain TCP (integrity from
+the checksums). ``gridftp_security=anonymous``: ``ftp://`` without credentials.
 Destination ``sink``: the local server writes to ``/dev/null`` (as the papers did); a successful copy (the servers'
 226 reply) counts the whole file, a failed one the last byte count ``globus-url-copy -vb`` printed.
 """
@@ -10,10 +13,14 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
+from ..servers.configs import gridftp_env
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import copy_one_file, missing, now, prepare_destination, run_program, short
+
+CLIENT_DIR = "gridftp-client"  # under data_dir: the client's copy of the host credential
 
 
 class GridftpMover(Mover):
@@ -23,7 +30,28 @@ class GridftpMover(Mover):
         self.settings = settings
 
     def available(self) -> str | None:
-        return missing("globus-url-copy") or missing("globus-gridftp-server")
+        return missing("globus-url-copy") or missing("globus-gridftp-server") or self.settings.gsiftp_missing()
+
+    @property
+    def scheme(self) -> str:
+        return "gsiftp" if self.settings.gsiftp else "ftp"
+
+    def client_options(self) -> tuple[list[str], dict[str, str] | None]:
+        """globus-url-copy's extra flags and environment: none for ftp://; for gsiftp the credential and -nodcau."""
+        s = self.settings
+        if not s.gsiftp:
+            return [], None
+        d = Path(s.data_dir) / CLIENT_DIR
+        d.mkdir(mode=0o700, exist_ok=True)
+        cert, key = d / "usercert.pem", d / "userkey.pem"
+        for src, dst, mode in ((s.tls_cert, cert, 0o644), (s.tls_key, key, 0o600)):
+            # refreshed when the host certificate is renewed
+            if not dst.exists() or dst.stat().st_mtime < Path(src).stat().st_mtime:
+                tmp = dst.with_suffix(".tmp")
+                tmp.write_bytes(Path(src).read_bytes())
+                tmp.chmod(mode)
+                tmp.replace(dst)
+        return ["-nodcau"], gridftp_env(cert, key, Path(s.ca_dir))
 
     def local_hostport(self) -> str:
         host = self.settings.address
@@ -38,22 +66,24 @@ class GridftpMover(Mover):
         deadline = time.monotonic() + job.timeout
         progress.files_total = len(job.files)
 
+        flags, env = self.client_options()
+
         async def pull(spec: FileSpec) -> FileResult:
-            src = f"ftp://{job.source.hostport()}/~/sets/{job.file_set}/{spec.name}"
+            src = f"{self.scheme}://{job.source.hostport()}/~/sets/{job.file_set}/{spec.name}"
             if dest is None:
-                return await self._sink(job, spec, src, deadline, progress)
-            dst = f"ftp://{self.local_hostport()}/~{dest}/{spec.name}"
-            argv = ["globus-url-copy", "-p", str(job.streams), "-fast", src, dst]
-            return await copy_one_file(argv, job, spec, deadline, progress)
+                return await self._sink(job, spec, src, deadline, progress, flags, env)
+            dst = f"{self.scheme}://{self.local_hostport()}/~{dest}/{spec.name}"
+            argv = ["globus-url-copy", *flags, "-p", str(job.streams), "-fast", src, dst]
+            return await copy_one_file(argv, job, spec, deadline, progress, env=env)
 
         return await run_files_concurrently(job, pull)
 
-    async def _sink(self, job: TransferJob, spec: FileSpec, src: str, deadline: float,
-                    progress: Progress) -> FileResult:
-        argv = ["globus-url-copy", "-vb", "-p", str(job.streams), "-fast", src,
-                f"ftp://{self.local_hostport()}/dev/null"]
+    async def _sink(self, job: TransferJob, spec: FileSpec, src: str, deadline: float, progress: Progress,
+                    flags: list[str], env: dict[str, str] | None) -> FileResult:
+        argv = ["globus-url-copy", *flags, "-vb", "-p", str(job.streams), "-fast", src,
+                f"{self.scheme}://{self.local_hostport()}/dev/null"]
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
-        proc = await run_program(argv, deadline)
+        proc = await run_program(argv, deadline, env=env)
         result.finished_at = now()
         counts = [int(n) for n in BYTES_RE.findall(proc.stdout)]
         result.bytes = min(counts[-1], spec.size) if counts else 0

@@ -96,17 +96,30 @@ def xrootd_argv(protocol: str, port: int, paths: XrootdPaths, run_user: str | No
 
 
 def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_group: str) -> list[str]:
-    """Anonymous ftp:// GridFTP; paths in URLs are relative to the data dir (``ftp://host:port/~/sets/...``)."""
+    """GridFTP with the data dir as home, so URL paths are ``~/sets/...``. gsiftp (``settings.gsiftp``): GSI
+    authentication with the host certificate (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see
+    gridftp_env); any peer holding a certificate of the trusted CAs may read and write, as the user the server
+    runs as (``-auth-level 0``: no grid-mapfile, which would have to list every node's DN). Anonymous: ftp://,
+    sessions as ``anonymous_user``."""
+    if settings.gsiftp:
+        access = ["-auth-level", "0"]
+    else:
+        access = ["-aa", "-anonymous-user", anonymous_user, "-anonymous-group", anonymous_group]
     return [
         "globus-gridftp-server",
         "-control-interface", settings.address,
         "-data-interface", settings.address,
         "-p", str(settings.gridftp_port),
-        "-aa", "-anonymous-user", anonymous_user, "-anonymous-group", anonymous_group,
+        *access,
         "-home-dir", str(settings.data_dir),
         "-log-level", "error,warn",
         "-logfile", str(log_file),
     ]
+
+
+def gridftp_env(cert: Path, key: Path, ca_dir: Path) -> dict[str, str]:
+    """The GSI environment of a GridFTP server or client: its credential and the CA directory it trusts."""
+    return {"X509_USER_CERT": str(cert), "X509_USER_KEY": str(key), "X509_CERT_DIR": str(ca_dir)}
 
 
 def iperf3_argv(settings: Any) -> list[str]:

@@ -61,6 +61,7 @@ class ServerSpec:
     log_file: Path
     cwd: Path | None = None
     diag_logs: tuple[Path, ...] = ()  # the server's own logs, searched for the reason of an exit
+    env: dict[str, str] | None = None  # added to the agent's environment
 
 
 @dataclass
@@ -74,6 +75,7 @@ class ManagedServer:
     started_at: float = 0.0
     stopping: bool = False
     last_exit: int | None = None
+    last_exit_message: str | None = None
     backoff: float = BACKOFF_FIRST
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -83,7 +85,7 @@ class ManagedServer:
 
     def status(self) -> dict:
         return {"available": self.available, "running": self.running, "port": self.spec.port,
-                "message": self.message, "restarts": self.restarts}
+                "message": self.message, "restarts": self.restarts, "last_exit": self.last_exit_message}
 
 
 def _user_ids(user: str) -> tuple[int, int, str]:
@@ -155,6 +157,11 @@ class ServerSupervisor:
         admin = self._admin_dir(name)
         if not tls:
             return configs.XrootdPaths(rt, admin_dir=admin)
+        cert, key, ca_dir = self._host_credentials(rt)
+        return configs.XrootdPaths(rt, cert, key, ca_dir, admin)
+
+    def _host_credentials(self, rt: Path) -> tuple[Path, Path, Path]:
+        """Copies of the host certificate and key the run user may read (servers drop root), and a CA directory."""
         s = self.settings
         cert, key = rt / "hostcert.pem", rt / "hostkey.pem"
         shutil.copyfile(s.tls_cert, cert)
@@ -168,7 +175,7 @@ class ServerSupervisor:
 
             ca_dir = rt / "ca-dir"
             write_ca_dir(s.ca_file, ca_dir)
-        return configs.XrootdPaths(rt, cert, key, Path(ca_dir), admin)
+        return cert, key, Path(ca_dir)
 
     def _wrap(self, argv: list[str], user: str | None = None) -> list[str]:
         group = _user_ids(user)[2] if user else None
@@ -208,11 +215,17 @@ class ServerSupervisor:
                 rt = self._runtime("gridftp")
                 user = self.run_user or pwd.getpwuid(os.geteuid()).pw_name
                 _, _, group = _user_ids(user)
-                return self._wrap(configs.gridftp_argv(s, rt / "gridftp.log", user, group))
+                argv = configs.gridftp_argv(s, rt / "gridftp.log", user, group)
+                if not s.gsiftp:  # as root, it switches anonymous sessions to the run user itself
+                    return self._wrap(argv)
+                self._host_credentials(rt)
+                return self._wrap(argv, self.run_user)  # gsiftp sessions run as the server's own user
 
             rt = self.runtime_dir / "gridftp"
+            env = (configs.gridftp_env(rt / "hostcert.pem", rt / "hostkey.pem", Path(s.ca_dir or rt / "ca-dir"))
+                   if s.gsiftp else None)
             out.append(ServerSpec("gridftp", s.gridftp_port, s.address, ("globus-gridftp-server",), prep_gridftp,
-                                  rt / "stdout.log", rt, (rt / "gridftp.log",)))
+                                  rt / "stdout.log", rt, (rt / "gridftp.log",), env))
         if "iperf3" in enabled:
             def prep_iperf3() -> list[str]:
                 self._runtime("iperf3")
@@ -233,6 +246,8 @@ class ServerSupervisor:
             s = self.settings
             if s.tls_cert is None or s.tls_key is None or s.ca_file is None:
                 return ("needs tls_cert, tls_key and ca_file: XRootD's HTTP-TPC handler loads only with TLS")
+        if spec.name == "gridftp" and self.settings.gsiftp_missing():
+            return self.settings.gsiftp_missing()
         if self.run_user:
             try:
                 _user_ids(self.run_user)
@@ -267,7 +282,7 @@ class ServerSupervisor:
         with open(spec.log_file, "ab") as out:
             server.process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=spec.cwd,
-                start_new_session=True)
+                env={**os.environ, **spec.env} if spec.env else None, start_new_session=True)
         server.started_at = time.monotonic()
         log.info("Started server %s (pid %d) on port %d", spec.name, server.process.pid, spec.port)
 
@@ -305,6 +320,7 @@ class ServerSupervisor:
             tail = _reason(spec.diag_logs + (spec.log_file,))
             server.message = f"exited with status {code}, restarting (restart {server.restarts})" + (
                 f": {tail}" if tail else "")
+            server.last_exit_message = server.message  # kept once the restarted server is up again
             log.warning("Server %s exited with status %s; restarting in %.1f s", spec.name, code, server.backoff)
             await asyncio.sleep(server.backoff)
             server.backoff = min(server.backoff * 2, BACKOFF_MAX)

@@ -34,6 +34,7 @@ def test_env_and_flags(token):
     ({"TPCMESH_AGENT_API_PORT": "x"}, "api_port: cannot read 'x'"),
     ({"TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "false"}, "tls_cert/tls_key are required"),
     ({"TPCMESH_AGENT_TOKEN_FILE": "/nonexistent/token"}, "token_file /nonexistent/token"),
+    ({"TPCMESH_AGENT_GRIDFTP_SECURITY": "kerberos"}, "gridftp_security 'kerberos' must be one of gsi, anonymous"),
 ])
 def test_bad_settings_fail_fast_naming_the_setting(token, env, words):
     base = {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1"}

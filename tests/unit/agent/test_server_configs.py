@@ -66,14 +66,49 @@ def test_xrootd_argv_drops_root_and_names_the_instance_by_port(tmp_path):
     assert "-R" not in configs.xrootd_argv("xrootd-root", 11094, configs.XrootdPaths(tmp_path), None)
 
 
-def test_gridftp_binds_to_the_agent_address_anonymously(tmp_path):
-    argv = configs.gridftp_argv(_settings(), tmp_path / "g.log", "nobody", "nogroup")
+@pytest.mark.parametrize("security", ["gsi", "anonymous"])
+def test_gridftp_binds_to_the_agent_address(tmp_path, security):
+    argv = configs.gridftp_argv(_settings(gridftp_security=security), tmp_path / "g.log", "nobody", "nogroup")
     assert argv[0] == "globus-gridftp-server"
     assert argv[argv.index("-control-interface") + 1] == "127.0.1.7"
     assert argv[argv.index("-data-interface") + 1] == "127.0.1.7"
     assert argv[argv.index("-p") + 1] == "12811"
-    assert "-aa" in argv and argv[argv.index("-anonymous-user") + 1] == "nobody"
     assert argv[argv.index("-home-dir") + 1] == "/dev/shm/agent-x"
+    if security == "anonymous":
+        assert "-aa" in argv and argv[argv.index("-anonymous-user") + 1] == "nobody"
+    else:  # GSI: no anonymous access; any holder of a trusted certificate, no grid-mapfile
+        assert "-aa" not in argv and "-anonymous-user" not in argv
+        assert argv[argv.index("-auth-level") + 1] == "0"
+
+
+def test_gsiftp_environment_names_the_credential_and_the_ca_directory(tmp_path):
+    env = configs.gridftp_env(tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
+    assert env == {"X509_USER_CERT": str(tmp_path / "c.pem"), "X509_USER_KEY": str(tmp_path / "k.pem"),
+                   "X509_CERT_DIR": str(tmp_path / "ca")}
+
+
+def test_gsiftp_without_certificates_says_what_to_configure():
+    assert "gsiftp needs tls_cert, tls_key and ca_file" in _settings().gsiftp_missing()
+    assert "gridftp_security=anonymous" in _settings().gsiftp_missing()
+    assert _settings(gridftp_security="anonymous").gsiftp_missing() is None
+
+
+def test_ca_directory_entries_carry_a_globus_signing_policy(tmp_path):
+    from tpcmesh_agent.server import write_ca_dir
+    from tpcmesh_operator import pki
+
+    one, two = pki.create_ca("site CA one"), pki.create_ca("site CA two")
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(one.cert_pem + two.cert_pem)
+    write_ca_dir(bundle, tmp_path / "ca")
+    policies = sorted((tmp_path / "ca").glob("*.signing_policy"))
+    assert len(policies) == 2
+    for policy in policies:
+        assert (tmp_path / "ca" / policy.name.replace(".signing_policy", ".0")).is_file()
+    text = "".join(p.read_text() for p in policies)
+    assert "access_id_CA X509 '/O=tpcmesh/CN=site CA one'" in text
+    assert "access_id_CA X509 '/O=tpcmesh/CN=site CA two'" in text
+    assert text.count("pos_rights globus CA:sign") == 2 and "cond_subjects globus '\"*\"'" in text
 
 
 def test_iperf3_binds_to_the_agent_address():

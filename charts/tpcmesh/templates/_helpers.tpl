@@ -99,10 +99,36 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* Bytes of the agent's memory-backed data volume: 2 x count x size + headroom. */}}
+{{/* Bytes of the agent's memory-backed data volume (and storage budget) for agent.sizing: one file set served +
+     one received, + headroom. */}}
 {{- define "tpcmesh.agent.dataBytes" -}}
-{{- $set := mul (int64 .Values.agent.fileSet.count) (int64 .Values.agent.fileSet.size) }}
+{{- $fs := .Values.agent.sizing.fileSet }}
+{{- $set := mul (int64 $fs.count) (int64 $fs.size) }}
 {{- add (mul 2 $set) (int64 .Values.agent.headroomBytes) }}
+{{- end }}
+
+{{/* What XRootD's HTTP-TPC buffers for agent.sizing's test (0 without xrootd-https); the agent's own formula is
+     XrootdHttpsMover.memory_needed (agent/tpcmesh_agent/movers/xrootd_https.py): per file in flight, up to 16
+     blocks of 16 MiB per stream (never more blocks than the file has) with several streams, 16 x 1 MiB with one. */}}
+{{- define "tpcmesh.agent.xrootdBufferBytes" -}}
+{{- $z := .Values.agent.sizing }}
+{{- if has "xrootd-https" .Values.agent.protocols }}
+{{- $inFlight := min (int64 $z.concurrency) (int64 $z.fileSet.count) }}
+{{- $block := 16777216 }}
+{{- if gt (int64 $z.streams) 1 }}
+{{- $blocks := min (mul (int64 $z.streams) 16) (div (add (int64 $z.fileSet.size) (sub $block 1)) $block) }}
+{{- mul $inFlight $blocks $block }}
+{{- else }}
+{{- mul $inFlight 16 1048576 }}
+{{- end }}
+{{- else }}0
+{{- end }}
+{{- end }}
+
+{{/* The agent container's memory limit unless agent.resources.limits.memory is set: data volume + XRootD buffers +
+     the agent's own processes. */}}
+{{- define "tpcmesh.agent.memoryLimitBytes" -}}
+{{- add (include "tpcmesh.agent.dataBytes" . | int64) (include "tpcmesh.agent.xrootdBufferBytes" . | int64) (int64 .Values.agent.processMemoryBytes) }}
 {{- end }}
 
 {{/* A random value that survives upgrades: the existing Secret's key when there is one.

@@ -11,16 +11,13 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from tests.support.controlplane import K8S_VERSION, binary
+from tests.support.controlplane import K8S_VERSION, UPSTREAM_CRDS, binary, upstream_crds
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.cluster
 
 CHART = REPO / "charts" / "tpcmesh"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-# Kinds from other projects' CRDs the chart can render; the test registers permissive stand-ins for them.
-FOREIGN_CRDS = {("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
-                ("monitoring.coreos.com", "PrometheusRule", "prometheusrules")}
 
 
 def helm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -94,20 +91,17 @@ def test_defaults_render_the_agent_daemonset_as_specified():
             assert labels["app.kubernetes.io/part-of"] == "tpcmesh" and labels["helm.sh/chart"] == "tpcmesh-0.1.0"
 
 
-def _ensure_foreign_crds(api_client) -> None:
+def _ensure_upstream_crds(api_client, docs: list[dict]) -> None:
+    """The real CRDs (cert-manager, prometheus-operator releases) of every other project's kind in `docs`."""
     ext = client.ApiextensionsV1Api(api_client)
-    for group, kind, plural in FOREIGN_CRDS:
-        body = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": f"{plural}.{group}"},
-                "spec": {"group": group, "scope": "Namespaced",
-                         "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                         "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                             "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as e:
-            if e.status != 409:
-                raise
+    groups = {d["apiVersion"].split("/")[0] for d in docs} & set(UPSTREAM_CRDS)
+    for group in sorted(groups):
+        for body in upstream_crds(group):
+            try:
+                ext.create_custom_resource_definition(body)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
 
 
 def _wait_for_kind(dyn: dynamic.DynamicClient, api_version: str, kind: str, timeout: float = 20):
@@ -130,7 +124,7 @@ def test_every_rendered_object_passes_server_side_dry_run(control_plane, values)
     spec = yaml.safe_load(values.read_text()) if values else {}
     for n in [ns, *(spec or {}).get("operator", {}).get("watchNamespaces", [])]:
         control_plane.ensure_namespace(n)
-    _ensure_foreign_crds(api_client)
+    _ensure_upstream_crds(api_client, docs)
     dyn = dynamic.DynamicClient(api_client)
     failures = []
     for doc in docs:

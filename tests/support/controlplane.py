@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import json
 import os
 import shutil
 import socket
@@ -57,6 +58,51 @@ def missing_binaries() -> list[str]:
     if shutil.which("etcd") is None:
         missing.append("etcd (Debian package etcd-server)")
     return missing
+
+
+# --- other projects' CRDs, as released (fetched at test time, never committed) -----------------------------
+
+# Kinds the chart renders from other projects: the CRDs come from those projects' Go module zips, which `go mod
+# download` fetches from the module proxy, checks against the checksum database and keeps in the Go module cache.
+UPSTREAM_CRDS = {
+    "cert-manager.io": ("github.com/cert-manager/cert-manager", "v1.18.2",
+                        ["deploy/crds/crd-issuers.yaml", "deploy/crds/crd-clusterissuers.yaml",
+                         "deploy/crds/crd-certificates.yaml", "deploy/crds/crd-certificaterequests.yaml"]),
+    "monitoring.coreos.com": ("github.com/prometheus-operator/prometheus-operator", "v0.85.0",
+                              ["example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+                               "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"]),
+}
+
+
+def go_command() -> str | None:
+    """The Go the control-plane build uses (hack/go-toolchain.py's cache first), else `go` on PATH."""
+    for candidate in sorted((CACHE / "go").glob("go*/bin/go"), reverse=True):
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("go")
+
+
+def upstream_crds(group: str) -> list[dict]:
+    """The released CustomResourceDefinitions of `group` (a key of UPSTREAM_CRDS). cert-manager ships them as Helm
+    templates whose only template parts are labels and annotations: those are dropped."""
+    module, version, files = UPSTREAM_CRDS[group]
+    go = go_command()
+    if go is None:
+        pytest.skip(f"no Go to fetch {module}@{version}'s CRDs with (tests/cluster/build-control-plane.sh gets one)")
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+    out = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True,
+                         env=env, cwd=tempfile.gettempdir(), timeout=300)
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or "Dir" not in info:
+        raise RuntimeError(f"go mod download {module}@{version} failed: {info.get('Error') or out.stderr[-2000:]}")
+    crds = []
+    for f in files:
+        for doc in yaml.safe_load_all((Path(info["Dir"]) / f).read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                doc["metadata"] = {"name": doc["metadata"]["name"]}
+                crds.append(doc)
+    assert crds and all(c["spec"]["group"] == group for c in crds), f"{module}@{version}: no {group} CRDs in {files}"
+    return crds
 
 
 def free_port(host: str = "127.0.0.1") -> int:

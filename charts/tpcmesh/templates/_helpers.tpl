@@ -90,12 +90,37 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "http://%s-dashboard.%s.svc:%d" (include "tpcmesh.fullname" .) .Release.Namespace (int .Values.dashboard.service.port) }}
 {{- end }}
 
-{{/* The signer agents request: tpcmesh.io/agent, or the cert-manager issuer's. */}}
+{{- define "tpcmesh.caBundleName" -}}
+{{- printf "%s-ca-bundle" (include "tpcmesh.fullname" .) }}
+{{- end }}
+
+{{/* The chart's cert-manager CA Issuer (mode certManager). */}}
+{{- define "tpcmesh.certManager.issuerName" -}}
+{{- include "tpcmesh.componentName" (dict "ctx" . "component" "ca-issuer") }}
+{{- end }}
+
+{{/* The signer agents request: tpcmesh.io/agent (the operator signs), or the chart's cert-manager CA Issuer. */}}
 {{- define "tpcmesh.signerName" -}}
 {{- if eq .Values.certificates.mode "certManager" }}
-{{- required "certificates.certManager.signerName is required with certificates.mode=certManager" .Values.certificates.certManager.signerName }}
+{{- printf "issuers.cert-manager.io/%s.%s" .Release.Namespace (include "tpcmesh.certManager.issuerName" .) }}
 {{- else }}
 {{- .Values.certificates.signerName }}
+{{- end }}
+{{- end }}
+
+{{/* The volume `ca` the agents and the operator trust the agents' CA from: the bundle ConfigMap the operator
+     publishes (mode csr; optional, it appears on the operator's first start), or only ca.crt of cert-manager's CA
+     Secret (mode certManager; the pod waits until cert-manager has issued the CA). */}}
+{{- define "tpcmesh.caVolume" -}}
+- name: ca
+{{- if eq .Values.certificates.mode "certManager" }}
+  secret:
+    secretName: {{ include "tpcmesh.caSecretName" . }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- else }}
+  configMap:
+    name: {{ include "tpcmesh.caBundleName" . }}
+    optional: true
 {{- end }}
 {{- end }}
 

@@ -11,6 +11,10 @@ BIN="$CACHE/k8s-$K8S_VERSION/bin"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 mkdir -p "$BIN"
 
+# A Go that k8s.io/kubernetes' go.mod accepts: the one on PATH, else the official toolchain from the module proxy.
+go_bin="$(python3 "$(dirname "$0")/../../hack/go-toolchain.py" --module "k8s.io/kubernetes@$K8S_VERSION")"
+export PATH="$go_bin:$PATH" GOTOOLCHAIN=local
+
 # Stamp the release into the binaries (a plain `go build` reports v0.0.0-master, which Helm's kubeVersion check
 # and clients reject); a binary without the stamp is rebuilt (only the link step reruns, from Go's build cache).
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"

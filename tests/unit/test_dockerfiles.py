@@ -45,9 +45,23 @@ def console_scripts(pyproject: str) -> set[str]:
 
 
 def requirement_commands(requirements: str) -> set[str]:
-    names = {re.split(r"[=<>\[ ]", line)[0].lower() for line in (REPO / requirements).read_text().splitlines()
-             if line.strip() and not line.startswith("#")}
-    return {"gunicorn"} & names  # the only console script the dashboard image runs
+    """The console scripts of the distributions pinned in a requirements file, read from their installed metadata
+    (the virtualenv has the same pins; a version that differs is an error, not a guess)."""
+    from importlib import metadata
+
+    scripts: set[str] = set()
+    for line in (REPO / requirements).read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, _, pinned = line.split("#")[0].strip().partition("==")
+        name = re.split(r"[<>\[ ]", name)[0]
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            pytest.fail(f"{name} ({requirements}) is not installed here: run hack/setup.sh")
+        assert not pinned or dist.version == pinned, f"{name}: {requirements} pins {pinned}, installed {dist.version}"
+        scripts |= {ep.name for ep in dist.entry_points if ep.group == "console_scripts"}
+    return scripts
 
 
 def agent_packages() -> list[tuple[str, str]]:
@@ -62,15 +76,46 @@ def agent_packages() -> list[tuple[str, str]]:
     return rows
 
 
+def apt_installed(stage: list[tuple[str, str]]) -> list[str]:
+    """Debian packages the stage installs by name (`apt-get install [options] pkg ...`)."""
+    pkgs = []
+    for m in re.finditer(r"apt-get install((?:\s+[^\s;&|]+)+)", " ".join(a for w, a in stage if w == "RUN")):
+        pkgs += [w for w in m.group(1).split() if not w.startswith("-")]
+    return pkgs
+
+
+def essential_packages() -> list[str]:
+    """The Essential packages of this Debian release: every Debian base image has them (dash gives `sh`)."""
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Essential}\n"], capture_output=True, text=True,
+                         check=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.endswith(" yes")]
+
+
+def package_commands(pkg: str) -> set[str]:
+    return {Path(p).name for p in dpkg_files(pkg) if re.search(r"/s?bin/[^/]+$", p)}
+
+
 def provided_commands(image: str) -> set[str]:
-    """Commands the image has on PATH by construction: its Python console scripts, python3 from the venv, the
-    shell of the Debian base, and (agent) the commands of the Debian packages it installs."""
-    src = PYTHON_SOURCES[image]
-    cmds = console_scripts(src) if src.endswith(".toml") else requirement_commands(src)
-    cmds |= {"python3", "sh"}
-    if image == "agent":
-        for pkg, _ in agent_packages():
-            cmds |= {Path(p).name for p in dpkg_files(pkg) if re.search(r"/s?bin/[^/]+$", p)}
+    """Commands on the image's PATH, derived from its Dockerfile: the Debian base's Essential packages, the Debian
+    packages it installs (for the agent also those its awk picks from hack/debian-packages.txt), and its
+    virtualenv's python3 and console scripts when `ENV PATH` puts the venv first."""
+    stage = final_stage(DOCKERFILES / f"{image}.Dockerfile")
+    args = dict(a.split("=", 1) for w, a in instructions(DOCKERFILES / f"{image}.Dockerfile")
+                if w == "ARG" and "=" in a)
+    base = next(a for w, a in stage if w == "FROM").split()[0]
+    base = args.get(base.strip("${}"), base) if base.startswith("$") else base
+    cmds: set[str] = set()
+    if re.match(r"(docker\.io/)?(library/)?debian:", base):
+        for pkg in essential_packages():
+            cmds |= package_commands(pkg)
+    for pkg in apt_installed(stage) + ([p for p, _ in agent_packages()] if image == "agent" else []):
+        cmds |= package_commands(pkg)
+    venv = re.search(r"python3 -m venv (\S+)", " ".join(a for w, a in stage if w == "RUN"))
+    path = " ".join(a for w, a in stage if w == "ENV")
+    if venv and re.search(rf"PATH={re.escape(venv.group(1))}/bin(:|\s|$)", path):
+        src = PYTHON_SOURCES[image]
+        cmds |= {"python", "python3", "pip"}
+        cmds |= console_scripts(src) if src.endswith(".toml") else requirement_commands(src)
     return cmds
 
 

@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--loopback", action="store_true", help="no network namespaces: loopback addresses only")
     demo.add_argument("--state-dir", type=Path, default=None,
                       help="keep certificates, logs, the SQLite database and the run status here")
-    sub.add_parser("cleanup", help="remove network namespaces and devices left by killed local runs")
+    sub.add_parser("cleanup", help="remove network namespaces, devices and data directories left by killed local runs")
     bench = sub.add_parser("bench-fidelity", help="iperf3 vs the built-in mover on one emulated link")
     bench.add_argument("--output", type=Path, default=None, help="BENCHMARKS.md to update (default: print only)")
     bench.add_argument("--seconds", type=float, default=8.0, help="iperf3 duration")
@@ -36,9 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "cleanup":
+        from .mesh import remove_stale_data
         from .netns import remove_leftovers
 
-        removed = remove_leftovers()
+        removed = remove_leftovers() + remove_stale_data()
         print(f"Removed {len(removed)} leftovers" + (f": {', '.join(removed)}" if removed else ""))
         return 0
     if args.command == "bench-fidelity":

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+import os
 import secrets
 import shutil
 import socket
@@ -29,7 +30,15 @@ from ..agents import AgentsClient
 from ..results import ResultsClient
 from ..runs import ExecutorOptions, JsonFileStatusStore, Progress, RunExecutor, RunInfo, StaticDirectory
 from ..spec import BenchmarkSpec, SpecError, load_manifest
-from .mesh import ALL_PROTOCOLS, Certificates, MeshError, start_agents, start_dashboard
+from .mesh import (
+    ALL_PROTOCOLS,
+    DATA_PREFIX,
+    Certificates,
+    MeshError,
+    remove_stale_data,
+    start_agents,
+    start_dashboard,
+)
 from .netns import Lab, LabError
 from .profile import ProfileError, load_profile
 
@@ -37,6 +46,7 @@ log = logging.getLogger("tpcmesh.local")
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_BENCHMARK = REPO / "manifests" / "examples" / "quick-benchmark.yaml"
 NAMESPACE = "local"
+CHART_LIBRARY = REPO / "dashboard" / "results" / "static" / "vendor" / "chart.umd.min.js"
 
 
 class DemoError(RuntimeError):
@@ -162,7 +172,8 @@ def demo(opts: DemoOptions) -> int:
     except (DemoError, ProfileError) as e:
         print(f"tpcmesh-local: {e}", file=sys.stderr)
         return 2
-    state = Path(opts.state_dir) if opts.state_dir else Path(tempfile.mkdtemp(prefix="tpcmesh-local-"))
+    remove_stale_data()
+    state = Path(opts.state_dir) if opts.state_dir else Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o755)
     if opts.port:
@@ -204,6 +215,9 @@ def demo(opts: DemoOptions) -> int:
             say(f"  Left out {proto}: {why}")
         say("Starting the dashboard (SQLite) ...")
         dashboard = start_dashboard(lab, state, opts.port)
+        if not CHART_LIBRARY.is_file():
+            say(f"  Plots are unavailable on the pair and comparison pages: {CHART_LIBRARY.name} is not installed "
+                "(hack/setup.sh installs it with npm); the grid works.")
         say(f"Running TransferBenchmark {name} from {opts.benchmark} once: protocols {', '.join(spec.protocols)}, "
             f"streams {list(spec.streams)}, {spec.file_set.name} files")
         status = asyncio.run(run_benchmark(name, spec, agents, token, certs.ca_file, dashboard.url, dashboard.token,

@@ -14,6 +14,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,8 +96,7 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
     token_file = state / "agent-token"
     token_file.write_text(token + "\n", encoding="utf-8")
     os.chmod(token_file, 0o600)
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else state
-    data_root = Path(shm) / f"tpcmesh-local-{os.getpid()}"
+    data_root = data_base(state) / f"{DATA_PREFIX}{os.getpid()}"
     data_root.mkdir(parents=True, exist_ok=True)
     os.chmod(data_root, 0o755)
     agents = []
@@ -144,6 +144,30 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
                     raise MeshError(f"the agent on {a.node.name} was not ready after {wait:g} s:\n{_tail(a.log_file)}")
                 time.sleep(0.1)
     return agents
+
+
+DATA_PREFIX = "tpcmesh-local-"  # + the pid of the demo: the agents' data (GBs in /dev/shm), the demo's state dir
+
+
+def data_base(fallback: Path) -> Path:
+    return Path("/dev/shm") if Path("/dev/shm").is_dir() else fallback
+
+
+def remove_stale_data(bases: tuple[Path, ...] | None = None) -> list[str]:
+    """Remove the data and state directories of local runs whose process is gone (a SIGKILLed demo cleans
+    nothing up); returns what was removed. Directories of live processes stay."""
+    from .netns import _pid_alive
+
+    removed = []
+    for base in bases if bases is not None else (data_base(Path(tempfile.gettempdir())), Path(tempfile.gettempdir())):
+        for d in base.glob(f"{DATA_PREFIX}*"):
+            pid = d.name[len(DATA_PREFIX):].split("-", 1)[0]
+            if d.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(str(d))
+    if removed:
+        log.info("Removed data of earlier local runs: %s.", ", ".join(removed))
+    return removed
 
 
 @dataclass

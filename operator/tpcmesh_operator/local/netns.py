@@ -231,7 +231,7 @@ class Lab:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tpcmesh_operator.local.delayline", str(config_path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self._tmp / "delayline.log", "wb"),
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, preexec_fn=die_with_parent(),
         )
         self._delayline = proc
         assert proc.stdout
@@ -261,6 +261,7 @@ class Lab:
         at close, and a ``critical`` one that dies before takes the whole lab down."""
         n = self.node(node) if isinstance(node, str) else node
         kwargs.setdefault("start_new_session", True)
+        kwargs.setdefault("preexec_fn", die_with_parent())
         what = f"{Path(argv[0]).name} on {n.name if n else 'the host'}"
         proc = subprocess.Popen(self.command(n, argv), **kwargs)
         with self._lock:
@@ -325,6 +326,26 @@ class Lab:
                 signal.signal(signal.SIGHUP, _raise_system_exit)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``signum`` when this process dies, even by SIGKILL (which runs no cleanup
+    here). The lab's children run in sessions of their own, so nothing else would stop them; ``ip netns exec``
+    execs in place and keeps the setting. A parent that died before the call is caught by the ppid check."""
+    import ctypes
+
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
 def _raise_system_exit(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -362,8 +383,10 @@ def used_networks() -> list[ipaddress.IPv4Network]:
     return nets
 
 
-def pick_subnet() -> ipaddress.IPv4Network:
-    used = used_networks()
+def pick_subnet(used: Sequence[ipaddress.IPv4Network] | None = None) -> ipaddress.IPv4Network:
+    """The first candidate range that overlaps no route or address of this machine (``used``: what is taken; by
+    default read with ``ip``)."""
+    used = used_networks() if used is None else used
     for candidate in CANDIDATE_SUBNETS:
         net = ipaddress.IPv4Network(candidate)
         if not any(net.overlaps(u) for u in used):

@@ -17,6 +17,7 @@ import os
 import secrets
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -89,8 +90,8 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
     if agent_support._POOL is None:
         agent_support._POOL = agent_support._AddressPool()
     # (the agents' own address pool, so parallel sessions never share an address; released at the end)
-    nodes = {f"e2e-dtn-{i}": agent_support._POOL.acquire(agent_support._ports_needed(("builtin",)))
-             for i in range(2)}
+    needed = agent_support._ports_needed(("builtin", "gridftp", "iperf3"))  # XRootD's get ports of their own
+    nodes = {f"e2e-dtn-{i}": agent_support._POOL.acquire(needed) for i in range(2)}
     for node, address in nodes.items():
         control_plane.create_node(node, address, {"tpcmesh.io/fast-network": "true"})
     control_plane.create_node("e2e-worker", "127.0.40.9")
@@ -103,9 +104,12 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
         out = control_plane.helm("install", RELEASE, str(CHART), "--namespace", NS, *sets, check=False)
         assert out.returncode == 0, out.stderr
         selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
-        pods = wait_for("two agent pods", lambda: [p for p in core.list_namespaced_pod(
-            NS, label_selector=selector).items if p.spec.node_name] if len(core.list_namespaced_pod(
-                NS, label_selector=selector).items) >= 2 else None, timeout=60)
+
+        def bound_pods() -> list | None:
+            bound = [p for p in core.list_namespaced_pod(NS, label_selector=selector).items if p.spec.node_name]
+            return bound if len(bound) >= 2 else None
+
+        pods = wait_for("two agent pods bound to nodes", bound_pods, timeout=60)
         assert sorted(p.spec.node_name for p in pods) == sorted(nodes)
 
         docs = rendered(control_plane, *sets)
@@ -182,10 +186,23 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
                                                    int(csr_env["TPCMESH_CSR_LIFETIME_SECONDS"])), tls, timeout=30)
                 return tls / "tls.crt", tls / "tls.key"
 
-        for node, address in nodes.items():  # the real agent on the node's address, with its signed certificate
-            agents.append(agent_support.start_agent(CsrPKI(), name=node, address=address, token_file=token_file))
         played = control_plane.play_kubelet(NS, selector)
         assert {p.spec.node_name: p.status.pod_ip for p in played} == nodes
+        # The real agent of each pod: the DaemonSet's command and env (fieldRefs from the pod, paths remapped), with
+        # the host certificate its `certificate` init container obtained through the CSR flow.
+        daemon = container(docs, "DaemonSet", f"{fullname}-agent", "agent")
+        assert daemon["command"] == ["tpcmesh-agent"]
+        for pod in played:
+            cert, key = CsrPKI().host_cert(pod.spec.node_name, [pod.status.pod_ip])
+            agents.append(start_chart_agent(daemon, pod, tmp_path, {
+                "/etc/tpcmesh/token/token": str(token_file), "/etc/tpcmesh/ca/ca.crt": str(bundle_file),
+                "/var/run/tpcmesh/tls/tls.crt": str(cert), "/var/run/tpcmesh/tls/tls.key": str(key)}))
+        for a in agents:
+            agent_support.wait_ready(a)
+            info = a.get("/api/v1/info").json()  # the chart's settings reached the agent
+            assert info["node"] == a.name and info["protocols"]["builtin"]["available"], info
+            assert a.settings["TPCMESH_AGENT_GRIDFTP_SECURITY"] == "gsi"
+            assert a.settings["TPCMESH_AGENT_BUDGET_BYTES"] == "23000000000"
 
         # The quick example benchmark, made small for the test, reporting to the dashboard.
         tb = yaml.safe_load((REPO / "manifests" / "examples" / "quick-benchmark.yaml").read_text())
@@ -217,6 +234,19 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
         assert run["status"]["failed"] == 0
         wait_for("an empty outbox (all delivered)", lambda: not objs.get_namespaced_custom_object(
             G, V, NS, "transferruns", run["metadata"]["name"])["status"].get("outbox"), timeout=60)
+
+        # `helm test`: the chart's test pod script, pointed at the live dashboard instead of the Service name.
+        test_pod = next(d for d in docs if d["kind"] == "Pod"
+                        and d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test")
+        script = test_pod["spec"]["containers"][0]["command"]
+        service_url = f"http://{fullname}-dashboard.{NS}.svc:80"
+        assert script[:2] == ["python3", "-c"] and service_url in script[2]
+        ok = subprocess.run([str(VENV_BIN / "python3"), "-c", script[2].replace(service_url, dash)],
+                            capture_output=True, text=True, timeout=60)
+        assert ok.returncode == 0 and "dashboard API answered" in ok.stdout, ok.stdout + ok.stderr
+        down = subprocess.run([str(VENV_BIN / "python3"), "-c", script[2].replace(
+            service_url, f"http://127.0.0.1:{free_port()}")], capture_output=True, text=True, timeout=60)
+        assert down.returncode != 0  # and it fails when the dashboard does not answer
     except BaseException:
         for name, path in logs.items():
             print(f"----- {name} log -----\n{path.read_text(errors='replace')[-6000:]}")
@@ -239,6 +269,33 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
         control_plane.delete_nodes()
         for address in nodes.values():
             agent_support._POOL.release(address)
+
+
+def start_chart_agent(daemon: dict, pod, tmp_path, remap: dict[str, str]) -> agent_support.AgentHandle:
+    """`tpcmesh-agent` as the DaemonSet's container runs it on the pod's node: its env with fieldRefs taken from the
+    pod and in-container paths remapped. XRootD listens on every address of a host, so on this one machine each
+    agent gets XRootD ports of its own (the test's benchmark uses the built-in mover)."""
+    node, address = pod.spec.node_name, pod.status.pod_ip
+    data_dir = tmp_path / f"{node}-data"
+    data_dir.mkdir()
+    fields = {"spec.nodeName": node, "status.podIP": address}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPCMESH_AGENT_")}
+    for e in daemon["env"]:
+        env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e else \
+            {**remap, "/data": str(data_dir)}.get(e["value"], e["value"])
+    env["TPCMESH_AGENT_XROOTD_ROOT_PORT"], env["TPCMESH_AGENT_XROOTD_HTTPS_PORT"] = str(free_port()), str(free_port())
+    log_file = tmp_path / f"{node}-agent.log"
+    with open(log_file, "wb") as out:
+        proc = subprocess.Popen([str(VENV_BIN / daemon["command"][0]), *daemon["command"][1:]], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    ports = {f"{k.removeprefix('TPCMESH_AGENT_').lower()}": int(v) for k, v in env.items()
+             if k.startswith("TPCMESH_AGENT_") and k.endswith("_PORT")}
+    token_file = Path(env["TPCMESH_AGENT_TOKEN_FILE"])
+    return agent_support.AgentHandle(
+        name=node, address=address, ports=ports, token=token_file.read_text().strip(), token_file=token_file,
+        ca_file=Path(env["TPCMESH_AGENT_CA_FILE"]), cert_file=Path(env["TPCMESH_AGENT_TLS_CERT"]),
+        key_file=Path(env["TPCMESH_AGENT_TLS_KEY"]), data_dir=data_dir, log_file=log_file, process=proc,
+        settings={k: v for k, v in env.items() if k.startswith("TPCMESH_AGENT_")})
 
 
 def _configmap(core, name: str) -> str | None:

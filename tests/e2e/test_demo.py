@@ -161,6 +161,9 @@ def test_demo_in_the_wan_lab_serves_a_grid_with_the_profile_delays(tmp_path: Pat
         demo.wait_for("Serving until Ctrl-C", 10)
         base = url.split("/grid/")[0]
         assert "WAN lab: 3 network namespaces" in demo.output
+        # The grid's address comes before the run, so people watch the cells fill in round by round.
+        early = demo.output.index(f"Grid (cells fill in as each round is delivered): {url}")
+        assert early < demo.output.index("Run Succeeded"), demo.output
         got = measurements(base, "e2e-lab")
         check_protocols_offered(demo.output, 3)
         check_grid(base, "e2e-lab", got, set(ALL), pairs, must_succeed=set(ALL))

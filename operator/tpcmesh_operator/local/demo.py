@@ -220,6 +220,8 @@ def demo(opts: DemoOptions) -> int:
                 "(hack/setup.sh installs it with npm); the grid works.")
         say(f"Running TransferBenchmark {name} from {opts.benchmark} once: protocols {', '.join(spec.protocols)}, "
             f"streams {list(spec.streams)}, {spec.file_set.name} files")
+        grid_url = f"{dashboard.url}/grid/{NAMESPACE}/{name}/"
+        say(f"Grid (cells fill in as each round is delivered): {grid_url}")
         status = asyncio.run(run_benchmark(name, spec, agents, token, certs.ca_file, dashboard.url, dashboard.token,
                                            state, ProgressDisplay()))
         say(f"Run {status.get('phase')}: {status.get('message')}; {status.get('delivered', 0)} measurements "
@@ -229,7 +231,7 @@ def demo(opts: DemoOptions) -> int:
             say(f"  The latest {len(recent)} of {status['failed']} failed tests:")
         for f in recent:
             say(f"  {f.get('key')}: {f.get('status')}: {f.get('error')}")
-        say(f"Grid: {dashboard.url}/grid/{NAMESPACE}/{name}/")
+        say(f"Grid: {grid_url}")
         ok = status.get("phase") == "Succeeded" and not status.get("outbox")
         if opts.once:
             return 0 if ok else 1

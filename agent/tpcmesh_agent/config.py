@@ -67,6 +67,11 @@ class Settings:
                                   metadata={"help": "cap each built-in data connection at this many bytes/s "
                                                     "(0: no cap; emulates a slow source)"})
     marker_interval: float = field(default=5.0, metadata={"help": "seconds between HTTP-TPC perf markers"})
+    idle_timeout: float = field(default=60.0, metadata={
+        "help": "seconds a peer of the built-in mover may send nothing (and the longest a response header may take) "
+                "before the file fails; idle connections to the built-in data port are closed after it too"})
+    copy_timeout: float = field(default=3600.0, metadata={
+        "help": "longest a COPY to the built-in data port may run; its caller then gets a 'failure:' line"})
     max_streams_x_concurrency: int = field(default=1024,
                                            metadata={"help": "largest streams*concurrency a test may ask for"})
     allow_plain_http: bool = field(default=False,
@@ -155,8 +160,9 @@ class Settings:
         self.token()
         if self.builtin_max_rate < 0:
             raise SettingsError("builtin_max_rate must be >= 0")
-        if self.marker_interval <= 0:
-            raise SettingsError("marker_interval must be > 0")
+        for name in ("marker_interval", "idle_timeout", "copy_timeout"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be > 0")
         return self
 
 

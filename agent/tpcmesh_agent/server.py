@@ -205,6 +205,11 @@ class Agent:
         if self.data_server is not None:
             await asyncio.to_thread(self.data_server.stop)
             self.data_server = None
+        for mover in self.movers.values():
+            try:
+                mover.close()
+            except Exception:  # one mover's clean-up must not stop the others'
+                log.exception("Mover %s failed to clean up", mover.protocol)
 
     # ---- HTTP ----------------------------------------------------------------------------------------------
     @web.middleware

@@ -103,6 +103,10 @@ class Mover(abc.ABC):
         """Worst-case RAM this protocol's programs take for ``job`` beyond the stored files, and why; None: small."""
         return None
 
+    def close(self) -> None:
+        """Remove what the mover keeps on disk (e.g. a private credential copy); called when the agent stops."""
+        return None
+
 
 async def run_files_concurrently(
     job: TransferJob, pull_one: Callable[[FileSpec], Awaitable[FileResult]]

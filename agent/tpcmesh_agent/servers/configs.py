@@ -95,12 +95,18 @@ def xrootd_argv(protocol: str, port: int, paths: XrootdPaths, run_user: str | No
     return argv
 
 
+def gridftp_restrict_paths(settings: Any) -> str:
+    """What a GridFTP client may touch: the test sets (read), the incoming area (read and write) and /dev/null (write,
+    the sink). Nothing else of the host, whatever the server's user could open."""
+    return ",".join([f"R{settings.sets_dir}", f"RW{settings.incoming_dir}", "W/dev/null"])
+
+
 def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_group: str) -> list[str]:
-    """GridFTP with the data dir as home, so URL paths are ``~/sets/...``. gsiftp (``settings.gsiftp``): GSI
-    authentication with the host certificate (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see
-    gridftp_env); any peer holding a certificate of the trusted CAs may read and write, as the user the server
-    runs as (``-auth-level 0``: no grid-mapfile, which would have to list every node's DN). Anonymous: ftp://,
-    sessions as ``anonymous_user``."""
+    """GridFTP with the data dir as home, so URL paths are ``~/sets/...``, restricted to the sets and the incoming
+    area (gridftp_restrict_paths). gsiftp (``settings.gsiftp``): GSI authentication with the host certificate
+    (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see gridftp_env); any peer holding a certificate of the
+    trusted CAs may read the sets and write into incoming/, as the user the server runs as (``-auth-level 0``: no
+    grid-mapfile, which would have to list every node's DN). Anonymous: ftp://, sessions as ``anonymous_user``."""
     if settings.gsiftp:
         access = ["-auth-level", "0"]
     else:
@@ -112,6 +118,7 @@ def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_g
         "-p", str(settings.gridftp_port),
         *access,
         "-home-dir", str(settings.data_dir),
+        "-restrict-paths", gridftp_restrict_paths(settings),
         "-log-level", "error,warn",
         "-logfile", str(log_file),
     ]

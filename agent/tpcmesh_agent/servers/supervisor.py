@@ -118,17 +118,19 @@ class ServerSupervisor:
         self.run_user = settings.run_user if self.as_root else None
         self.servers: dict[str, ManagedServer] = {}
         self._stopping = False
-        self._admin_root: Path | None = None
+        self._private_root: Path | None = None
         self.setpriv = shutil.which("setpriv")  # util-linux: servers die with the agent (parent-death signal)
 
-    def _admin_dir(self, name: str) -> Path:
-        """A short directory for xrootd's admin socket (Unix socket paths are limited to 108 bytes)."""
-        if self._admin_root is None:
-            self._admin_root = Path(tempfile.mkdtemp(prefix="tpcm-"))
-            self._admin_root.chmod(0o755)
-        d = self._admin_root / name.removeprefix("xrootd-")
+    def _private(self, name: str, mode: int = 0o755) -> Path:
+        """A directory of the run user in a fresh temporary root outside the data dir, removed at stop: XRootD's
+        admin socket (Unix socket paths are limited to 108 bytes, the data dir may be longer) and the copies of
+        the host key, which must never sit where a protocol server exports files."""
+        if self._private_root is None:
+            self._private_root = Path(tempfile.mkdtemp(prefix="tpcm-"))
+            self._private_root.chmod(0o755)
+        d = self._private_root / name
         d.mkdir(exist_ok=True)
-        self._own(d)
+        self._own(d, mode)
         return d
 
     # ---- specs -----------------------------------------------------------------------------------------------
@@ -154,16 +156,21 @@ class ServerSupervisor:
 
     def _xrootd_paths(self, name: str, tls: bool) -> configs.XrootdPaths:
         rt = self._runtime(name)
-        admin = self._admin_dir(name)
+        admin = self._private(name.removeprefix("xrootd-"))
         if not tls:
             return configs.XrootdPaths(rt, admin_dir=admin)
-        cert, key, ca_dir = self._host_credentials(rt)
+        cert, key, ca_dir = self._host_credentials()
         return configs.XrootdPaths(rt, cert, key, ca_dir, admin)
 
-    def _host_credentials(self, rt: Path) -> tuple[Path, Path, Path]:
-        """Copies of the host certificate and key the run user may read (servers drop root), and a CA directory."""
+    def _credential_paths(self) -> tuple[Path, Path]:
+        d = self._private("credentials", 0o700)
+        return d / "hostcert.pem", d / "hostkey.pem"
+
+    def _host_credentials(self) -> tuple[Path, Path, Path]:
+        """Copies of the host certificate and key the run user may read (servers drop root), in a private directory
+        outside the data dir (GridFTP's home, XRootD's local root), and a CA directory."""
         s = self.settings
-        cert, key = rt / "hostcert.pem", rt / "hostkey.pem"
+        cert, key = self._credential_paths()
         shutil.copyfile(s.tls_cert, cert)
         key.touch(mode=0o600, exist_ok=True)
         shutil.copyfile(s.tls_key, key)
@@ -173,7 +180,7 @@ class ServerSupervisor:
         if ca_dir is None or not Path(ca_dir).is_dir():
             from ..server import write_ca_dir
 
-            ca_dir = rt / "ca-dir"
+            ca_dir = self._private("ca-dir")
             write_ca_dir(s.ca_file, ca_dir)
         return cert, key, Path(ca_dir)
 
@@ -218,12 +225,14 @@ class ServerSupervisor:
                 argv = configs.gridftp_argv(s, rt / "gridftp.log", user, group)
                 if not s.gsiftp:  # as root, it switches anonymous sessions to the run user itself
                     return self._wrap(argv)
-                self._host_credentials(rt)
+                self._host_credentials()
                 return self._wrap(argv, self.run_user)  # gsiftp sessions run as the server's own user
 
             rt = self.runtime_dir / "gridftp"
-            env = (configs.gridftp_env(rt / "hostcert.pem", rt / "hostkey.pem", Path(s.ca_dir or rt / "ca-dir"))
-                   if s.gsiftp else None)
+            env = None
+            if s.gsiftp:
+                cert, key = self._credential_paths()
+                env = configs.gridftp_env(cert, key, Path(s.ca_dir) if s.ca_dir else self._private("ca-dir"))
             out.append(ServerSpec("gridftp", s.gridftp_port, s.address, ("globus-gridftp-server",), prep_gridftp,
                                   rt / "stdout.log", rt, (rt / "gridftp.log",), env))
         if "iperf3" in enabled:
@@ -351,9 +360,9 @@ class ServerSupervisor:
                 with contextlib.suppress(OSError):
                     (XROOTD_ENV_DIR / f"xrootd.{instance}.env").unlink()
             log.info("Stopped server %s", server.spec.name)
-        if self._admin_root is not None:
-            shutil.rmtree(self._admin_root, ignore_errors=True)
-            self._admin_root = None
+        if self._private_root is not None:
+            shutil.rmtree(self._private_root, ignore_errors=True)
+            self._private_root = None
 
     def status(self) -> dict[str, dict]:
         return {name: server.status() for name, server in self.servers.items()}

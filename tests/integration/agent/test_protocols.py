@@ -300,40 +300,99 @@ def test_a_test_that_would_exhaust_memory_is_refused_up_front(module_agent_facto
     assert big.get("/api/v1/transfers/6f1d7a64-5b7e-4d0a-9d43-2f7c1b0f6a11").status_code == 404
 
 
-def test_gsiftp_admits_only_holders_of_a_trusted_certificate(pair, tpcmesh_pki, tmp_path):
-    """The agents' GridFTP servers speak gsiftp by default: no anonymous ftp://, no certificate of another CA; a
-    certificate of the agents' CA reads the file (what the destination agent's globus-url-copy presents)."""
+def gsiftp_credential(tmp_path, ca, name: str) -> dict[str, str]:
+    """A client credential (X509_USER_CERT/KEY) signed by ``ca``, for globus-url-copy."""
+    import os
+
+    from tpcmesh_operator import pki
+
+    kp = pki.issue_host_cert(ca, name, ["127.0.0.1"])
+    cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    kp.write(cert, key)
+    os.chmod(key, 0o600)
+    return {"X509_USER_CERT": str(cert), "X509_USER_KEY": str(key)}
+
+
+def globus_url_copy(tmp_path, agent, src_url: str, dst_url: str, cred: dict[str, str]):
     import os
     import subprocess
 
+    env = {k: v for k, v in os.environ.items() if not k.startswith("X509_")}
+    env.update(X509_CERT_DIR=str(agent.data_dir / "data" / "ca-dir"), X509_USER_PROXY=str(tmp_path / "no-proxy"),
+               **cred)
+    return subprocess.run(["globus-url-copy", "-nodcau", src_url, dst_url], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_gsiftp_admits_only_holders_of_a_trusted_certificate(pair, tpcmesh_pki, tmp_path):
+    """The agents' GridFTP servers speak gsiftp by default: no anonymous ftp://, no certificate of another CA; a
+    certificate of the agents' CA reads the file (what the destination agent's globus-url-copy presents)."""
     from tpcmesh_operator import pki
 
     src, _, files = pair
     path = f"{src.address}:{src.ports['gridftp_port']}/~/sets/{COUNT}x{SIZE}/{files[0]['name']}"
-    ca_dir = src.data_dir / "data" / "ca-dir"
 
-    def credential(ca, name: str) -> dict[str, str]:
-        kp = pki.issue_host_cert(ca, name, ["127.0.0.1"])
-        cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
-        kp.write(cert, key)
-        os.chmod(key, 0o600)
-        return {"X509_USER_CERT": str(cert), "X509_USER_KEY": str(key)}
-
-    def fetch(url: str, cred: dict[str, str], out: str) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("X509_")}
-        env.update(X509_CERT_DIR=str(ca_dir), X509_USER_PROXY=str(tmp_path / "no-proxy"), **cred)
-        return subprocess.run(["globus-url-copy", "-nodcau", url, f"file://{tmp_path / out}"], env=env,
-                              capture_output=True, text=True, timeout=60)
+    def fetch(url: str, cred: dict[str, str], out: str):
+        return globus_url_copy(tmp_path, src, url, f"file://{tmp_path / out}", cred)
 
     anonymous = fetch(f"ftp://{path}", {}, "anonymous")
     assert anonymous.returncode != 0 and "Must perform GSSAPI authentication" in anonymous.stderr, anonymous
-    stranger = fetch(f"gsiftp://{path}", credential(pki.create_ca("someone else's CA"), "stranger"), "stranger")
+    stranger = fetch(f"gsiftp://{path}", gsiftp_credential(tmp_path, pki.create_ca("someone else's CA"), "stranger"),
+                     "stranger")
     assert stranger.returncode != 0 and "530" in stranger.stderr, stranger
     assert not (tmp_path / "stranger").exists() or (tmp_path / "stranger").stat().st_size == 0
-    trusted = fetch(f"gsiftp://{path}", credential(tpcmesh_pki.ca, "peer"), "trusted")
+    trusted = fetch(f"gsiftp://{path}", gsiftp_credential(tmp_path, tpcmesh_pki.ca, "peer"), "trusted")
     assert trusted.returncode == 0, trusted
     assert (tmp_path / "trusted").read_bytes() == (src.data_dir / "data" / "sets" / f"{COUNT}x{SIZE}" /
                                                     files[0]["name"]).read_bytes()
+
+
+def test_gsiftp_reaches_only_the_sets_and_incoming(pair, tpcmesh_pki, tmp_path):
+    """Even a trusted peer reads only the test sets and writes only into incoming/: not the host key the server
+    uses (kept outside the data dir), not the rest of the data dir, not the host's files."""
+    import os
+
+    from tests.integration.agent.test_supervisor import server_pids
+
+    src, _, files = pair
+    base = f"gsiftp://{src.address}:{src.ports['gridftp_port']}"
+    cred = gsiftp_credential(tmp_path, tpcmesh_pki.ca, "curious-peer")
+    pids = server_pids("globus-gridftp-server", src.address)
+    environ = dict(v.split("=", 1) for v in open(f"/proc/{pids[0]}/environ").read().split("\0") if "=" in v)
+    key = environ["X509_USER_KEY"]
+    assert "PRIVATE KEY" in open(key).read()
+    data = src.data_dir / "data"
+    assert not key.startswith(str(data)), key
+    leaked = [p for p in data.rglob("*") if p.is_file() and b"PRIVATE KEY" in p.read_bytes()]
+    assert not leaked, f"private keys under the data dir: {leaked}"
+
+    def read(url: str):
+        out = tmp_path / f"read-{abs(hash(url))}"
+        r = globus_url_copy(tmp_path, src, url, f"file://{out}", cred)
+        return r, out.read_bytes() if out.exists() else b""
+
+    for url in (f"{base}{key}", f"{base}/etc/passwd", f"{base}/~/servers/gridftp/stdout.log",
+                f"{base}/~/ca-dir/ca.pem", f"{base}{data}/ca-dir/ca.pem"):
+        r, got = read(url)
+        assert r.returncode != 0 and got == b"", (url, r.stdout, r.stderr)
+        assert "not allowed" in r.stderr.lower() or "permission denied" in r.stderr.lower() \
+            or "550" in r.stderr, (url, r.stderr)
+    ok, got = read(f"{base}/~/sets/{COUNT}x{SIZE}/{files[0]['name']}")
+    assert ok.returncode == 0 and len(got) == SIZE, ok.stderr
+
+    upload = tmp_path / "upload"
+    upload.write_bytes(b"x" * 1000)
+    incoming = data / "incoming" / "gsiftp-probe"
+    incoming.mkdir()
+    os.chown(incoming, *[getattr(__import__("pwd").getpwnam("nobody"), a) for a in ("pw_uid", "pw_gid")])
+    for target in (f"{base}/~/sets/{COUNT}x{SIZE}/planted", f"{base}/~/planted", f"{base}/tmp/planted-by-peer"):
+        r = globus_url_copy(tmp_path, src, f"file://{upload}", target, cred)
+        assert r.returncode != 0, (target, r.stdout)
+    assert not (data / "sets" / f"{COUNT}x{SIZE}" / "planted").exists() and not (data / "planted").exists()
+    assert not os.path.exists("/tmp/planted-by-peer")
+    w = globus_url_copy(tmp_path, src, f"file://{upload}", f"{base}/~/incoming/gsiftp-probe/ok", cred)
+    assert w.returncode == 0, w.stderr
+    assert (incoming / "ok").read_bytes() == upload.read_bytes()
 
 
 @pytest.mark.parametrize("streams", [1, 8])

@@ -74,6 +74,9 @@ def test_gridftp_binds_to_the_agent_address(tmp_path, security):
     assert argv[argv.index("-data-interface") + 1] == "127.0.1.7"
     assert argv[argv.index("-p") + 1] == "12811"
     assert argv[argv.index("-home-dir") + 1] == "/dev/shm/agent-x"
+    # clients reach the sets (read), incoming/ (read-write) and /dev/null (the sink), nothing else of the host
+    assert argv[argv.index("-restrict-paths") + 1] == \
+        "R/dev/shm/agent-x/sets,RW/dev/shm/agent-x/incoming,W/dev/null"
     if security == "anonymous":
         assert "-aa" in argv and argv[argv.index("-anonymous-user") + 1] == "nobody"
     else:  # GSI: no anonymous access; any holder of a trusted certificate, no grid-mapfile

@@ -144,6 +144,8 @@ class Bench:
 
         env = {"TPCMESH_AGENT_" + k.upper(): v for k, v in dst.settings.items() if k != "protocols"}
         settings = load_settings([], {**env, "TPCMESH_AGENT_PROTOCOLS": "xrootd-https"})
+        # the destination agent's local HTTP-TPC instance, on the port it chose at start
+        settings.xrootd_tpc_port = dst.get("/api/v1/info").json()["servers"]["xrootd-https-tpc"]["port"]
         test_id = str(uuid.uuid4())
         job = TransferJob(test_id=test_id, protocol="xrootd-https",
                           source=Endpoint(src.address, src.ports["xrootd_https_port"]),

@@ -55,7 +55,10 @@ class Settings:
     metrics_port: int = field(default=9464, metadata={"help": "Prometheus /metrics port (plain HTTP)"})
     builtin_port: int = field(default=9080, metadata={"help": "built-in mover data port"})
     xrootd_root_port: int = field(default=1094, metadata={"help": "XRootD root:// port"})
-    xrootd_https_port: int = field(default=8444, metadata={"help": "XRootD HTTP(S) port"})
+    xrootd_https_port: int = field(default=8444, metadata={"help": "XRootD HTTP(S) port (peers pull the sets here)"})
+    xrootd_tpc_port: int = field(default=0, metadata={
+        "help": "port of the local XRootD HTTP-TPC instance that pulls into incoming/ (only this agent connects to "
+                "it); 0: a free port, chosen when the agent starts"})
     gridftp_port: int = field(default=2811, metadata={"help": "GridFTP control port"})
     iperf3_port: int = field(default=5201, metadata={"help": "iperf3 server port"})
     gridftp_security: str = field(default="gsi", metadata={
@@ -139,8 +142,9 @@ class Settings:
         for f in fields(self):
             if f.name.endswith("_port"):
                 v = getattr(self, f.name)
-                if not 1 <= v <= 65535:
-                    raise SettingsError(f"{f.name} {v} is not a TCP port (1-65535)")
+                lowest = 0 if f.name == "xrootd_tpc_port" else 1
+                if not lowest <= v <= 65535:
+                    raise SettingsError(f"{f.name} {v} is not a TCP port ({lowest}-65535)")
         if self.gridftp_security not in GRIDFTP_SECURITY:
             raise SettingsError(f"gridftp_security {self.gridftp_security!r} must be one of "
                                 f"{', '.join(GRIDFTP_SECURITY)}")

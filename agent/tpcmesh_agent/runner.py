@@ -333,9 +333,15 @@ class TransferRunner:
                      _fmt(run.record["aggregate_gbps"]), f" ({error})" if error else "")
 
 
+    def _local_server(self, protocol: str) -> str:
+        """The server doing ``protocol``'s destination side here, whose death a failed test should name."""
+        mover = self.movers.get(protocol)
+        return (mover.local_server if mover is not None else None) or protocol
+
     def _restarts(self, protocol: str) -> int | None:
         status = self.server_status() if self.server_status is not None else {}
-        return status[protocol]["restarts"] if protocol in status else None
+        server = self._local_server(protocol)
+        return status[server]["restarts"] if server in status else None
 
     async def _server_died(self, protocol: str, before: int | None) -> str:
         """'; the local <protocol> server exited …' when it did during the test, else ''. The supervisor may
@@ -345,7 +351,7 @@ class TransferRunner:
         for _ in range(10):
             if (self._restarts(protocol) or 0) > before:
                 assert self.server_status is not None
-                message = self.server_status()[protocol].get("last_exit") or "exited"
+                message = self.server_status()[self._local_server(protocol)].get("last_exit") or "exited"
                 hint = (" (killed by SIGKILL: often the kernel's OOM killer, see dmesg; lower concurrency or "
                         "streams)" if "status -9" in message else "")
                 return f"; the local {protocol} server died during the test: {message}{hint}"

@@ -92,6 +92,22 @@ def signing_policy(ca_pem: bytes) -> str:
     return f"access_id_CA X509 '{dn}'\npos_rights globus CA:sign\ncond_subjects globus '\"*\"'\n"
 
 
+def _protocol_server_status(protocol: str, servers: dict[str, dict]) -> dict:
+    """The status of the server(s) behind a protocol: xrootd-https has a public and a local TPC instance
+    (``xrootd-https-tpc``) and works only while both do; its port is the public one."""
+    parts = [st for name, st in servers.items() if name == protocol or name.startswith(protocol + "-")]
+    if not parts:
+        return servers.get(protocol.split("-")[0]) or {}
+    public = servers.get(protocol, parts[0])
+    return {
+        "available": all(st.get("available", True) for st in parts),
+        "running": all(st.get("running", False) for st in parts),
+        "port": public.get("port"),
+        "message": next((st["message"] for st in parts if st.get("message")), None),
+        "restarts": sum(int(st.get("restarts", 0)) for st in parts),
+    }
+
+
 class Agent:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -137,7 +153,7 @@ class Agent:
                     why = mover.available()
                 except Exception as e:
                     why = f"availability check failed: {e}"
-            st = servers.get(p) or servers.get(p.split("-")[0]) or {}
+            st = _protocol_server_status(p, servers)
             message = why or st.get("message")
             available = why is None and st.get("available", mover is not None)
             out[p] = {

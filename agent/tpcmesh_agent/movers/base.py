@@ -86,6 +86,7 @@ class Mover(abc.ABC):
     """A protocol's destination-side client."""
 
     protocol: str
+    local_server: str | None = None  # the local server doing the destination side, when not named ``protocol``
 
     @abc.abstractmethod
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:

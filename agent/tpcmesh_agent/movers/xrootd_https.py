@@ -1,6 +1,7 @@
 """XRootD HTTP-TPC, pull mode: the agent asks its LOCAL XRootD server to pull each file from the source's XRootD.
 
-For each file: ``COPY https://<local>:<xrootd_https_port>/incoming/<test>/<name>`` with
+For each file: ``COPY https://<local>:<xrootd_tpc_port>/incoming/<test>/<name>`` (the local TPC instance, which
+only this agent's host certificate may use) with
 ``Source: https://<source>/sets/<set>/<name>``, ``Credential: none`` and ``X-Number-Of-Streams: <streams>``; the
 answer is a ``text/perf-marker-stream``. XRootD answers 201 even when the copy failed: only the final body line
 (``success: …`` / ``failure: …``) tells, so the body is always read to its end.
@@ -17,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from ..markers import MarkerParser, MarkerStreamError
+from ..servers.configs import XROOTD_TPC_SERVER
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import FileWatch, finish_file, now, prepare_destination, short
 
@@ -30,6 +32,7 @@ SMALL_BLOCK = 2**20
 
 class XrootdHttpsMover(Mover):
     protocol = "xrootd-https"
+    local_server = XROOTD_TPC_SERVER
     source_scheme = "https"  # the URL scheme the local XRootD uses to reach the source
 
     def __init__(self, settings: Any) -> None:
@@ -55,13 +58,16 @@ class XrootdHttpsMover(Mover):
         return need, why
 
     def _ssl(self) -> ssl.SSLContext:
+        """Trusts the agents' CA and presents this agent's host certificate: the local XRootD lets only that
+        identity write into /incoming (see servers.configs.xrootd_tpc_config)."""
         ctx = ssl.create_default_context(cafile=str(self.settings.ca_file))
+        ctx.load_cert_chain(str(self.settings.tls_cert), str(self.settings.tls_key))
         return ctx
 
     def local_url(self, path: str) -> str:
         host = self.settings.address
         host = f"[{host}]" if ":" in host else host
-        return f"https://{host}:{self.settings.xrootd_https_port}{path}"
+        return f"https://{host}:{self.settings.xrootd_tpc_port}{path}"
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
         why = self.available()
@@ -72,7 +78,9 @@ class XrootdHttpsMover(Mover):
         dest = prepare_destination(self.settings, job, self.protocol)
         deadline = time.monotonic() + job.timeout
         progress.files_total = len(job.files)
-        conn = aiohttp.TCPConnector(limit=0, ssl=self._ssl())
+        # from the agent's own address: the local TPC instance accepts no other (on loopback the kernel would
+        # pick 127.0.0.1 otherwise)
+        conn = aiohttp.TCPConnector(limit=0, ssl=self._ssl(), local_addr=(self.settings.address, 0))
         async with aiohttp.ClientSession(connector=conn) as session:
             async def pull(spec: FileSpec) -> FileResult:
                 result = await self._copy(session, job, spec, dest, deadline, progress)

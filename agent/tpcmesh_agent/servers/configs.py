@@ -3,6 +3,12 @@
 Nothing here touches the file system or starts a process; the supervisor writes what these return into the
 runtime directory. XRootD has no bind-address option: it listens on every address of the host at its port
 (two agents on one machine need different XRootD ports); GridFTP and iperf3 bind to the agent's address.
+
+xrootd-https runs as two XRootD instances. The public one (``xrootd_https_port``) serves the test sets read-only
+to peers and has no HTTP-TPC handler, so nobody can make it fetch from or send to a URL of their choosing. The
+local one (``xrootd_tpc_port``) has the handler and writes the pulled files into /incoming; it accepts connections
+only from the agent's own address and lets only the agent's own host certificate write (XRootD 5.5 asks the Source
+for the size before it checks the writer's rights, so refusing the COPY itself would be too late).
 """
 
 from __future__ import annotations
@@ -23,6 +29,11 @@ PACKAGES: dict[str, str] = {
 
 # XRootD exports only the test sets (read) and the incoming area (written by pulls).
 EXPORTS = ("/sets", "/incoming")
+# The identity XrdHttp gives the agent's own host certificate (through the gridmap): the only one that may use the
+# local HTTP-TPC instance, i.e. send the COPY that pulls a file into /incoming.
+AGENT_IDENTITY = "tpcagent"
+# the server name of xrootd-https's local TPC instance (the public one is named after the protocol)
+XROOTD_TPC_SERVER = "xrootd-https-tpc"
 
 
 @dataclass(frozen=True)
@@ -47,14 +58,22 @@ class XrootdPaths:
     def log(self) -> Path:
         return self.runtime_dir / "xrootd.log"
 
+    @property
+    def gridmap(self) -> Path:
+        return self.runtime_dir / "gridmap"
+
+    @property
+    def authdb(self) -> Path:
+        return self.runtime_dir / "authdb"
+
 
 def instance_name(protocol: str, port: int) -> str:
     """xrootd's -n name: unique per port, so several agents on one host keep their admin paths apart."""
     return f"tpcm-{protocol.removeprefix('xrootd-')}-{port}"
 
 
-def _common_xrootd(settings: Any, paths: XrootdPaths, port: int) -> list[str]:
-    lines = [f"all.export {e}" for e in EXPORTS]
+def _common_xrootd(settings: Any, paths: XrootdPaths, port: int, exports: tuple[str, ...] = EXPORTS) -> list[str]:
+    lines = [f"all.export {e}" for e in exports]
     lines += [
         f"oss.localroot {settings.data_dir}",
         f"all.adminpath {paths.admin}",
@@ -72,20 +91,55 @@ def xrootd_root_config(settings: Any, paths: XrootdPaths) -> str:
     return "\n".join(lines) + "\n"
 
 
-def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
-    """XrdHttp with the HTTP-TPC handler. TLS is required: without xrd.tls the handler silently does not load."""
+def _xrootd_tls(paths: XrootdPaths, port: int) -> list[str]:
     if paths.cert is None or paths.key is None or paths.ca_dir is None:
         raise ValueError("xrootd-https needs tls_cert, tls_key and ca_file: the HTTP-TPC handler loads only with TLS")
+    # The root protocol must listen somewhere; it shares the HTTP port (XrdHttp takes the HTTP connections).
+    return [f"xrd.protocol XrdHttp:{port} libXrdHttp.so", f"xrd.tls {paths.cert} {paths.key}",
+            f"xrd.tlsca certdir {paths.ca_dir}"]
+
+
+def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
+    """The public xrootd-https instance: the test sets, read-only, over HTTPS (and plain HTTP on the same port) for
+    peers to pull from. No HTTP-TPC handler: a COPY sent here is not understood."""
     port = settings.xrootd_https_port
-    # The root protocol must listen somewhere; put it on the HTTP port too (XrdHttp takes the HTTP connections).
-    lines = _common_xrootd(settings, paths, port)
+    lines = _common_xrootd(settings, paths, port, exports=("/sets r/o",))
+    lines += _xrootd_tls(paths, port)
+    return "\n".join(lines) + "\n"
+
+
+def xrootd_tpc_config(settings: Any, paths: XrootdPaths) -> str:
+    """The local xrootd-https instance, destination of the agent's own HTTP-TPC pulls into /incoming. TLS is
+    required (without xrd.tls the handler silently does not load). Only the agent's address may connect
+    (``xrd.allow``), and only its own host certificate, mapped by the gridmap (``xrootd_gridmap``) to
+    AGENT_IDENTITY, may write or read (``ofs.authorize`` with ``xrootd_authdb``)."""
+    port = settings.xrootd_tpc_port
+    lines = _common_xrootd(settings, paths, port, exports=("/incoming",))
+    lines += _xrootd_tls(paths, port)
     lines += [
-        f"xrd.protocol XrdHttp:{port} libXrdHttp.so",
-        f"xrd.tls {paths.cert} {paths.key}",
-        f"xrd.tlsca certdir {paths.ca_dir}",
         "http.exthandler xrdtpc libXrdHttpTPC.so",
+        f"xrd.allow host {settings.address}",
+        f"http.gridmap {paths.gridmap}",
+        "ofs.authorize 1",
+        f"acc.authdb {paths.authdb}",
+        "acc.audit deny",
     ]
     return "\n".join(lines) + "\n"
+
+
+def xrootd_authdb() -> str:
+    """XrdAcc rules of the local TPC instance: the agent's identity may do anything in /incoming; nobody else
+    anything."""
+    return f"u {AGENT_IDENTITY} /incoming a\n"
+
+
+def xrootd_gridmap(agent_dn: str) -> str:
+    """XrdHttp's gridmap: the agent's own certificate subject, in OpenSSL's one-line form (``/O=x/CN=y``), is
+    AGENT_IDENTITY; other certificates of the CA get no name. Refuses a subject the gridmap would read as a pattern
+    (a leading '^' or a trailing '$' or '+') or could not quote."""
+    if not agent_dn.startswith("/") or agent_dn.endswith(("$", "+")) or '"' in agent_dn or "\n" in agent_dn:
+        raise ValueError(f"host certificate subject {agent_dn!r} cannot be written into XRootD's gridmap")
+    return f'"{agent_dn}" {AGENT_IDENTITY}\n'
 
 
 def xrootd_argv(protocol: str, port: int, paths: XrootdPaths, run_user: str | None) -> list[str]:

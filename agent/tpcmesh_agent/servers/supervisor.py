@@ -16,6 +16,7 @@ import pwd
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -98,6 +99,21 @@ def _user_ids(user: str) -> tuple[int, int, str]:
     except KeyError:
         group = str(pw.pw_gid)
     return pw.pw_uid, pw.pw_gid, group
+
+
+def certificate_subject(cert: Path) -> str:
+    """The subject of a PEM certificate in OpenSSL's one-line form (``/O=tpcmesh/CN=node``), as XrdHttp sees a
+    client certificate's DN."""
+    out = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "compat", "-in", str(cert)],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return out.removeprefix("subject=").strip()
+
+
+def free_port() -> int:
+    """A TCP port free on every address (XRootD listens on all of them)."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -203,10 +219,20 @@ class ServerSupervisor:
                 paths.config.write_text(configs.xrootd_https_config(s, paths))
                 return self._xrootd_argv("xrootd-https", s.xrootd_https_port, paths)
 
-            rt = self.runtime_dir / "xrootd-https"
-            out.append(ServerSpec("xrootd-https", s.xrootd_https_port, s.address,
-                                  ("xrootd", "libXrdHttpTPC-5.so"), prep_https, rt / "stdout.log", rt,
-                                  (rt / configs.instance_name("xrootd-https", s.xrootd_https_port) / "xrootd.log",)))
+            def prep_tpc() -> list[str]:
+                paths = self._xrootd_paths(configs.XROOTD_TPC_SERVER, tls=True)
+                paths.gridmap.write_text(configs.xrootd_gridmap(certificate_subject(Path(s.tls_cert))))
+                paths.authdb.write_text(configs.xrootd_authdb())
+                paths.config.write_text(configs.xrootd_tpc_config(s, paths))
+                return self._xrootd_argv(configs.XROOTD_TPC_SERVER, s.xrootd_tpc_port, paths)
+
+            if not s.xrootd_tpc_port:  # only this agent connects to it: any free port (movers read it from here)
+                s.xrootd_tpc_port = free_port()
+            for name, port, prep in (("xrootd-https", s.xrootd_https_port, prep_https),
+                                     (configs.XROOTD_TPC_SERVER, s.xrootd_tpc_port, prep_tpc)):
+                rt = self.runtime_dir / name
+                out.append(ServerSpec(name, port, s.address, ("xrootd", "libXrdHttpTPC-5.so"), prep,
+                                      rt / "stdout.log", rt, (rt / configs.instance_name(name, port) / "xrootd.log",)))
         if "xrootd-root" in enabled:
             def prep_root() -> list[str]:
                 paths = self._xrootd_paths("xrootd-root", tls=False)

@@ -149,26 +149,38 @@ def test_missing_source_file_fails_with_the_servers_reason(pair):
         assert "no-such-file" in f["error"] or "No such file" in f["error"] or "404" in f["error"], f["error"]
 
 
-PROGRAM = {"xrootd-https": ("xrootd", "xrootd-https"), "xrootd-root": ("xrootd", "xrootd-root"),
-           "gridftp": ("globus-gridftp-server", "")}
+# server -> (program, a part of its command line that tells it from the agent's other servers)
+PROGRAM = {"xrootd-https": ("xrootd", "/xrootd-https/xrootd.cfg"),
+           "xrootd-https-tpc": ("xrootd", "/xrootd-https-tpc/xrootd.cfg"),
+           "xrootd-root": ("xrootd", "/xrootd-root/xrootd.cfg"), "gridftp": ("globus-gridftp-server", "")}
+# protocol -> the server doing its destination side (its public server serves the source side)
+LOCAL_SERVER = {"xrootd-https": "xrootd-https-tpc"}
 
 
-def start_then_kill_server(pair, protocol: str, victim, keep_dead: socket.socket | None = None) -> tuple[dict, bool]:
-    """Freeze ``victim``'s server of ``protocol``, start a test (source -> destination) against it, and SIGKILL the
-    server once the test is under way. Returns the started test and whether ``keep_dead`` (an unbound socket) took
-    the server's port before the supervisor restarted it: then the restart fails until the caller closes it, and a
-    client that reconnects (globus-url-copy does) finds no server."""
+def server_group(agent, server: str) -> int:
+    """The process group of one of ``agent``'s protocol servers."""
     import os
-    import signal
 
     from tests.integration.agent.test_supervisor import server_pids
 
-    src, dst, files = pair
-    program, tag = PROGRAM[protocol]
-    pids = [p for p in server_pids(program, str(victim.data_dir)) if tag in open(f"/proc/{p}/cmdline").read()]
+    program, tag = PROGRAM[server]
+    pids = [p for p in server_pids(program, str(agent.data_dir)) if tag in open(f"/proc/{p}/cmdline").read()]
     groups = {os.getpgid(p) for p in pids}
-    assert len(groups) == 1, pids
-    [group] = groups
+    assert len(groups) == 1, (server, pids)
+    return groups.pop()
+
+
+def start_then_kill_server(pair, protocol: str, victim, keep_dead: socket.socket | None = None) -> tuple[dict, bool]:
+    """Freeze ``victim``'s server of ``protocol`` (the destination's: the one doing its destination side), start a
+    test (source -> destination) against it, and SIGKILL the server once the test is under way. Returns the started
+    test and whether ``keep_dead`` (an unbound socket) took the server's port before the supervisor restarted it:
+    then the restart fails until the caller closes it, and a client that reconnects (globus-url-copy does) finds
+    no server."""
+    import os
+    import signal
+
+    src, dst, files = pair
+    group = server_group(victim, LOCAL_SERVER.get(protocol, protocol) if victim is dst else protocol)
     key = {"xrootd-https": "xrootd_https_port", "xrootd-root": "xrootd_root_port", "gridftp": "gridftp_port"}
     os.killpg(group, signal.SIGSTOP)
     try:
@@ -249,9 +261,7 @@ def test_timeout_and_cancel_stop_the_copies(pair, protocol):
     from tests.integration.agent.test_supervisor import server_pids
 
     src, dst, files = pair
-    program, tag = PROGRAM[protocol]
-    pids = [p for p in server_pids(program, str(src.data_dir)) if tag in open(f"/proc/{p}/cmdline").read()]
-    [group] = {os.getpgid(p) for p in pids}
+    group = server_group(src, protocol)
     key = {"xrootd-https": "xrootd_https_port", "xrootd-root": "xrootd_root_port", "gridftp": "gridftp_port"}
     body = dict(protocol=protocol, source={"host": src.address, "port": src.ports[key[protocol]]},
                 file_set={"count": COUNT, "size": SIZE}, files=files[:2], concurrency=2, streams=1,
@@ -278,6 +288,74 @@ def test_timeout_and_cancel_stop_the_copies(pair, protocol):
             assert not server_pids(client, src.address), f"{client} still running after cancel"
     finally:
         os.killpg(group, signal.SIGCONT)
+
+
+def test_only_the_agent_itself_can_make_its_xrootd_pull(pair):
+    """xrootd-https's public port serves the sets read-only and has no HTTP-TPC handler; the local TPC instance takes
+    connections only from the agent's own address, and COPYs only from its own host certificate. Another host is
+    refused before XRootD contacts the Source (no request forgery), nobody else reads what arrived, and peers still
+    pull the sets from the public port. (From the agent's own address XRootD 5.5 asks the Source for the size before
+    it refuses an unauthenticated writer: only processes sharing the node's address get that far.)"""
+    import httpx
+
+    from tests.integration.agent.test_interop import own_identity
+
+    src, dst, files = pair
+    tpc_port = dst.get("/api/v1/info").json()["servers"]["xrootd-https-tpc"]["port"]
+    public, tpc = (f"https://{dst.address}:{port}" for port in (dst.ports["xrootd_https_port"], tpc_port))
+    decoy = socket.create_server(("127.0.0.1", 0))  # the Source an attacker names: must never be contacted
+    decoy.settimeout(0.5)
+    forged = {"Source": f"http://127.0.0.1:{decoy.getsockname()[1]}/secret", "Credential": "none"}
+    incoming = dst.data_dir / "data" / "incoming"
+
+    def client(local_address: str, cert=None) -> httpx.Client:
+        ctx = dst.ssl_context()
+        if cert is not None:
+            ctx.load_cert_chain(str(cert.cert_file), str(cert.key_file))
+        return httpx.Client(transport=httpx.HTTPTransport(verify=ctx, local_address=local_address), timeout=30)
+
+    try:
+        with client(src.address) as c:  # the public port: a COPY is not understood
+            r = c.request("COPY", f"{public}/incoming/forged", headers=forged)
+            assert r.status_code in (400, 405), (r.status_code, r.text)
+            with pytest.raises(httpx.TransportError):  # the TPC port: not from another address
+                c.request("COPY", f"{tpc}/incoming/forged", headers=forged)
+        with pytest.raises(TimeoutError):
+            decoy.accept()
+        closed = {"Source": f"http://127.0.0.1:{free_port()}/nothing-listens", "Credential": "none"}
+        for label, cert in (("anonymous", None), ("another agent's certificate", src)):
+            with client(dst.address, cert) as c:  # from the agent's own address, but not as the agent
+                r = c.request("COPY", f"{tpc}/incoming/forged", headers=closed)
+            assert r.status_code == 401 and "permission denied" in r.text, (label, r.status_code, r.text)
+        assert not list(incoming.iterdir())
+    finally:
+        decoy.close()
+
+    # the agent's own pull works; nobody else reads what it stored
+    probe = incoming / "auth-probe"
+    probe.mkdir()
+    os_chown_nobody(probe)
+    name = files[0]["name"]
+    with own_identity(dst) as c:
+        r = c.request("COPY", f"{tpc}/incoming/auth-probe/{name}", headers={
+            "Source": f"https://{src.address}:{src.ports['xrootd_https_port']}/sets/{COUNT}x{SIZE}/{name}",
+            "Credential": "none"})
+    assert r.status_code == 201 and r.text.rstrip().endswith("success: Created"), r.text
+    assert (probe / name).stat().st_size == SIZE
+    with client(dst.address) as c:
+        assert c.get(f"{tpc}/incoming/auth-probe/{name}").status_code == 403
+        assert c.get(f"{public}/incoming/auth-probe/{name}").status_code in (403, 404)
+    with client(dst.address) as c:  # a peer's anonymous pull from the source's sets
+        got = c.get(f"https://{src.address}:{src.ports['xrootd_https_port']}/sets/{COUNT}x{SIZE}/{name}")
+    assert got.status_code == 200 and len(got.content) == SIZE
+
+
+def os_chown_nobody(path) -> None:
+    import os
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    os.chown(path, nobody.pw_uid, nobody.pw_gid)
 
 
 def test_a_test_that_would_exhaust_memory_is_refused_up_front(module_agent_factory, pair):

@@ -23,17 +23,37 @@ def _directives(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def test_https_config_has_tls_and_the_tpc_handler(tmp_path):
+def test_public_https_instance_serves_the_sets_read_only_without_the_tpc_handler(tmp_path):
     paths = configs.XrootdPaths(tmp_path, tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
     lines = _directives(configs.xrootd_https_config(_settings(), paths))
     assert "xrd.port 18444" in lines
     assert "xrd.protocol XrdHttp:18444 libXrdHttp.so" in lines
     assert f"xrd.tls {tmp_path / 'c.pem'} {tmp_path / 'k.pem'}" in lines
     assert f"xrd.tlsca certdir {tmp_path / 'ca'}" in lines
-    assert "http.exthandler xrdtpc libXrdHttpTPC.so" in lines
     assert "oss.localroot /dev/shm/agent-x" in lines
-    assert {"all.export /sets", "all.export /incoming"} <= set(lines)
+    assert [line for line in lines if line.startswith("all.export")] == ["all.export /sets r/o"]
+    assert not [line for line in lines if "exthandler" in line or "TPC" in line]  # nobody makes it copy
     assert f"all.adminpath {tmp_path}" in lines
+
+
+def test_local_tpc_instance_takes_only_the_agents_own_connections_and_certificate(tmp_path):
+    paths = configs.XrootdPaths(tmp_path, tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
+    lines = _directives(configs.xrootd_tpc_config(_settings(xrootd_tpc_port=18445), paths))
+    assert "xrd.port 18445" in lines and "xrd.protocol XrdHttp:18445 libXrdHttp.so" in lines
+    assert f"xrd.tls {tmp_path / 'c.pem'} {tmp_path / 'k.pem'}" in lines
+    assert "http.exthandler xrdtpc libXrdHttpTPC.so" in lines
+    assert [line for line in lines if line.startswith("all.export")] == ["all.export /incoming"]
+    assert "xrd.allow host 127.0.1.7" in lines
+    assert f"http.gridmap {tmp_path / 'gridmap'}" in lines
+    assert "ofs.authorize 1" in lines and f"acc.authdb {tmp_path / 'authdb'}" in lines
+    assert configs.xrootd_authdb() == "u tpcagent /incoming a\n"
+    assert configs.xrootd_gridmap("/O=tpcmesh/CN=node-1") == '"/O=tpcmesh/CN=node-1" tpcagent\n'
+
+
+@pytest.mark.parametrize("subject", ["O=tpcmesh, CN=x", "/CN=node$", "/CN=node+", '/CN=a"b', "/CN=a\nb"])
+def test_gridmap_refuses_a_subject_it_would_read_as_a_pattern(subject):
+    with pytest.raises(ValueError, match="cannot be written into XRootD's gridmap"):
+        configs.xrootd_gridmap(subject)
 
 
 def test_admin_path_can_be_kept_short(tmp_path):
@@ -43,9 +63,10 @@ def test_admin_path_can_be_kept_short(tmp_path):
     assert len("/tmp/tpcm-x/" + configs.instance_name("xrootd-https", 65535) + "/.xrootd/admin") < 100
 
 
-def test_https_config_refuses_to_run_without_tls(tmp_path):
+@pytest.mark.parametrize("build", [configs.xrootd_https_config, configs.xrootd_tpc_config])
+def test_https_configs_refuse_to_run_without_tls(tmp_path, build):
     with pytest.raises(ValueError, match="only with TLS"):
-        configs.xrootd_https_config(_settings(), configs.XrootdPaths(tmp_path))
+        build(_settings(xrootd_tpc_port=18445), configs.XrootdPaths(tmp_path))
 
 
 def test_root_config_enables_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path):

@@ -54,7 +54,10 @@ class Settings:
     api_port: int = field(default=9443, metadata={"help": "control API port (HTTPS)"})
     metrics_port: int = field(default=9464, metadata={"help": "Prometheus /metrics port (plain HTTP)"})
     builtin_port: int = field(default=9080, metadata={"help": "built-in mover data port"})
-    xrootd_root_port: int = field(default=1094, metadata={"help": "XRootD root:// port"})
+    xrootd_root_port: int = field(default=1094, metadata={"help": "XRootD root:// port (peers pull the sets here)"})
+    xrootd_root_tpc_port: int = field(default=0, metadata={
+        "help": "port of the local XRootD root:// instance that pulls into incoming/ (only this agent connects to "
+                "it); 0: a free port, chosen when the agent starts"})
     xrootd_https_port: int = field(default=8444, metadata={"help": "XRootD HTTP(S) port (peers pull the sets here)"})
     xrootd_tpc_port: int = field(default=0, metadata={
         "help": "port of the local XRootD HTTP-TPC instance that pulls into incoming/ (only this agent connects to "
@@ -142,7 +145,7 @@ class Settings:
         for f in fields(self):
             if f.name.endswith("_port"):
                 v = getattr(self, f.name)
-                lowest = 0 if f.name == "xrootd_tpc_port" else 1
+                lowest = 0 if f.name in ("xrootd_tpc_port", "xrootd_root_tpc_port") else 1
                 if not lowest <= v <= 65535:
                     raise SettingsError(f"{f.name} {v} is not a TCP port ({lowest}-65535)")
         if self.gridftp_security not in GRIDFTP_SECURITY:

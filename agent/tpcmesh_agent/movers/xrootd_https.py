@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from ..markers import MarkerParser, MarkerStreamError
-from ..servers.configs import XROOTD_TPC_SERVER
+from ..servers.configs import TPC_SERVERS
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import FileWatch, finish_file, now, prepare_destination, short
 
@@ -32,7 +32,7 @@ SMALL_BLOCK = 2**20
 
 class XrootdHttpsMover(Mover):
     protocol = "xrootd-https"
-    local_server = XROOTD_TPC_SERVER
+    local_server = TPC_SERVERS["xrootd-https"]
     source_scheme = "https"  # the URL scheme the local XRootD uses to reach the source
 
     def __init__(self, settings: Any) -> None:

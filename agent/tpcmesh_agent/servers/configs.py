@@ -4,11 +4,12 @@ Nothing here touches the file system or starts a process; the supervisor writes 
 runtime directory. XRootD has no bind-address option: it listens on every address of the host at its port
 (two agents on one machine need different XRootD ports); GridFTP and iperf3 bind to the agent's address.
 
-xrootd-https runs as two XRootD instances. The public one (``xrootd_https_port``) serves the test sets read-only
-to peers and has no HTTP-TPC handler, so nobody can make it fetch from or send to a URL of their choosing. The
-local one (``xrootd_tpc_port``) has the handler and writes the pulled files into /incoming; it accepts connections
-only from the agent's own address and lets only the agent's own host certificate write (XRootD 5.5 asks the Source
-for the size before it checks the writer's rights, so refusing the COPY itself would be too late).
+Each XRootD protocol runs as two instances. The public one (``xrootd_https_port``, ``xrootd_root_port``) serves the
+test sets read-only to peers: nobody can write through it, and the HTTPS one has no HTTP-TPC handler, so nobody can
+make it fetch from or send to a URL of their choosing. The local one (``xrootd_tpc_port``, ``xrootd_root_tpc_port``)
+is the destination of the agent's own pulls and writes /incoming; it accepts connections only from the agent's own
+addresses, and over HTTPS only the agent's own host certificate may write (XRootD 5.5 asks the Source for the size
+before it checks the writer's rights, so refusing the COPY itself would be too late).
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ EXPORTS = ("/sets", "/incoming")
 # The identity XrdHttp gives the agent's own host certificate (through the gridmap): the only one that may use the
 # local HTTP-TPC instance, i.e. send the COPY that pulls a file into /incoming.
 AGENT_IDENTITY = "tpcagent"
-# the server name of xrootd-https's local TPC instance (the public one is named after the protocol)
-XROOTD_TPC_SERVER = "xrootd-https-tpc"
+# protocol -> the server name of its local TPC instance (the public one is named after the protocol)
+TPC_SERVERS = {"xrootd-https": "xrootd-https-tpc", "xrootd-root": "xrootd-root-tpc"}
+# xrdcp reaches the local root:// TPC instance at the address it uses to reach the source, which is 127.0.0.1 when
+# the source is on loopback: the local instances also take loopback connections (processes of this host only)
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,29 @@ def _common_xrootd(settings: Any, paths: XrootdPaths, port: int, exports: tuple[
     return lines
 
 
+# xfr: concurrent TPC jobs (default 9 would queue an 11-file test); ttl: seconds a rendezvous key lives.
+_ROOT_TPC = "ofs.tpc ttl 60 120 xfr 128 pgm /usr/bin/xrdcp --server"
+
+
+def _local_only(settings: Any) -> list[str]:
+    """Connections only from this host's addresses the agent uses (``xrd.allow``: every other host is refused
+    when it connects)."""
+    return [f"xrd.allow host {a}" for a in dict.fromkeys((settings.address, LOOPBACK))]
+
+
 def xrootd_root_config(settings: Any, paths: XrootdPaths) -> str:
-    """root:// with native third-party copy: the destination runs `xrdcp --server` to pull from the source."""
-    lines = _common_xrootd(settings, paths, settings.xrootd_root_port)
-    # xfr: concurrent TPC jobs (default 9 would queue an 11-file test); ttl: seconds a rendezvous key lives.
-    lines.append("ofs.tpc ttl 60 120 xfr 128 pgm /usr/bin/xrdcp --server")
+    """The public root:// instance: the test sets, read-only, as the source of native third-party copies (the
+    destination runs ``xrdcp --server`` to pull; the source needs ofs.tpc for the rendezvous)."""
+    lines = _common_xrootd(settings, paths, settings.xrootd_root_port, exports=("/sets r/o",))
+    lines.append(_ROOT_TPC)
+    return "\n".join(lines) + "\n"
+
+
+def xrootd_root_tpc_config(settings: Any, paths: XrootdPaths) -> str:
+    """The local root:// instance, destination of the agent's own ``xrdcp --tpc only`` pulls into /incoming: only
+    connections from the agent's own host (root:// has no authentication configured here)."""
+    lines = _common_xrootd(settings, paths, settings.xrootd_root_tpc_port, exports=("/incoming",))
+    lines += [_ROOT_TPC, *_local_only(settings)]
     return "\n".join(lines) + "\n"
 
 
@@ -110,7 +132,7 @@ def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
 
 def xrootd_tpc_config(settings: Any, paths: XrootdPaths) -> str:
     """The local xrootd-https instance, destination of the agent's own HTTP-TPC pulls into /incoming. TLS is
-    required (without xrd.tls the handler silently does not load). Only the agent's address may connect
+    required (without xrd.tls the handler silently does not load). Only the agent's host may connect
     (``xrd.allow``), and only its own host certificate, mapped by the gridmap (``xrootd_gridmap``) to
     AGENT_IDENTITY, may write or read (``ofs.authorize`` with ``xrootd_authdb``)."""
     port = settings.xrootd_tpc_port
@@ -118,7 +140,7 @@ def xrootd_tpc_config(settings: Any, paths: XrootdPaths) -> str:
     lines += _xrootd_tls(paths, port)
     lines += [
         "http.exthandler xrdtpc libXrdHttpTPC.so",
-        f"xrd.allow host {settings.address}",
+        *_local_only(settings),
         f"http.gridmap {paths.gridmap}",
         "ofs.authorize 1",
         f"acc.authdb {paths.authdb}",

@@ -209,40 +209,38 @@ class ServerSupervisor:
             return self._wrap(configs.xrootd_argv(protocol, port, paths, None), self.run_user)
         return configs.xrootd_argv(protocol, port, paths, self.run_user)
 
+    def _xrootd_spec(self, name: str, port: int, build: Callable[[Any, configs.XrootdPaths], str], tls: bool,
+                     requires: tuple[str, ...]) -> ServerSpec:
+        def prepare() -> list[str]:
+            paths = self._xrootd_paths(name, tls)
+            if name == configs.TPC_SERVERS["xrootd-https"]:  # who may pull: the agent's own host certificate
+                paths.gridmap.write_text(configs.xrootd_gridmap(certificate_subject(Path(self.settings.tls_cert))))
+                paths.authdb.write_text(configs.xrootd_authdb())
+            paths.config.write_text(build(self.settings, paths))
+            return self._xrootd_argv(name, port, paths)
+
+        rt = self.runtime_dir / name
+        return ServerSpec(name, port, self.settings.address, requires, prepare, rt / "stdout.log", rt,
+                          (rt / configs.instance_name(name, port) / "xrootd.log",))
+
     def specs(self) -> list[ServerSpec]:
         s = self.settings
         out: list[ServerSpec] = []
         enabled = set(s.protocols)
-        if "xrootd-https" in enabled:
-            def prep_https() -> list[str]:
-                paths = self._xrootd_paths("xrootd-https", tls=True)
-                paths.config.write_text(configs.xrootd_https_config(s, paths))
-                return self._xrootd_argv("xrootd-https", s.xrootd_https_port, paths)
-
-            def prep_tpc() -> list[str]:
-                paths = self._xrootd_paths(configs.XROOTD_TPC_SERVER, tls=True)
-                paths.gridmap.write_text(configs.xrootd_gridmap(certificate_subject(Path(s.tls_cert))))
-                paths.authdb.write_text(configs.xrootd_authdb())
-                paths.config.write_text(configs.xrootd_tpc_config(s, paths))
-                return self._xrootd_argv(configs.XROOTD_TPC_SERVER, s.xrootd_tpc_port, paths)
-
-            if not s.xrootd_tpc_port:  # only this agent connects to it: any free port (movers read it from here)
-                s.xrootd_tpc_port = free_port()
-            for name, port, prep in (("xrootd-https", s.xrootd_https_port, prep_https),
-                                     (configs.XROOTD_TPC_SERVER, s.xrootd_tpc_port, prep_tpc)):
-                rt = self.runtime_dir / name
-                out.append(ServerSpec(name, port, s.address, ("xrootd", "libXrdHttpTPC-5.so"), prep,
-                                      rt / "stdout.log", rt, (rt / configs.instance_name(name, port) / "xrootd.log",)))
-        if "xrootd-root" in enabled:
-            def prep_root() -> list[str]:
-                paths = self._xrootd_paths("xrootd-root", tls=False)
-                paths.config.write_text(configs.xrootd_root_config(s, paths))
-                return self._xrootd_argv("xrootd-root", s.xrootd_root_port, paths)
-
-            rt = self.runtime_dir / "xrootd-root"
-            out.append(ServerSpec("xrootd-root", s.xrootd_root_port, s.address, ("xrootd", "xrdcp"), prep_root,
-                                  rt / "stdout.log", rt,
-                                  (rt / configs.instance_name("xrootd-root", s.xrootd_root_port) / "xrootd.log",)))
+        xrootd = (  # protocol, public port, setting of the local TPC instance's port, builders, TLS, requirements
+            ("xrootd-https", s.xrootd_https_port, "xrootd_tpc_port", configs.xrootd_https_config,
+             configs.xrootd_tpc_config, True, ("xrootd", "libXrdHttpTPC-5.so")),
+            ("xrootd-root", s.xrootd_root_port, "xrootd_root_tpc_port", configs.xrootd_root_config,
+             configs.xrootd_root_tpc_config, False, ("xrootd", "xrdcp")),
+        )
+        for protocol, port, tpc_setting, public, local, tls, requires in xrootd:
+            if protocol not in enabled:
+                continue
+            if not getattr(s, tpc_setting):  # only this agent connects to it: any free port (movers read it here)
+                setattr(s, tpc_setting, free_port())
+            out.append(self._xrootd_spec(protocol, port, public, tls, requires))
+            out.append(self._xrootd_spec(configs.TPC_SERVERS[protocol], getattr(s, tpc_setting), local, tls,
+                                         requires))
         if "gridftp" in enabled:
             def prep_gridftp() -> list[str]:
                 rt = self._runtime("gridftp")
@@ -277,7 +275,7 @@ class ServerSupervisor:
             found = find_library(req) if req.endswith(".so") else shutil.which(req)
             if not found:
                 return missing_message(req)
-        if spec.name == "xrootd-https":
+        if spec.name.startswith("xrootd-https"):
             s = self.settings
             if s.tls_cert is None or s.tls_key is None or s.ca_file is None:
                 return ("needs tls_cert, tls_key and ca_file: XRootD's HTTP-TPC handler loads only with TLS")

@@ -3,6 +3,7 @@ transfer per protocol with 1 and 8 streams at concurrency 11, records checked fi
 
 from __future__ import annotations
 
+import shutil
 import socket
 import statistics
 import time
@@ -150,11 +151,11 @@ def test_missing_source_file_fails_with_the_servers_reason(pair):
 
 
 # server -> (program, a part of its command line that tells it from the agent's other servers)
-PROGRAM = {"xrootd-https": ("xrootd", "/xrootd-https/xrootd.cfg"),
-           "xrootd-https-tpc": ("xrootd", "/xrootd-https-tpc/xrootd.cfg"),
-           "xrootd-root": ("xrootd", "/xrootd-root/xrootd.cfg"), "gridftp": ("globus-gridftp-server", "")}
+PROGRAM = {name: ("xrootd", f"/{name}/xrootd.cfg")
+           for name in ("xrootd-https", "xrootd-https-tpc", "xrootd-root", "xrootd-root-tpc")}
+PROGRAM["gridftp"] = ("globus-gridftp-server", "")
 # protocol -> the server doing its destination side (its public server serves the source side)
-LOCAL_SERVER = {"xrootd-https": "xrootd-https-tpc"}
+LOCAL_SERVER = {"xrootd-https": "xrootd-https-tpc", "xrootd-root": "xrootd-root-tpc"}
 
 
 def server_group(agent, server: str) -> int:
@@ -348,6 +349,41 @@ def test_only_the_agent_itself_can_make_its_xrootd_pull(pair):
     with client(dst.address) as c:  # a peer's anonymous pull from the source's sets
         got = c.get(f"https://{src.address}:{src.ports['xrootd_https_port']}/sets/{COUNT}x{SIZE}/{name}")
     assert got.status_code == 200 and len(got.content) == SIZE
+    shutil.rmtree(probe)  # the module's other tests expect an empty incoming/
+
+
+def test_root_public_instance_is_read_only_and_the_local_one_takes_only_this_host(pair, tmp_path):
+    """root:// has no authentication here: the public instance exports the sets read-only (nothing can be written
+    or pulled into it) and the local TPC instance drops connections from other hosts before they say anything."""
+    import subprocess
+
+    src, dst, files = pair
+    upload = tmp_path / "planted"
+    upload.write_bytes(b"x" * 1000)
+    public = f"root://{dst.address}:{dst.ports['xrootd_root_port']}"
+    for target in (f"{public}//incoming/planted", f"{public}//sets/planted"):
+        r = subprocess.run(["xrdcp", "--nopbar", str(upload), target], capture_output=True, text=True, timeout=60,
+                           env={**__import__("os").environ, "XRD_CONNECTIONRETRY": "1"})
+        assert r.returncode != 0, (target, r.stdout, r.stderr)
+    pulled = subprocess.run(["xrdcp", "--tpc", "only", "--nopbar",
+                             f"root://{src.address}:{src.ports['xrootd_root_port']}//sets/{COUNT}x{SIZE}/"
+                             f"{files[0]['name']}", f"{public}//incoming/pulled"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**__import__("os").environ, "XRD_CONNECTIONRETRY": "1"})
+    assert pulled.returncode != 0, pulled.stdout
+    data = dst.data_dir / "data"
+    assert not [p for p in (data / "incoming/planted", data / "incoming/pulled", data / "sets/planted") if p.exists()]
+
+    tpc_port = dst.get("/api/v1/info").json()["servers"]["xrootd-root-tpc"]["port"]
+    with socket.socket() as s:  # from another address of this machine: XRootD closes at once
+        s.bind((src.address, 0))
+        s.settimeout(10)
+        s.connect((dst.address, tpc_port))
+        s.sendall(b"\0" * 20)  # the root:// handshake
+        try:
+            assert s.recv(16) == b""
+        except ConnectionResetError:
+            pass
 
 
 def os_chown_nobody(path) -> None:

@@ -139,10 +139,11 @@ def test_a_stopped_agent_leaves_nothing_of_xrootd_in_tmp(agent_factory):
     (short socket paths): both are gone once the agent has stopped."""
     ports = xrootd_ports()
     agent = agent_factory(protocols=("builtin", "xrootd-root", "xrootd-https"), run_user="nobody", **ports)
-    tpc_port = agent.get("/api/v1/info").json()["servers"]["xrootd-https-tpc"]["port"]
+    servers = agent.get("/api/v1/info").json()["servers"]
     envs = [Path(f"/tmp/xrootd.tpcm-root-{ports['xrootd_root_port']}.env"),
             Path(f"/tmp/xrootd.tpcm-https-{ports['xrootd_https_port']}.env"),
-            Path(f"/tmp/xrootd.tpcm-https-tpc-{tpc_port}.env")]
+            Path(f"/tmp/xrootd.tpcm-https-tpc-{servers['xrootd-https-tpc']['port']}.env"),
+            Path(f"/tmp/xrootd.tpcm-root-tpc-{servers['xrootd-root-tpc']['port']}.env")]
     wait_for(lambda: all(p.exists() for p in envs), 10, "XRootD's env files")
     admin_dirs = set()
     for p in envs:

@@ -43,7 +43,8 @@ def test_local_tpc_instance_takes_only_the_agents_own_connections_and_certificat
     assert f"xrd.tls {tmp_path / 'c.pem'} {tmp_path / 'k.pem'}" in lines
     assert "http.exthandler xrdtpc libXrdHttpTPC.so" in lines
     assert [line for line in lines if line.startswith("all.export")] == ["all.export /incoming"]
-    assert "xrd.allow host 127.0.1.7" in lines
+    assert [line for line in lines if line.startswith("xrd.allow")] == ["xrd.allow host 127.0.1.7",
+                                                                         "xrd.allow host 127.0.0.1"]
     assert f"http.gridmap {tmp_path / 'gridmap'}" in lines
     assert "ofs.authorize 1" in lines and f"acc.authdb {tmp_path / 'authdb'}" in lines
     assert configs.xrootd_authdb() == "u tpcagent /incoming a\n"
@@ -69,14 +70,22 @@ def test_https_configs_refuse_to_run_without_tls(tmp_path, build):
         build(_settings(xrootd_tpc_port=18445), configs.XrootdPaths(tmp_path))
 
 
-def test_root_config_enables_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path):
-    lines = _directives(configs.xrootd_root_config(_settings(), configs.XrootdPaths(tmp_path)))
-    assert "xrd.port 11094" in lines
+@pytest.mark.parametrize("build, port, exports", [
+    (configs.xrootd_root_config, "11094", ["all.export /sets r/o"]),  # public: the sets, read-only
+    (configs.xrootd_root_tpc_config, "11095", ["all.export /incoming"]),  # local: where the pulls land
+])
+def test_root_configs_enable_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path, build, port, exports):
+    lines = _directives(build(_settings(xrootd_root_tpc_port=11095), configs.XrootdPaths(tmp_path)))
+    assert f"xrd.port {port}" in lines
+    assert [line for line in lines if line.startswith("all.export")] == exports
     tpc = [line for line in lines if line.startswith("ofs.tpc ")]
     assert len(tpc) == 1 and tpc[0].endswith("pgm /usr/bin/xrdcp --server")
     words = tpc[0].split()
     assert int(words[words.index("xfr") + 1]) >= 11
     assert not any(line.startswith(("xrd.tls", "xrd.protocol")) for line in lines)
+    allowed = [line for line in lines if line.startswith("xrd.allow")]
+    assert allowed == ([] if build is configs.xrootd_root_config else
+                       ["xrd.allow host 127.0.1.7", "xrd.allow host 127.0.0.1"])
 
 
 def test_xrootd_argv_drops_root_and_names_the_instance_by_port(tmp_path):

@@ -164,6 +164,8 @@ class TransferRunner:
         destination = body.get("destination", "store")
         if destination not in ("store", "sink"):
             raise ApiError(422, f"destination must be 'store' or 'sink', got {destination!r}")
+        if protocol == "iperf3":  # moves no file: nothing is stored, so no budget or memory for a file set
+            destination = "sink"
         dest_dir = self.settings.incoming_dir / test_id if destination == "store" else None
         if dest_dir is not None:
             total = sum(f.size for f in files)

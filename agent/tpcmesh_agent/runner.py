@@ -316,8 +316,8 @@ class TransferRunner:
             try:
                 if job.destination_dir is not None:  # free the memory before the record says "done"
                     await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
-                run.record = records.build_record(job, results, run.started_at, finished, status, error,
-                                                  run.samples)
+                samples = records.spread_samples(results) if run.progress.end_only else run.samples
+                run.record = records.build_record(job, results, run.started_at, finished, status, error, samples)
             except Exception as e:  # a malformed mover result must not leave the agent busy forever
                 log.exception("Transfer %s: building the record failed", job.test_id)
                 status, error = "failed", f"agent error building the record: {type(e).__name__}: {e}"

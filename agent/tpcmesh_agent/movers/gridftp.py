@@ -7,7 +7,8 @@ temporary directory outside the data dir, as Globus insists on a key only its us
 the data channels plain TCP (integrity from the checksums). ``gridftp_security=anonymous``: ``ftp://`` without
 credentials.
 Destination ``sink``: the local server writes to ``/dev/null`` (as the papers did); a successful copy (the servers'
-226 reply) counts the whole file, a failed one the last byte count ``globus-url-copy -vb`` printed.
+226 reply) counts the whole file, a failed one the last byte count ``globus-url-copy -vb`` printed. Those bytes are
+known only when a copy ends (``Progress.end_only``): the record's peak spreads them over each file's time.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class GridftpMover(Mover):
         argv = ["globus-url-copy", *flags, "-vb", "-p", str(job.streams), "-fast", src,
                 f"{self.scheme}://{self.local_hostport()}/dev/null"]
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
+        progress.end_only = True  # /dev/null does not grow: the bytes are known once the copy has ended
         proc = await run_program(argv, deadline, env=env)
         result.finished_at = now()
         counts = [int(n) for n in BYTES_RE.findall(proc.stdout)]

@@ -89,12 +89,6 @@ class XrootdHttpsMover(Mover):
 
             return await run_files_concurrently(job, pull)
 
-    @staticmethod
-    def _markers(markers: list, marks: list[tuple[float, int]]) -> None:
-        for marker in markers:
-            if marker.timestamp is not None:
-                marks.append((marker.timestamp, marker.stripe_bytes))
-
     async def _copy(self, session: aiohttp.ClientSession, job: TransferJob, spec: FileSpec, dest: str,
                     deadline: float, progress: Progress) -> FileResult:
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
@@ -102,12 +96,10 @@ class XrootdHttpsMover(Mover):
         headers = {"Source": source, "Credential": "none", "X-Number-Of-Streams": str(job.streams),
                    "Overwrite": "T"}
         parser = MarkerParser()
-        peak = 0.0
-        marks: list[tuple[float, int]] = []
         error: str | None = None
         assert job.destination_dir is not None
-        # progress from the file's growth: markers come every 5 s and, with several streams, count bytes
-        # assigned to workers rather than received
+        # progress and peak from the file's growth: markers come every 5 s and, with several streams, count bytes
+        # assigned to workers rather than received (XRootD writes the file in order, through its reorder buffer)
         watch = FileWatch(job.destination_dir / spec.name, spec.size, progress)
         remaining = deadline - time.monotonic()
         try:
@@ -121,7 +113,7 @@ class XrootdHttpsMover(Mover):
                         body = await resp.text(errors="replace")
                         raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}")
                     async for chunk in resp.content.iter_any():
-                        self._markers(parser.feed(chunk), marks)
+                        parser.feed(chunk)
             outcome = parser.close()
             if not outcome.ok:
                 error = f"XRootD HTTP-TPC failed: {outcome.message}"
@@ -134,10 +126,7 @@ class XrootdHttpsMover(Mover):
         except RuntimeError as e:
             error = str(e)
         result.finished_at = now()
-        for (t0, b0), (t1, b1) in zip(marks, marks[1:], strict=False):
-            if t1 > t0:
-                peak = max(peak, (b1 - b0) * 8 / (t1 - t0))
-        result.peak_bps = peak or None
+        result.peak_bps = watch.peak_bps()
         await asyncio.to_thread(finish_file, result, spec, job, error)
         if result.bytes > watch.reported:
             progress.add_bytes(result.bytes - watch.reported)

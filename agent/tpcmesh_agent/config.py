@@ -18,6 +18,7 @@ from pathlib import Path
 ALL_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
 ENV_PREFIX = "TPCMESH_AGENT_"
 GRIDFTP_SECURITY = ("gsi", "anonymous")
+MIN_TOKEN_LENGTH = 16  # at start-up and for every rotated token
 
 
 class SettingsError(ValueError):
@@ -130,8 +131,9 @@ class Settings:
             tok = self.token_file.read_text().strip()
         except OSError as e:
             raise SettingsError(f"token_file {self.token_file}: {e.strerror}") from e
-        if len(tok) < 16:
-            raise SettingsError(f"token_file {self.token_file}: the token must be at least 16 characters")
+        if len(tok) < MIN_TOKEN_LENGTH:
+            raise SettingsError(f"token_file {self.token_file}: the token must be at least {MIN_TOKEN_LENGTH} "
+                                "characters")
         return tok
 
     def validate(self) -> Settings:

@@ -169,7 +169,7 @@ class TransferRunner:
         dest_dir = self.settings.incoming_dir / test_id if destination == "store" else None
         if dest_dir is not None:
             total = sum(f.size for f in files)
-            used = sum(records_size for records_size in self._sets_bytes())
+            used = self.filesets.held_bytes()
             if used + total > self.settings.budget_bytes:
                 raise ApiError(422, f"storing {total} bytes does not fit the budget of {self.settings.budget_bytes} "
                                     f"bytes ({used} held by file sets); use destination 'sink' or a smaller set")
@@ -179,10 +179,6 @@ class TransferRunner:
         return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port), files=files,
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
                            destination_dir=dest_dir, verify_checksums=verify)
-
-    def _sets_bytes(self) -> list[int]:
-        from .files import dir_bytes
-        return [dir_bytes(self.filesets.path(n)) for n in self.filesets.list()]
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:

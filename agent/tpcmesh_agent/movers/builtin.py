@@ -1,8 +1,9 @@
 """The built-in reference mover: a zero-copy HTTP data server plus a pull-mode HTTP-TPC client.
 
 Server (the builtin port, plain HTTP by default, TLS optional):
-- ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>``): standard HTTP/1.1, ``Range: bytes=a-b`` gives
-  206, body sent with ``os.sendfile`` (plain TCP) so Python never touches the bytes.
+- ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>``, with the agent's bearer token): standard
+  HTTP/1.1, ``Range: bytes=a-b`` gives 206, body sent with ``os.sendfile`` (plain TCP) so Python never touches the
+  bytes. A connection idle for ``idle_timeout`` seconds is closed.
 - ``COPY /files/incoming/<name>`` with ``Source: <http(s) url>``, ``X-Number-Of-Streams``, ``Credential: none`` and
   the agent's bearer token: the WLCG HTTP-TPC pull. Answers ``202`` with a ``text/perf-marker-stream`` body of
   ``Perf Marker`` ... ``End`` blocks every ``marker_interval`` seconds and a final ``success: Created`` or
@@ -488,8 +489,10 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(self.request, ssl.SSLSocket):
             self.request.settimeout(CONNECT_TIMEOUT)
             self.request.do_handshake()
-            self.request.settimeout(None)
         super().setup()
+        # a client that sends no request (or nothing more on a kept-alive connection) for this long is dropped
+        # (BaseHTTPRequestHandler ends on the timeout), so idle connections cannot pile up threads
+        self.connection.settimeout(self.server.settings.idle_timeout)
 
     # -- helpers
     def _error(self, code: int, message: str) -> None:
@@ -530,6 +533,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         r = self._resolve()
         if r is None:
+            return
+        if r[1] == "incoming" and not self._authorized():  # what peers sent here is not for everyone to read
             return
         path = r[0]
         try:
@@ -593,17 +598,25 @@ class _Handler(BaseHTTPRequestHandler):
         out = sock.fileno()
         t0, sent = time.monotonic(), 0
         step = max(1, rate // 20) if rate else 1 << 30
-        while count > 0:
-            n = os.sendfile(out, fd, offset, min(count, step))
-            if n == 0:
-                raise OSError("file shrank while being sent")
-            offset += n
-            count -= n
-            sent += n
-            if rate:
-                ahead = sent / rate - (time.monotonic() - t0)
-                if ahead > 0:
-                    time.sleep(ahead)
+        # sendfile needs a blocking fd (Python's socket timeout makes it non-blocking): bound a client that stops
+        # reading with SO_SNDTIMEO instead, and restore the idle timeout for the next request
+        idle = self.server.settings.idle_timeout
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(idle), int(idle % 1 * 1e6)))
+        try:
+            while count > 0:
+                n = os.sendfile(out, fd, offset, min(count, step))
+                if n == 0:
+                    raise OSError("file shrank while being sent")
+                offset += n
+                count -= n
+                sent += n
+                if rate:
+                    ahead = sent / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        finally:
+            sock.settimeout(idle)
 
     # -- WLCG HTTP-TPC pull
     def do_COPY(self) -> None:  # noqa: N802

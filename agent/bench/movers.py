@@ -290,11 +290,10 @@ def store_shortfall(ratios: list[tuple[float, int, int]], cp_cpu: float | None,
             "store does the same copy into tmpfs plus the loopback TCP send and receive of two agents and the adler32 "
             "check of every file it received")
     if cp_cpu and store_cpu:
-        cost = store_cpu / cp_cpu
-        text += (f": measured in this run, {store_cpu:.2f} CPU s per GB stored (both agents) against cp's "
-                 f"{cp_cpu:.2f}, {cost:.2f} × cp's CPU per GB (see also “Built-in store path” below). On "
-                 f"{os.cpu_count()} cores it keeps pace with cp only while a core is left idle; once cp fills every "
-                 f"core too, store can reach at most about 1 / {cost:.2f} ≈ {1 / cost:.2f} × cp")
+        text += (f". Measured in this run: the two agents used {store_cpu:.2f} CPU s per GB stored (from the request "
+                 "to the finished record, so the checksums, the clean-up and the API polling count too), cp "
+                 f"{cp_cpu:.2f} CPU s per GB: {store_cpu / cp_cpu:.2f} × as much (see also “Built-in store path” "
+                 f"below). On {os.cpu_count()} cores, store keeps pace with cp only while a core is left idle")
     else:
         text += " (this run measured no CPU use to compare them)"
     return ["", text + ". Other load on the machine takes from store first."]

@@ -111,9 +111,12 @@ def test_servers_die_with_an_agent_killed_outright(agent_factory):
     assert all(before.values()), before
     nobody = pwd.getpwnam("nobody").pw_uid
     assert all(os.stat(f"/proc/{pid}").st_uid == nobody for pid in server_pids("xrootd", marker))
+    config = (agent.data_dir / "data" / "servers" / "xrootd-root" / "xrootd.cfg").read_text()
+    private = Path(next(line.split()[1] for line in config.splitlines() if line.startswith("all.adminpath"))).parent
     agent.kill()  # SIGKILL: no chance to stop the servers itself
     wait_for(lambda: not any(server_pids(p, marker) + server_pids(p, agent.address) for p in before), 10,
              "the servers' exit after the agent was killed")
+    shutil.rmtree(private)  # what the killed agent could not remove: its /tmp directory (key copies, sockets)
 
 
 def test_a_server_that_cannot_start_says_why(agent_factory):

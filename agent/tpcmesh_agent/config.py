@@ -18,6 +18,7 @@ from pathlib import Path
 ALL_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
 ENV_PREFIX = "TPCMESH_AGENT_"
 GRIDFTP_SECURITY = ("gsi", "anonymous")
+MIN_TOKEN_LENGTH = 16  # at start-up and for every rotated token
 
 
 class SettingsError(ValueError):
@@ -54,8 +55,14 @@ class Settings:
     api_port: int = field(default=9443, metadata={"help": "control API port (HTTPS)"})
     metrics_port: int = field(default=9464, metadata={"help": "Prometheus /metrics port (plain HTTP)"})
     builtin_port: int = field(default=9080, metadata={"help": "built-in mover data port"})
-    xrootd_root_port: int = field(default=1094, metadata={"help": "XRootD root:// port"})
-    xrootd_https_port: int = field(default=8444, metadata={"help": "XRootD HTTP(S) port"})
+    xrootd_root_port: int = field(default=1094, metadata={"help": "XRootD root:// port (peers pull the sets here)"})
+    xrootd_root_tpc_port: int = field(default=0, metadata={
+        "help": "port of the local XRootD root:// instance that pulls into incoming/ (only this agent connects to "
+                "it); 0: a free port, chosen when the agent starts"})
+    xrootd_https_port: int = field(default=8444, metadata={"help": "XRootD HTTP(S) port (peers pull the sets here)"})
+    xrootd_tpc_port: int = field(default=0, metadata={
+        "help": "port of the local XRootD HTTP-TPC instance that pulls into incoming/ (only this agent connects to "
+                "it); 0: a free port, chosen when the agent starts"})
     gridftp_port: int = field(default=2811, metadata={"help": "GridFTP control port"})
     iperf3_port: int = field(default=5201, metadata={"help": "iperf3 server port"})
     gridftp_security: str = field(default="gsi", metadata={
@@ -67,6 +74,11 @@ class Settings:
                                   metadata={"help": "cap each built-in data connection at this many bytes/s "
                                                     "(0: no cap; emulates a slow source)"})
     marker_interval: float = field(default=5.0, metadata={"help": "seconds between HTTP-TPC perf markers"})
+    idle_timeout: float = field(default=60.0, metadata={
+        "help": "seconds a peer of the built-in mover may send nothing (and the longest a response header may take) "
+                "before the file fails; idle connections to the built-in data port are closed after it too"})
+    copy_timeout: float = field(default=3600.0, metadata={
+        "help": "longest a COPY to the built-in data port may run; its caller then gets a 'failure:' line"})
     max_streams_x_concurrency: int = field(default=1024,
                                            metadata={"help": "largest streams*concurrency a test may ask for"})
     allow_plain_http: bool = field(default=False,
@@ -119,8 +131,9 @@ class Settings:
             tok = self.token_file.read_text().strip()
         except OSError as e:
             raise SettingsError(f"token_file {self.token_file}: {e.strerror}") from e
-        if len(tok) < 16:
-            raise SettingsError(f"token_file {self.token_file}: the token must be at least 16 characters")
+        if len(tok) < MIN_TOKEN_LENGTH:
+            raise SettingsError(f"token_file {self.token_file}: the token must be at least {MIN_TOKEN_LENGTH} "
+                                "characters")
         return tok
 
     def validate(self) -> Settings:
@@ -134,8 +147,9 @@ class Settings:
         for f in fields(self):
             if f.name.endswith("_port"):
                 v = getattr(self, f.name)
-                if not 1 <= v <= 65535:
-                    raise SettingsError(f"{f.name} {v} is not a TCP port (1-65535)")
+                lowest = 0 if f.name in ("xrootd_tpc_port", "xrootd_root_tpc_port") else 1
+                if not lowest <= v <= 65535:
+                    raise SettingsError(f"{f.name} {v} is not a TCP port ({lowest}-65535)")
         if self.gridftp_security not in GRIDFTP_SECURITY:
             raise SettingsError(f"gridftp_security {self.gridftp_security!r} must be one of "
                                 f"{', '.join(GRIDFTP_SECURITY)}")
@@ -155,8 +169,9 @@ class Settings:
         self.token()
         if self.builtin_max_rate < 0:
             raise SettingsError("builtin_max_rate must be >= 0")
-        if self.marker_interval <= 0:
-            raise SettingsError("marker_interval must be > 0")
+        for name in ("marker_interval", "idle_timeout", "copy_timeout"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be > 0")
         return self
 
 

@@ -3,8 +3,9 @@
 A set lives in ``<data_dir>/sets/<set-name>/`` with a ``.manifest.json``. Set names: ``<count>x<size>`` (e.g.
 ``11x1000000000``, the 003 paper's default: 11 files of 1 GB, SI) or a named dataset of the 000/001 papers
 (``small``, ``medium``, ``large``: powers of two). Content is deterministic, seeded by set and file name, so every
-agent holds identical files with identical adler32 checksums. Sets are created once, verified on reuse, and a set
-that does not fit the budget is refused before anything is written.
+agent holds identical files with identical adler32 checksums. Sets are created once and verified on reuse (sizes
+always; checksums when asked and on a set's first reuse after the agent started, since the files may have changed
+while no agent watched them), and a set that does not fit the budget is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 import re
 import shutil
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,11 +177,17 @@ def dir_bytes(path: Path) -> int:
 
 
 class FileSets:
-    """The agent's sets under ``sets_dir``; ``budget_bytes`` bounds sets + room for receiving one set."""
+    """The agent's sets under ``sets_dir``; ``budget_bytes`` bounds sets + room for receiving one set.
+
+    Thread-safe for different sets (one lock covers every budget check, and a set being written counts in full
+    from its check on); the caller serialises requests for the same set."""
 
     def __init__(self, sets_dir: Path, budget_bytes: int) -> None:
         self.sets_dir = sets_dir
         self.budget_bytes = budget_bytes
+        self._lock = threading.RLock()  # check_budget (under it) asks held_bytes (which takes it too)
+        self._writing: dict[str, int] = {}  # set name -> its total bytes, from its budget check to its manifest
+        self._verified: set[str] = set()  # sets whose checksums were checked (or written) by this process
 
     def path(self, set_name: str) -> Path:
         return self.sets_dir / set_name
@@ -206,10 +214,17 @@ class FileSets:
                 return False
         return True
 
+    def held_bytes(self, but: str | None = None) -> int:
+        """Bytes the sets hold (a set being written: all it will hold), without set ``but``."""
+        with self._lock:
+            writing = dict(self._writing)
+        on_disk = {p.name: dir_bytes(p) for p in self.sets_dir.iterdir() if p.is_dir()} \
+            if self.sets_dir.exists() else {}
+        return sum(max(on_disk.get(n, 0), writing.get(n, 0)) for n in on_disk.keys() | writing.keys() if n != but)
+
     def check_budget(self, spec: SetSpec) -> None:
-        """Refuse before writing when the set plus room for receiving one set does not fit."""
-        others = sum(dir_bytes(p) for p in self.sets_dir.iterdir() if p.is_dir() and p.name != spec.name) \
-            if self.sets_dir.exists() else 0
+        """Refuse before writing when the set plus room for receiving one set does not fit. Call with the lock."""
+        others = self.held_bytes(but=spec.name)
         need = others + 2 * spec.total_bytes
         if need > self.budget_bytes:
             held = f"; other sets hold {others} bytes" if others else ""
@@ -222,7 +237,8 @@ class FileSets:
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
         existing = dir_bytes(self.path(spec.name))  # a damaged copy about to be replaced
-        free = shutil.disk_usage(probe).free + existing
+        unwritten = sum(total - dir_bytes(self.path(n)) for n, total in self._writing.items() if n != spec.name)
+        free = shutil.disk_usage(probe).free + existing - max(unwritten, 0)
         if 2 * spec.total_bytes > free:
             raise BudgetExceeded(
                 f"file set {spec.name} needs {spec.total_bytes} bytes plus {spec.total_bytes} to receive one set, "
@@ -230,22 +246,33 @@ class FileSets:
             )
 
     def ensure(self, spec: SetSpec, verify_checksums: bool = False) -> list[FileEntry]:
-        """Create the set or verify the existing one (size + manifest; checksum when asked). Blocking."""
+        """Create the set or verify the existing one (size + manifest; checksums when asked or when this process
+        has not checked them yet). Blocking."""
         entries = self.manifest(spec.name)
-        if self._matches(spec, entries, verify_checksums):
+        verify = verify_checksums or spec.name not in self._verified
+        if self._matches(spec, entries, verify):
             assert entries is not None
+            self._verified.add(spec.name)
             return entries
-        self.check_budget(spec)
-        d = self.path(spec.name)
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-        entries = [FileEntry(n, s, write_file(d / n, spec.name, n, s)) for n, s in spec.files]
-        (d / MANIFEST).write_text(json.dumps({"name": spec.name, "files": [e.as_dict() for e in entries]}))
-        return entries
+        with self._lock:  # one budget check at a time, whatever the set: two sets cannot both take the last room
+            self.check_budget(spec)
+            self._writing[spec.name] = spec.total_bytes
+        try:
+            d = self.path(spec.name)
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir(parents=True)
+            entries = [FileEntry(n, s, write_file(d / n, spec.name, n, s)) for n, s in spec.files]
+            (d / MANIFEST).write_text(json.dumps({"name": spec.name, "files": [e.as_dict() for e in entries]}))
+            self._verified.add(spec.name)
+            return entries
+        finally:
+            with self._lock:
+                self._writing.pop(spec.name, None)
 
     def remove(self, set_name: str) -> bool:
         d = self.path(set_name)
+        self._verified.discard(set_name)
         if d.is_dir():
             shutil.rmtree(d)
             return True

@@ -5,7 +5,10 @@ Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
 - aggregate_gbps  = total_bytes * 8 / 1e9 / wall seconds: from the test's start until the last byte arrived (the
   last file's end; checksum verification and clean-up after it are not data movement and do not count);
 - peak_gbps       = the highest rate over any window of at least ``PEAK_WINDOW`` seconds of the cumulative byte
-  samples (markers or progress), else the highest per-file marker rate.
+  samples (the movers' progress counters), or of a file's own peak (its growth, iperf3's intervals) when higher.
+  When the counters move only as whole files end (``Progress.end_only``: iperf3, the GridFTP sink) they are not
+  used: one end-jump in a 1 s window would read as all the bytes in that second; each file's bytes are spread
+  over its transfer time instead (``spread_samples``), a lower bound on the true peak.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ def file_seconds(r: FileResult) -> float | None:
     return max((r.finished_at - r.started_at).total_seconds(), 0.0)
 
 
-def peak_from_samples(samples: Iterable[tuple[float, int]], window: float = PEAK_WINDOW) -> float | None:
+def peak_from_samples(samples: Iterable[tuple[float, int]], window: float = PEAK_WINDOW,
+                      short_span: bool = True) -> float | None:
     """Highest rate in bit/s over windows of >= ``window`` seconds of (time, cumulative bytes) samples.
 
     For each sample the window starts at the latest earlier sample at least ``window`` seconds before it; when the
-    samples span less than ``window`` the rate over the whole span is returned.
+    samples span less than ``window`` the rate over the whole span is returned (None with ``short_span=False``).
     """
     pts = sorted(samples)
     if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
@@ -53,9 +57,35 @@ def peak_from_samples(samples: Iterable[tuple[float, int]], window: float = PEAK
         if dt >= window:
             rate = (pts[i][1] - pts[j][1]) * 8 / dt
             best = rate if best is None else max(best, rate)
-    if best is None:
+    if best is None and short_span:
         best = (pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0])
     return best
+
+
+def spread_samples(results: Sequence[FileResult], step: float = 0.25) -> list[tuple[float, int]]:
+    """(time, cumulative bytes) as if each file's bytes had arrived evenly from its start to its end: every ``step``
+    seconds and at every file's start and end (the curve is linear between those)."""
+    spans = [(r.started_at.timestamp(), r.finished_at.timestamp(), r.bytes) for r in results
+             if r.started_at is not None and r.finished_at is not None and r.bytes > 0]
+    if not spans:
+        return []
+    first, last = min(a for a, _, _ in spans), max(b for _, b, _ in spans)
+    times = {a for a, _, _ in spans} | {b for _, b, _ in spans}
+    times.update(first + i * step for i in range(int((last - first) / step) + 1))
+    events: list[tuple[float, float, int]] = []  # (time, change of the arrival rate, bytes arriving at once)
+    for a, b, n in spans:
+        events += [(a, n / (b - a), 0), (b, -n / (b - a), 0)] if b > a else [(b, 0.0, n)]
+    events.sort()
+    out, value, rate, at, i = [], 0.0, 0.0, first, 0
+    for t in sorted(times):  # one sweep: the curve is linear between events
+        while i < len(events) and events[i][0] <= t:
+            when, change, jump = events[i]
+            value += rate * (when - at) + jump
+            at, rate, i = when, rate + change, i + 1
+        value += rate * (t - at)
+        at = t
+        out.append((t, round(value)))
+    return out
 
 
 def checksum_verdict(results: Sequence[FileResult]) -> str:

@@ -164,10 +164,12 @@ class TransferRunner:
         destination = body.get("destination", "store")
         if destination not in ("store", "sink"):
             raise ApiError(422, f"destination must be 'store' or 'sink', got {destination!r}")
+        if protocol == "iperf3":  # moves no file: nothing is stored, so no budget or memory for a file set
+            destination = "sink"
         dest_dir = self.settings.incoming_dir / test_id if destination == "store" else None
         if dest_dir is not None:
             total = sum(f.size for f in files)
-            used = sum(records_size for records_size in self._sets_bytes())
+            used = self.filesets.held_bytes()
             if used + total > self.settings.budget_bytes:
                 raise ApiError(422, f"storing {total} bytes does not fit the budget of {self.settings.budget_bytes} "
                                     f"bytes ({used} held by file sets); use destination 'sink' or a smaller set")
@@ -177,10 +179,6 @@ class TransferRunner:
         return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port), files=files,
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
                            destination_dir=dest_dir, verify_checksums=verify)
-
-    def _sets_bytes(self) -> list[int]:
-        from .files import dir_bytes
-        return [dir_bytes(self.filesets.path(n)) for n in self.filesets.list()]
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -314,8 +312,8 @@ class TransferRunner:
             try:
                 if job.destination_dir is not None:  # free the memory before the record says "done"
                     await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
-                run.record = records.build_record(job, results, run.started_at, finished, status, error,
-                                                  run.samples)
+                samples = records.spread_samples(results) if run.progress.end_only else run.samples
+                run.record = records.build_record(job, results, run.started_at, finished, status, error, samples)
             except Exception as e:  # a malformed mover result must not leave the agent busy forever
                 log.exception("Transfer %s: building the record failed", job.test_id)
                 status, error = "failed", f"agent error building the record: {type(e).__name__}: {e}"
@@ -333,9 +331,15 @@ class TransferRunner:
                      _fmt(run.record["aggregate_gbps"]), f" ({error})" if error else "")
 
 
+    def _local_server(self, protocol: str) -> str:
+        """The server doing ``protocol``'s destination side here, whose death a failed test should name."""
+        mover = self.movers.get(protocol)
+        return (mover.local_server if mover is not None else None) or protocol
+
     def _restarts(self, protocol: str) -> int | None:
         status = self.server_status() if self.server_status is not None else {}
-        return status[protocol]["restarts"] if protocol in status else None
+        server = self._local_server(protocol)
+        return status[server]["restarts"] if server in status else None
 
     async def _server_died(self, protocol: str, before: int | None) -> str:
         """'; the local <protocol> server exited …' when it did during the test, else ''. The supervisor may
@@ -345,7 +349,7 @@ class TransferRunner:
         for _ in range(10):
             if (self._restarts(protocol) or 0) > before:
                 assert self.server_status is not None
-                message = self.server_status()[protocol].get("last_exit") or "exited"
+                message = self.server_status()[self._local_server(protocol)].get("last_exit") or "exited"
                 hint = (" (killed by SIGKILL: often the kernel's OOM killer, see dmesg; lower concurrency or "
                         "streams)" if "status -9" in message else "")
                 return f"; the local {protocol} server died during the test: {message}{hint}"

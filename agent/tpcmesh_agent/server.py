@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from . import __version__
-from .config import ALL_PROTOCOLS, Settings
+from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .files import FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import CONTENT_TYPE, AgentMetrics
 from .movers import load_movers
@@ -29,23 +29,38 @@ log = logging.getLogger(__name__)
 
 
 class TokenSource:
-    """The bearer token, re-read when the file changes (rotation without restart)."""
+    """The bearer token, re-read when the file changes (rotation without restart). A new token must be as long as
+    one at start-up (MIN_TOKEN_LENGTH); one that is not, or a file that cannot be read, keeps the last token and is
+    logged once (not on every request)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._mtime: float | None = None
+        self._seen: float | None = None  # mtime of the file content last looked at
         self._token = ""
+        self._problem: str | None = None
+        self()  # the token the settings were validated with, whatever the file says by the first request
 
     def __call__(self) -> str:
         try:
             mtime = self.path.stat().st_mtime
-            if mtime != self._mtime:
+            if mtime != self._seen:
                 tok = self.path.read_text().strip()
-                if tok:
-                    self._token, self._mtime = tok, mtime
-        except OSError:
-            log.warning("Token file %s could not be read; keeping the last token", self.path)
+                self._seen = mtime
+                if len(tok) < MIN_TOKEN_LENGTH:
+                    self._warn(f"Token file {self.path} holds a token shorter than {MIN_TOKEN_LENGTH} characters; "
+                               "keeping the last token")
+                else:
+                    if self._token and tok != self._token:
+                        log.info("Rotated the API token from %s", self.path)
+                    self._token, self._problem = tok, None
+        except OSError as e:
+            self._warn(f"Token file {self.path} could not be read ({e.strerror or e}); keeping the last token")
         return self._token
+
+    def _warn(self, message: str) -> None:
+        if message != self._problem:
+            log.warning("%s", message)
+            self._problem = message
 
     def check(self, header: str) -> bool:
         want = self()
@@ -90,6 +105,22 @@ def signing_policy(ca_pem: bytes) -> str:
     dn = "".join(f"/{a.rfc4514_attribute_name}="
                  f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in subject)
     return f"access_id_CA X509 '{dn}'\npos_rights globus CA:sign\ncond_subjects globus '\"*\"'\n"
+
+
+def _protocol_server_status(protocol: str, servers: dict[str, dict]) -> dict:
+    """The status of the server(s) behind a protocol: xrootd-https has a public and a local TPC instance
+    (``xrootd-https-tpc``) and works only while both do; its port is the public one."""
+    parts = [st for name, st in servers.items() if name == protocol or name.startswith(protocol + "-")]
+    if not parts:
+        return servers.get(protocol.split("-")[0]) or {}
+    public = servers.get(protocol, parts[0])
+    return {
+        "available": all(st.get("available", True) for st in parts),
+        "running": all(st.get("running", False) for st in parts),
+        "port": public.get("port"),
+        "message": next((st["message"] for st in parts if st.get("message")), None),
+        "restarts": sum(int(st.get("restarts", 0)) for st in parts),
+    }
 
 
 class Agent:
@@ -137,7 +168,7 @@ class Agent:
                     why = mover.available()
                 except Exception as e:
                     why = f"availability check failed: {e}"
-            st = servers.get(p) or servers.get(p.split("-")[0]) or {}
+            st = _protocol_server_status(p, servers)
             message = why or st.get("message")
             available = why is None and st.get("available", mover is not None)
             out[p] = {
@@ -205,6 +236,11 @@ class Agent:
         if self.data_server is not None:
             await asyncio.to_thread(self.data_server.stop)
             self.data_server = None
+        for mover in self.movers.values():
+            try:
+                mover.close()
+            except Exception:  # one mover's clean-up must not stop the others'
+                log.exception("Mover %s failed to clean up", mover.protocol)
 
     # ---- HTTP ----------------------------------------------------------------------------------------------
     @web.middleware

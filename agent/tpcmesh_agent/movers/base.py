@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -59,7 +59,7 @@ class FileResult:
     finished_at: datetime | None = None
     error: str | None = None
     checksum_ok: bool | None = None
-    peak_bps: float | None = None  # highest rate seen in markers for this file, bit/s
+    peak_bps: float | None = None  # this file's fastest >= 1 s window (file growth, iperf3 intervals), bit/s
 
 
 @dataclass
@@ -69,7 +69,9 @@ class Progress:
     bytes_done: int = 0
     files_done: int = 0
     files_total: int = 0
-    markers: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, cumulative bytes)
+    # True when the counters move only as a whole file (or iperf3's whole run) ends: sampled, they would show one
+    # jump per file, not a rate, so the record's peak then comes from the files' own times (records.spread_samples)
+    end_only: bool = False
 
     def add_bytes(self, n: int) -> None:
         self.bytes_done += n
@@ -86,6 +88,7 @@ class Mover(abc.ABC):
     """A protocol's destination-side client."""
 
     protocol: str
+    local_server: str | None = None  # the local server doing the destination side, when not named ``protocol``
 
     @abc.abstractmethod
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
@@ -101,6 +104,10 @@ class Mover(abc.ABC):
 
     def memory_needed(self, job: TransferJob) -> tuple[int, str] | None:
         """Worst-case RAM this protocol's programs take for ``job`` beyond the stored files, and why; None: small."""
+        return None
+
+    def close(self) -> None:
+        """Remove what the mover keeps on disk (e.g. a private credential copy); called when the agent stops."""
         return None
 
 

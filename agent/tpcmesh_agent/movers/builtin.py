@@ -1,8 +1,9 @@
 """The built-in reference mover: a zero-copy HTTP data server plus a pull-mode HTTP-TPC client.
 
 Server (the builtin port, plain HTTP by default, TLS optional):
-- ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>``): standard HTTP/1.1, ``Range: bytes=a-b`` gives
-  206, body sent with ``os.sendfile`` (plain TCP) so Python never touches the bytes.
+- ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>``, with the agent's bearer token): standard
+  HTTP/1.1, ``Range: bytes=a-b`` gives 206, body sent with ``os.sendfile`` (plain TCP) so Python never touches the
+  bytes. A connection idle for ``idle_timeout`` seconds is closed.
 - ``COPY /files/incoming/<name>`` with ``Source: <http(s) url>``, ``X-Number-Of-Streams``, ``Credential: none`` and
   the agent's bearer token: the WLCG HTTP-TPC pull. Answers ``202`` with a ``text/perf-marker-stream`` body of
   ``Perf Marker`` ... ``End`` blocks every ``marker_interval`` seconds and a final ``success: Created`` or
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import errno
 import fcntl
 import hmac
 import json
@@ -36,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..files import MANIFEST, FileSetError, adler32_of, validate_name
 from .base import FileResult, FileSpec, Mover, Progress, TransferJob
@@ -46,8 +48,10 @@ log = logging.getLogger(__name__)
 PIPE_SIZE = 1 << 20
 CHUNK = 1 << 20
 CONNECT_TIMEOUT = 10.0
-IDLE_TIMEOUT = 60.0  # a source that sends nothing for this long fails the file
+IDLE_TIMEOUT = 60.0  # default of settings.idle_timeout: a source that sends nothing for this long fails the file
 MAX_HEADER = 64 * 1024
+COPY_GRACE = 5.0  # seconds a cancelled COPY pull gets to stop before the caller is answered anyway
+HEAD_CHUNK = 16 * 1024  # bytes past the header read here are written before the zero-copy body path starts
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
@@ -57,6 +61,10 @@ class PullError(Exception):
 
 class Cancelled(PullError):
     pass
+
+
+class HeadTimeout(PullError):
+    """The response header did not arrive complete within the idle timeout."""
 
 
 class DigestRefused(PullError):
@@ -116,9 +124,6 @@ def _connect(host: str, port: int, registry: SocketRegistry, ssl_ctx: ssl.SSLCon
         raw = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
     except OSError as e:
         raise PullError(f"cannot connect to {host}:{port}: {e.strerror or e}") from e
-    raw.settimeout(None)  # blocking: splice needs a blocking fd; SO_RCVTIMEO bounds a stalled source
-    sec = int(idle_timeout)
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", sec, int((idle_timeout - sec) * 1e6)))
     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock = raw
     if ssl_ctx is not None:
@@ -127,6 +132,7 @@ def _connect(host: str, port: int, registry: SocketRegistry, ssl_ctx: ssl.SSLCon
         except (OSError, ssl.SSLError) as e:
             raw.close()
             raise PullError(f"TLS handshake with {host}:{port} failed: {e}") from e
+    _set_read_timeout(sock, idle_timeout)
     try:
         registry.add(sock)
     except Cancelled:
@@ -135,34 +141,46 @@ def _connect(host: str, port: int, registry: SocketRegistry, ssl_ctx: ssl.SSLCon
     return sock
 
 
-def _read_head(sock: socket.socket, is_tls: bool) -> tuple[int, str, dict[str, str], bytes]:
-    """Status, reason, lower-cased headers and any body bytes already read (TLS only; plain TCP peeks)."""
-    buf = b""
-    while True:
-        if is_tls:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise PullError("source closed the connection before sending a response")
-            buf += chunk
-            end = buf.find(b"\r\n\r\n")
-        else:
-            peek = sock.recv(MAX_HEADER, socket.MSG_PEEK)
-            if not peek:
-                raise PullError("source closed the connection before sending a response")
-            end = peek.find(b"\r\n\r\n")
-            if end < 0:
-                if len(peek) >= MAX_HEADER:
-                    raise PullError("response header larger than 64 KiB")
-                if len(peek) == len(buf):
-                    time.sleep(0.001)
-                buf = peek
-                continue
-            buf = sock.recv(end + 4, socket.MSG_WAITALL)
-        if end >= 0:
-            break
+def _set_read_timeout(sock: socket.socket, seconds: float) -> None:
+    """Bound each receive on ``sock`` to ``seconds``. Plain TCP stays a blocking fd (splice needs one) with
+    SO_RCVTIMEO, which splice and recv honour; a TLS socket uses Python's timeout, which also covers the partial
+    records SSL_read waits for."""
+    seconds = max(seconds, 0.001)  # SO_RCVTIMEO 0 would mean "wait forever"
+    if isinstance(sock, ssl.SSLSocket):
+        sock.settimeout(seconds)
+        return
+    sock.settimeout(None)
+    sec = int(seconds)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", sec, int((seconds - sec) * 1e6)))
+
+
+def _read_head(sock: socket.socket, head_timeout: float) -> tuple[int, str, dict[str, str], bytes]:
+    """Status, reason, lower-cased headers and the body bytes read past the header (the caller stores them first).
+
+    Reads with plain ``recv`` into a bounded buffer; the whole header must arrive within ``head_timeout`` seconds.
+    (A ``MSG_PEEK`` loop here once spun forever on a source that sent half a header and stalled: SO_RCVTIMEO does
+    not bound a peek of bytes already buffered, and a shut-down socket still peeks them.) A cancel shuts the
+    socket down, which ends the ``recv`` with EOF."""
+    buf = bytearray()
+    deadline = time.monotonic() + head_timeout
+    while (end := buf.find(b"\r\n\r\n")) < 0:
         if len(buf) > MAX_HEADER:
             raise PullError("response header larger than 64 KiB")
-    head, rest = buf[:end].decode("latin-1"), buf[end + 4:]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HeadTimeout(f"no complete response header within {head_timeout:g} s "
+                              f"({len(buf)} bytes of it received)")
+        _set_read_timeout(sock, left)
+        try:
+            chunk = sock.recv(HEAD_CHUNK)
+        except (BlockingIOError, TimeoutError):
+            continue  # the deadline passed: named above
+        if not chunk:
+            raise PullError("source closed the connection before sending a response" if not buf else
+                            f"source closed the connection after {len(buf)} bytes of the response header")
+        buf += chunk
+    _set_read_timeout(sock, head_timeout)  # the body: each receive again bounded by the idle timeout
+    head, rest = buf[:end].decode("latin-1"), bytes(buf[end + 4:])
     lines = head.split("\r\n")
     m = re.match(r"HTTP/1\.[01] (\d{3}) ?(.*)", lines[0])
     if not m:
@@ -174,10 +192,10 @@ def _read_head(sock: socket.socket, is_tls: bool) -> tuple[int, str, dict[str, s
     return int(m.group(1)), m.group(2), headers, rest
 
 
-def _raise_blocking(e: OSError, host: str, port: int, idle_timeout: float, registry: SocketRegistry) -> None:
+def _raise_blocking(e: OSError, host: str, port: int, idle_timeout: float, registry: SocketRegistry) -> NoReturn:
     if registry.cancelled:
         raise Cancelled(registry.reason) from e
-    if isinstance(e, BlockingIOError | TimeoutError) or e.errno == 11:
+    if isinstance(e, BlockingIOError | TimeoutError) or e.errno == errno.EAGAIN:
         raise PullError(f"source {host}:{port} stalled: no data for {idle_timeout:g} s") from e
     raise PullError(f"receiving from {host}:{port} failed: {e.strerror or e}") from e
 
@@ -213,7 +231,7 @@ def fetch(
             req += f"Range: bytes={start}-{end - 1}\r\n"
         try:
             sock.sendall((req + "\r\n").encode())
-            status, reason, headers, rest = _read_head(sock, ssl_ctx is not None)
+            status, reason, headers, rest = _read_head(sock, idle_timeout)
         except OSError as e:
             _raise_blocking(e, host, port, idle_timeout, registry)
         except PullError as e:
@@ -398,7 +416,7 @@ class BuiltinMover(Mover):
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
-        self.idle_timeout = IDLE_TIMEOUT
+        self.idle_timeout = float(getattr(settings, "idle_timeout", IDLE_TIMEOUT))
         self._registries: dict[str, SocketRegistry] = {}
 
     def stop_test(self, test_id: str, reason: str) -> None:
@@ -471,8 +489,10 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(self.request, ssl.SSLSocket):
             self.request.settimeout(CONNECT_TIMEOUT)
             self.request.do_handshake()
-            self.request.settimeout(None)
         super().setup()
+        # a client that sends no request (or nothing more on a kept-alive connection) for this long is dropped
+        # (BaseHTTPRequestHandler ends on the timeout), so idle connections cannot pile up threads
+        self.connection.settimeout(self.server.settings.idle_timeout)
 
     # -- helpers
     def _error(self, code: int, message: str) -> None:
@@ -513,6 +533,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         r = self._resolve()
         if r is None:
+            return
+        if r[1] == "incoming" and not self._authorized():  # what peers sent here is not for everyone to read
             return
         path = r[0]
         try:
@@ -576,17 +598,25 @@ class _Handler(BaseHTTPRequestHandler):
         out = sock.fileno()
         t0, sent = time.monotonic(), 0
         step = max(1, rate // 20) if rate else 1 << 30
-        while count > 0:
-            n = os.sendfile(out, fd, offset, min(count, step))
-            if n == 0:
-                raise OSError("file shrank while being sent")
-            offset += n
-            count -= n
-            sent += n
-            if rate:
-                ahead = sent / rate - (time.monotonic() - t0)
-                if ahead > 0:
-                    time.sleep(ahead)
+        # sendfile needs a blocking fd (Python's socket timeout makes it non-blocking): bound a client that stops
+        # reading with SO_SNDTIMEO instead, and restore the idle timeout for the next request
+        idle = self.server.settings.idle_timeout
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(idle), int(idle % 1 * 1e6)))
+        try:
+            while count > 0:
+                n = os.sendfile(out, fd, offset, min(count, step))
+                if n == 0:
+                    raise OSError("file shrank while being sent")
+                offset += n
+                count -= n
+                sent += n
+                if rate:
+                    ahead = sent / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        finally:
+            sock.settimeout(idle)
 
     # -- WLCG HTTP-TPC pull
     def do_COPY(self) -> None:  # noqa: N802
@@ -635,11 +665,13 @@ class _Handler(BaseHTTPRequestHandler):
 
         verify = self.headers.get("RequireChecksumVerification", "false").lower() == "true"
 
+        settings = self.server.settings
+
         def work() -> None:
             meta: dict[str, str] = {}
             try:
                 outcome["bytes"] = pull(u.hostname or "", port, u.path or "/", None, dest, max(1, streams), registry,
-                                        counter, ssl_ctx, meta=meta if verify else None)
+                                        counter, ssl_ctx, settings.idle_timeout, meta=meta if verify else None)
                 if verify:
                     expected = digest_checksum(meta.get("digest"))
                     if expected is None:
@@ -652,13 +684,24 @@ class _Handler(BaseHTTPRequestHandler):
 
         worker = threading.Thread(target=work, daemon=True, name=f"copy-{name}")
         worker.start()
-        interval = self.server.settings.marker_interval
+        # the whole COPY has a deadline, so an XRootD or curl caller always gets its final line
+        deadline = time.monotonic() + settings.copy_timeout
         try:
             self._chunk(self._marker(counter.value, streams))
             while worker.is_alive():
-                worker.join(interval)
-                if worker.is_alive():
-                    self._chunk(self._marker(counter.value, streams))
+                now = time.monotonic()
+                worker.join(max(0.0, min(settings.marker_interval, deadline - now)) or COPY_GRACE)
+                if not worker.is_alive():
+                    break
+                if time.monotonic() >= deadline:
+                    if not registry.cancelled:
+                        registry.cancel(f"timed out after {settings.copy_timeout:g} s")
+                        continue  # the shut-down sockets end the pull at once
+                    # the pull did not stop within the grace: answer anyway (the daemon thread is abandoned)
+                    outcome.setdefault("error", PullError(f"timed out after {settings.copy_timeout:g} s"))
+                    log.warning("COPY to %s: the pull did not stop %g s after its deadline", name, COPY_GRACE)
+                    break
+                self._chunk(self._marker(counter.value, streams))
             err = outcome.get("error")
             if err is None:
                 self._chunk(self._marker(counter.value, streams) + "success: Created\n")

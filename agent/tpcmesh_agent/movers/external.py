@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..records import peak_from_samples
 from .base import FileResult, FileSpec, MoverUnavailable, TransferJob
 
 PACKAGES = {
@@ -211,12 +212,8 @@ class FileWatch:
         self._poll()
 
     def peak_bps(self) -> float | None:
-        best = None
-        for (t0, b0), (t1, b1) in zip(self.samples, self.samples[1:], strict=False):
-            if t1 - t0 >= 0.2:
-                rate = (b1 - b0) * 8 / (t1 - t0)
-                best = rate if best is None else max(best, rate)
-        return best
+        """The file's fastest growth over a window of at least 1 s (None when it grew for less than that)."""
+        return peak_from_samples(self.samples, short_span=False)
 
     def settle(self, result: FileResult, start: datetime) -> None:
         """Use the file's growth for the timing when it was seen (else keep the client's timing)."""

@@ -2,16 +2,20 @@
 
 Both servers have their data dir as home, so URLs are ``gsiftp://host:port/~/sets/<set>/<name>`` (source) and
 ``gsiftp://<local>:port/~/incoming/<test>/<name>`` (destination); the data flows server to server. gsiftp (the
-default): globus-url-copy authenticates to both servers with this agent's host certificate (a private copy, as
-Globus insists on a key only its user can read) and ``-nodcau`` leaves the data channels plain TCP (integrity from
-the checksums). ``gridftp_security=anonymous``: ``ftp://`` without credentials.
+default): globus-url-copy authenticates to both servers with this agent's host certificate (a private copy in a
+temporary directory outside the data dir, as Globus insists on a key only its user can read) and ``-nodcau`` leaves
+the data channels plain TCP (integrity from the checksums). ``gridftp_security=anonymous``: ``ftp://`` without
+credentials.
 Destination ``sink``: the local server writes to ``/dev/null`` (as the papers did); a successful copy (the servers'
-226 reply) counts the whole file, a failed one the last byte count ``globus-url-copy -vb`` printed.
+226 reply) counts the whole file, a failed one the last byte count ``globus-url-copy -vb`` printed. Those bytes are
+known only when a copy ends (``Progress.end_only``): the record's peak spreads them over each file's time.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,14 +24,18 @@ from ..servers.configs import gridftp_env
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import copy_one_file, missing, now, prepare_destination, run_program, short
 
-CLIENT_DIR = "gridftp-client"  # under data_dir: the client's copy of the host credential
-
 
 class GridftpMover(Mover):
     protocol = "gridftp"
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
+        self._client_dir: Path | None = None  # the client's private copy of the host credential (never in data_dir)
+
+    def close(self) -> None:
+        if self._client_dir is not None:
+            shutil.rmtree(self._client_dir, ignore_errors=True)
+            self._client_dir = None
 
     def available(self) -> str | None:
         return missing("globus-url-copy") or missing("globus-gridftp-server") or self.settings.gsiftp_missing()
@@ -41,9 +49,9 @@ class GridftpMover(Mover):
         s = self.settings
         if not s.gsiftp:
             return [], None
-        d = Path(s.data_dir) / CLIENT_DIR
-        d.mkdir(mode=0o700, exist_ok=True)
-        cert, key = d / "usercert.pem", d / "userkey.pem"
+        if self._client_dir is None:
+            self._client_dir = Path(tempfile.mkdtemp(prefix="tpcm-gridftp-client-"))  # 0700, this user's
+        cert, key = self._client_dir / "usercert.pem", self._client_dir / "userkey.pem"
         for src, dst, mode in ((s.tls_cert, cert, 0o644), (s.tls_key, key, 0o600)):
             # refreshed when the host certificate is renewed
             if not dst.exists() or dst.stat().st_mtime < Path(src).stat().st_mtime:
@@ -83,6 +91,7 @@ class GridftpMover(Mover):
         argv = ["globus-url-copy", *flags, "-vb", "-p", str(job.streams), "-fast", src,
                 f"{self.scheme}://{self.local_hostport()}/dev/null"]
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
+        progress.end_only = True  # /dev/null does not grow: the bytes are known once the copy has ended
         proc = await run_program(argv, deadline, env=env)
         result.finished_at = now()
         counts = [int(n) for n in BYTES_RE.findall(proc.stdout)]

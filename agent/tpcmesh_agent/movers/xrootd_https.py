@@ -1,6 +1,7 @@
 """XRootD HTTP-TPC, pull mode: the agent asks its LOCAL XRootD server to pull each file from the source's XRootD.
 
-For each file: ``COPY https://<local>:<xrootd_https_port>/incoming/<test>/<name>`` with
+For each file: ``COPY https://<local>:<xrootd_tpc_port>/incoming/<test>/<name>`` (the local TPC instance, which
+only this agent's host certificate may use) with
 ``Source: https://<source>/sets/<set>/<name>``, ``Credential: none`` and ``X-Number-Of-Streams: <streams>``; the
 answer is a ``text/perf-marker-stream``. XRootD answers 201 even when the copy failed: only the final body line
 (``success: …`` / ``failure: …``) tells, so the body is always read to its end.
@@ -17,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from ..markers import MarkerParser, MarkerStreamError
+from ..servers.configs import TPC_SERVERS
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import FileWatch, finish_file, now, prepare_destination, short
 
@@ -30,6 +32,7 @@ SMALL_BLOCK = 2**20
 
 class XrootdHttpsMover(Mover):
     protocol = "xrootd-https"
+    local_server = TPC_SERVERS["xrootd-https"]
     source_scheme = "https"  # the URL scheme the local XRootD uses to reach the source
 
     def __init__(self, settings: Any) -> None:
@@ -55,13 +58,16 @@ class XrootdHttpsMover(Mover):
         return need, why
 
     def _ssl(self) -> ssl.SSLContext:
+        """Trusts the agents' CA and presents this agent's host certificate: the local XRootD lets only that
+        identity write into /incoming (see servers.configs.xrootd_tpc_config)."""
         ctx = ssl.create_default_context(cafile=str(self.settings.ca_file))
+        ctx.load_cert_chain(str(self.settings.tls_cert), str(self.settings.tls_key))
         return ctx
 
     def local_url(self, path: str) -> str:
         host = self.settings.address
         host = f"[{host}]" if ":" in host else host
-        return f"https://{host}:{self.settings.xrootd_https_port}{path}"
+        return f"https://{host}:{self.settings.xrootd_tpc_port}{path}"
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
         why = self.available()
@@ -72,7 +78,9 @@ class XrootdHttpsMover(Mover):
         dest = prepare_destination(self.settings, job, self.protocol)
         deadline = time.monotonic() + job.timeout
         progress.files_total = len(job.files)
-        conn = aiohttp.TCPConnector(limit=0, ssl=self._ssl())
+        # from the agent's own address: the local TPC instance accepts no other (on loopback the kernel would
+        # pick 127.0.0.1 otherwise)
+        conn = aiohttp.TCPConnector(limit=0, ssl=self._ssl(), local_addr=(self.settings.address, 0))
         async with aiohttp.ClientSession(connector=conn) as session:
             async def pull(spec: FileSpec) -> FileResult:
                 result = await self._copy(session, job, spec, dest, deadline, progress)
@@ -81,12 +89,6 @@ class XrootdHttpsMover(Mover):
 
             return await run_files_concurrently(job, pull)
 
-    @staticmethod
-    def _markers(markers: list, marks: list[tuple[float, int]]) -> None:
-        for marker in markers:
-            if marker.timestamp is not None:
-                marks.append((marker.timestamp, marker.stripe_bytes))
-
     async def _copy(self, session: aiohttp.ClientSession, job: TransferJob, spec: FileSpec, dest: str,
                     deadline: float, progress: Progress) -> FileResult:
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
@@ -94,12 +96,10 @@ class XrootdHttpsMover(Mover):
         headers = {"Source": source, "Credential": "none", "X-Number-Of-Streams": str(job.streams),
                    "Overwrite": "T"}
         parser = MarkerParser()
-        peak = 0.0
-        marks: list[tuple[float, int]] = []
         error: str | None = None
         assert job.destination_dir is not None
-        # progress from the file's growth: markers come every 5 s and, with several streams, count bytes
-        # assigned to workers rather than received
+        # progress and peak from the file's growth: markers come every 5 s and, with several streams, count bytes
+        # assigned to workers rather than received (XRootD writes the file in order, through its reorder buffer)
         watch = FileWatch(job.destination_dir / spec.name, spec.size, progress)
         remaining = deadline - time.monotonic()
         try:
@@ -113,7 +113,7 @@ class XrootdHttpsMover(Mover):
                         body = await resp.text(errors="replace")
                         raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}")
                     async for chunk in resp.content.iter_any():
-                        self._markers(parser.feed(chunk), marks)
+                        parser.feed(chunk)
             outcome = parser.close()
             if not outcome.ok:
                 error = f"XRootD HTTP-TPC failed: {outcome.message}"
@@ -126,10 +126,7 @@ class XrootdHttpsMover(Mover):
         except RuntimeError as e:
             error = str(e)
         result.finished_at = now()
-        for (t0, b0), (t1, b1) in zip(marks, marks[1:], strict=False):
-            if t1 > t0:
-                peak = max(peak, (b1 - b0) * 8 / (t1 - t0))
-        result.peak_bps = peak or None
+        result.peak_bps = watch.peak_bps()
         await asyncio.to_thread(finish_file, result, spec, job, error)
         if result.bytes > watch.reported:
             progress.add_bytes(result.bytes - watch.reported)

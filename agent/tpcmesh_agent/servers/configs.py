@@ -3,6 +3,13 @@
 Nothing here touches the file system or starts a process; the supervisor writes what these return into the
 runtime directory. XRootD has no bind-address option: it listens on every address of the host at its port
 (two agents on one machine need different XRootD ports); GridFTP and iperf3 bind to the agent's address.
+
+Each XRootD protocol runs as two instances. The public one (``xrootd_https_port``, ``xrootd_root_port``) serves the
+test sets read-only to peers: nobody can write through it, and the HTTPS one has no HTTP-TPC handler, so nobody can
+make it fetch from or send to a URL of their choosing. The local one (``xrootd_tpc_port``, ``xrootd_root_tpc_port``)
+is the destination of the agent's own pulls and writes /incoming; it accepts connections only from the agent's own
+addresses, and over HTTPS only the agent's own host certificate may write (XRootD 5.5 asks the Source for the size
+before it checks the writer's rights, so refusing the COPY itself would be too late).
 """
 
 from __future__ import annotations
@@ -23,6 +30,14 @@ PACKAGES: dict[str, str] = {
 
 # XRootD exports only the test sets (read) and the incoming area (written by pulls).
 EXPORTS = ("/sets", "/incoming")
+# The identity XrdHttp gives the agent's own host certificate (through the gridmap): the only one that may use the
+# local HTTP-TPC instance, i.e. send the COPY that pulls a file into /incoming.
+AGENT_IDENTITY = "tpcagent"
+# protocol -> the server name of its local TPC instance (the public one is named after the protocol)
+TPC_SERVERS = {"xrootd-https": "xrootd-https-tpc", "xrootd-root": "xrootd-root-tpc"}
+# xrdcp reaches the local root:// TPC instance at the address it uses to reach the source, which is 127.0.0.1 when
+# the source is on loopback: the local instances also take loopback connections (processes of this host only)
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -47,14 +62,22 @@ class XrootdPaths:
     def log(self) -> Path:
         return self.runtime_dir / "xrootd.log"
 
+    @property
+    def gridmap(self) -> Path:
+        return self.runtime_dir / "gridmap"
+
+    @property
+    def authdb(self) -> Path:
+        return self.runtime_dir / "authdb"
+
 
 def instance_name(protocol: str, port: int) -> str:
     """xrootd's -n name: unique per port, so several agents on one host keep their admin paths apart."""
     return f"tpcm-{protocol.removeprefix('xrootd-')}-{port}"
 
 
-def _common_xrootd(settings: Any, paths: XrootdPaths, port: int) -> list[str]:
-    lines = [f"all.export {e}" for e in EXPORTS]
+def _common_xrootd(settings: Any, paths: XrootdPaths, port: int, exports: tuple[str, ...] = EXPORTS) -> list[str]:
+    lines = [f"all.export {e}" for e in exports]
     lines += [
         f"oss.localroot {settings.data_dir}",
         f"all.adminpath {paths.admin}",
@@ -64,28 +87,81 @@ def _common_xrootd(settings: Any, paths: XrootdPaths, port: int) -> list[str]:
     return lines
 
 
+# xfr: concurrent TPC jobs (default 9 would queue an 11-file test); ttl: seconds a rendezvous key lives.
+_ROOT_TPC = "ofs.tpc ttl 60 120 xfr 128 pgm /usr/bin/xrdcp --server"
+
+
+def _local_only(settings: Any) -> list[str]:
+    """Connections only from this host's addresses the agent uses (``xrd.allow``: every other host is refused
+    when it connects)."""
+    return [f"xrd.allow host {a}" for a in dict.fromkeys((settings.address, LOOPBACK))]
+
+
 def xrootd_root_config(settings: Any, paths: XrootdPaths) -> str:
-    """root:// with native third-party copy: the destination runs `xrdcp --server` to pull from the source."""
-    lines = _common_xrootd(settings, paths, settings.xrootd_root_port)
-    # xfr: concurrent TPC jobs (default 9 would queue an 11-file test); ttl: seconds a rendezvous key lives.
-    lines.append("ofs.tpc ttl 60 120 xfr 128 pgm /usr/bin/xrdcp --server")
+    """The public root:// instance: the test sets, read-only, as the source of native third-party copies (the
+    destination runs ``xrdcp --server`` to pull; the source needs ofs.tpc for the rendezvous)."""
+    lines = _common_xrootd(settings, paths, settings.xrootd_root_port, exports=("/sets r/o",))
+    lines.append(_ROOT_TPC)
     return "\n".join(lines) + "\n"
+
+
+def xrootd_root_tpc_config(settings: Any, paths: XrootdPaths) -> str:
+    """The local root:// instance, destination of the agent's own ``xrdcp --tpc only`` pulls into /incoming: only
+    connections from the agent's own host (root:// has no authentication configured here)."""
+    lines = _common_xrootd(settings, paths, settings.xrootd_root_tpc_port, exports=("/incoming",))
+    lines += [_ROOT_TPC, *_local_only(settings)]
+    return "\n".join(lines) + "\n"
+
+
+def _xrootd_tls(paths: XrootdPaths, port: int) -> list[str]:
+    if paths.cert is None or paths.key is None or paths.ca_dir is None:
+        raise ValueError("xrootd-https needs tls_cert, tls_key and ca_file: the HTTP-TPC handler loads only with TLS")
+    # The root protocol must listen somewhere; it shares the HTTP port (XrdHttp takes the HTTP connections).
+    return [f"xrd.protocol XrdHttp:{port} libXrdHttp.so", f"xrd.tls {paths.cert} {paths.key}",
+            f"xrd.tlsca certdir {paths.ca_dir}"]
 
 
 def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
-    """XrdHttp with the HTTP-TPC handler. TLS is required: without xrd.tls the handler silently does not load."""
-    if paths.cert is None or paths.key is None or paths.ca_dir is None:
-        raise ValueError("xrootd-https needs tls_cert, tls_key and ca_file: the HTTP-TPC handler loads only with TLS")
+    """The public xrootd-https instance: the test sets, read-only, over HTTPS (and plain HTTP on the same port) for
+    peers to pull from. No HTTP-TPC handler: a COPY sent here is not understood."""
     port = settings.xrootd_https_port
-    # The root protocol must listen somewhere; put it on the HTTP port too (XrdHttp takes the HTTP connections).
-    lines = _common_xrootd(settings, paths, port)
+    lines = _common_xrootd(settings, paths, port, exports=("/sets r/o",))
+    lines += _xrootd_tls(paths, port)
+    return "\n".join(lines) + "\n"
+
+
+def xrootd_tpc_config(settings: Any, paths: XrootdPaths) -> str:
+    """The local xrootd-https instance, destination of the agent's own HTTP-TPC pulls into /incoming. TLS is
+    required (without xrd.tls the handler silently does not load). Only the agent's host may connect
+    (``xrd.allow``), and only its own host certificate, mapped by the gridmap (``xrootd_gridmap``) to
+    AGENT_IDENTITY, may write or read (``ofs.authorize`` with ``xrootd_authdb``)."""
+    port = settings.xrootd_tpc_port
+    lines = _common_xrootd(settings, paths, port, exports=("/incoming",))
+    lines += _xrootd_tls(paths, port)
     lines += [
-        f"xrd.protocol XrdHttp:{port} libXrdHttp.so",
-        f"xrd.tls {paths.cert} {paths.key}",
-        f"xrd.tlsca certdir {paths.ca_dir}",
         "http.exthandler xrdtpc libXrdHttpTPC.so",
+        *_local_only(settings),
+        f"http.gridmap {paths.gridmap}",
+        "ofs.authorize 1",
+        f"acc.authdb {paths.authdb}",
+        "acc.audit deny",
     ]
     return "\n".join(lines) + "\n"
+
+
+def xrootd_authdb() -> str:
+    """XrdAcc rules of the local TPC instance: the agent's identity may do anything in /incoming; nobody else
+    anything."""
+    return f"u {AGENT_IDENTITY} /incoming a\n"
+
+
+def xrootd_gridmap(agent_dn: str) -> str:
+    """XrdHttp's gridmap: the agent's own certificate subject, in OpenSSL's one-line form (``/O=x/CN=y``), is
+    AGENT_IDENTITY; other certificates of the CA get no name. Refuses a subject the gridmap would read as a pattern
+    (a leading '^' or a trailing '$' or '+') or could not quote."""
+    if not agent_dn.startswith("/") or agent_dn.endswith(("$", "+")) or '"' in agent_dn or "\n" in agent_dn:
+        raise ValueError(f"host certificate subject {agent_dn!r} cannot be written into XRootD's gridmap")
+    return f'"{agent_dn}" {AGENT_IDENTITY}\n'
 
 
 def xrootd_argv(protocol: str, port: int, paths: XrootdPaths, run_user: str | None) -> list[str]:
@@ -95,12 +171,18 @@ def xrootd_argv(protocol: str, port: int, paths: XrootdPaths, run_user: str | No
     return argv
 
 
+def gridftp_restrict_paths(settings: Any) -> str:
+    """What a GridFTP client may touch: the test sets (read), the incoming area (read and write) and /dev/null (write,
+    the sink). Nothing else of the host, whatever the server's user could open."""
+    return ",".join([f"R{settings.sets_dir}", f"RW{settings.incoming_dir}", "W/dev/null"])
+
+
 def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_group: str) -> list[str]:
-    """GridFTP with the data dir as home, so URL paths are ``~/sets/...``. gsiftp (``settings.gsiftp``): GSI
-    authentication with the host certificate (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see
-    gridftp_env); any peer holding a certificate of the trusted CAs may read and write, as the user the server
-    runs as (``-auth-level 0``: no grid-mapfile, which would have to list every node's DN). Anonymous: ftp://,
-    sessions as ``anonymous_user``."""
+    """GridFTP with the data dir as home, so URL paths are ``~/sets/...``, restricted to the sets and the incoming
+    area (gridftp_restrict_paths). gsiftp (``settings.gsiftp``): GSI authentication with the host certificate
+    (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see gridftp_env); any peer holding a certificate of the
+    trusted CAs may read the sets and write into incoming/, as the user the server runs as (``-auth-level 0``: no
+    grid-mapfile, which would have to list every node's DN). Anonymous: ftp://, sessions as ``anonymous_user``."""
     if settings.gsiftp:
         access = ["-auth-level", "0"]
     else:
@@ -112,6 +194,7 @@ def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_g
         "-p", str(settings.gridftp_port),
         *access,
         "-home-dir", str(settings.data_dir),
+        "-restrict-paths", gridftp_restrict_paths(settings),
         "-log-level", "error,warn",
         "-logfile", str(log_file),
     ]

@@ -16,6 +16,7 @@ import pwd
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -100,6 +101,21 @@ def _user_ids(user: str) -> tuple[int, int, str]:
     return pw.pw_uid, pw.pw_gid, group
 
 
+def certificate_subject(cert: Path) -> str:
+    """The subject of a PEM certificate in OpenSSL's one-line form (``/O=tpcmesh/CN=node``), as XrdHttp sees a
+    client certificate's DN."""
+    out = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "compat", "-in", str(cert)],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return out.removeprefix("subject=").strip()
+
+
+def free_port() -> int:
+    """A TCP port free on every address (XRootD listens on all of them)."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
+
+
 def _port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -118,17 +134,19 @@ class ServerSupervisor:
         self.run_user = settings.run_user if self.as_root else None
         self.servers: dict[str, ManagedServer] = {}
         self._stopping = False
-        self._admin_root: Path | None = None
+        self._private_root: Path | None = None
         self.setpriv = shutil.which("setpriv")  # util-linux: servers die with the agent (parent-death signal)
 
-    def _admin_dir(self, name: str) -> Path:
-        """A short directory for xrootd's admin socket (Unix socket paths are limited to 108 bytes)."""
-        if self._admin_root is None:
-            self._admin_root = Path(tempfile.mkdtemp(prefix="tpcm-"))
-            self._admin_root.chmod(0o755)
-        d = self._admin_root / name.removeprefix("xrootd-")
+    def _private(self, name: str, mode: int = 0o755) -> Path:
+        """A directory of the run user in a fresh temporary root outside the data dir, removed at stop: XRootD's
+        admin socket (Unix socket paths are limited to 108 bytes, the data dir may be longer) and the copies of
+        the host key, which must never sit where a protocol server exports files."""
+        if self._private_root is None:
+            self._private_root = Path(tempfile.mkdtemp(prefix="tpcm-"))
+            self._private_root.chmod(0o755)
+        d = self._private_root / name
         d.mkdir(exist_ok=True)
-        self._own(d)
+        self._own(d, mode)
         return d
 
     # ---- specs -----------------------------------------------------------------------------------------------
@@ -154,16 +172,21 @@ class ServerSupervisor:
 
     def _xrootd_paths(self, name: str, tls: bool) -> configs.XrootdPaths:
         rt = self._runtime(name)
-        admin = self._admin_dir(name)
+        admin = self._private(name.removeprefix("xrootd-"))
         if not tls:
             return configs.XrootdPaths(rt, admin_dir=admin)
-        cert, key, ca_dir = self._host_credentials(rt)
+        cert, key, ca_dir = self._host_credentials()
         return configs.XrootdPaths(rt, cert, key, ca_dir, admin)
 
-    def _host_credentials(self, rt: Path) -> tuple[Path, Path, Path]:
-        """Copies of the host certificate and key the run user may read (servers drop root), and a CA directory."""
+    def _credential_paths(self) -> tuple[Path, Path]:
+        d = self._private("credentials", 0o700)
+        return d / "hostcert.pem", d / "hostkey.pem"
+
+    def _host_credentials(self) -> tuple[Path, Path, Path]:
+        """Copies of the host certificate and key the run user may read (servers drop root), in a private directory
+        outside the data dir (GridFTP's home, XRootD's local root), and a CA directory."""
         s = self.settings
-        cert, key = rt / "hostcert.pem", rt / "hostkey.pem"
+        cert, key = self._credential_paths()
         shutil.copyfile(s.tls_cert, cert)
         key.touch(mode=0o600, exist_ok=True)
         shutil.copyfile(s.tls_key, key)
@@ -173,7 +196,7 @@ class ServerSupervisor:
         if ca_dir is None or not Path(ca_dir).is_dir():
             from ..server import write_ca_dir
 
-            ca_dir = rt / "ca-dir"
+            ca_dir = self._private("ca-dir")
             write_ca_dir(s.ca_file, ca_dir)
         return cert, key, Path(ca_dir)
 
@@ -186,30 +209,38 @@ class ServerSupervisor:
             return self._wrap(configs.xrootd_argv(protocol, port, paths, None), self.run_user)
         return configs.xrootd_argv(protocol, port, paths, self.run_user)
 
+    def _xrootd_spec(self, name: str, port: int, build: Callable[[Any, configs.XrootdPaths], str], tls: bool,
+                     requires: tuple[str, ...]) -> ServerSpec:
+        def prepare() -> list[str]:
+            paths = self._xrootd_paths(name, tls)
+            if name == configs.TPC_SERVERS["xrootd-https"]:  # who may pull: the agent's own host certificate
+                paths.gridmap.write_text(configs.xrootd_gridmap(certificate_subject(Path(self.settings.tls_cert))))
+                paths.authdb.write_text(configs.xrootd_authdb())
+            paths.config.write_text(build(self.settings, paths))
+            return self._xrootd_argv(name, port, paths)
+
+        rt = self.runtime_dir / name
+        return ServerSpec(name, port, self.settings.address, requires, prepare, rt / "stdout.log", rt,
+                          (rt / configs.instance_name(name, port) / "xrootd.log",))
+
     def specs(self) -> list[ServerSpec]:
         s = self.settings
         out: list[ServerSpec] = []
         enabled = set(s.protocols)
-        if "xrootd-https" in enabled:
-            def prep_https() -> list[str]:
-                paths = self._xrootd_paths("xrootd-https", tls=True)
-                paths.config.write_text(configs.xrootd_https_config(s, paths))
-                return self._xrootd_argv("xrootd-https", s.xrootd_https_port, paths)
-
-            rt = self.runtime_dir / "xrootd-https"
-            out.append(ServerSpec("xrootd-https", s.xrootd_https_port, s.address,
-                                  ("xrootd", "libXrdHttpTPC-5.so"), prep_https, rt / "stdout.log", rt,
-                                  (rt / configs.instance_name("xrootd-https", s.xrootd_https_port) / "xrootd.log",)))
-        if "xrootd-root" in enabled:
-            def prep_root() -> list[str]:
-                paths = self._xrootd_paths("xrootd-root", tls=False)
-                paths.config.write_text(configs.xrootd_root_config(s, paths))
-                return self._xrootd_argv("xrootd-root", s.xrootd_root_port, paths)
-
-            rt = self.runtime_dir / "xrootd-root"
-            out.append(ServerSpec("xrootd-root", s.xrootd_root_port, s.address, ("xrootd", "xrdcp"), prep_root,
-                                  rt / "stdout.log", rt,
-                                  (rt / configs.instance_name("xrootd-root", s.xrootd_root_port) / "xrootd.log",)))
+        xrootd = (  # protocol, public port, setting of the local TPC instance's port, builders, TLS, requirements
+            ("xrootd-https", s.xrootd_https_port, "xrootd_tpc_port", configs.xrootd_https_config,
+             configs.xrootd_tpc_config, True, ("xrootd", "libXrdHttpTPC-5.so")),
+            ("xrootd-root", s.xrootd_root_port, "xrootd_root_tpc_port", configs.xrootd_root_config,
+             configs.xrootd_root_tpc_config, False, ("xrootd", "xrdcp")),
+        )
+        for protocol, port, tpc_setting, public, local, tls, requires in xrootd:
+            if protocol not in enabled:
+                continue
+            if not getattr(s, tpc_setting):  # only this agent connects to it: any free port (movers read it here)
+                setattr(s, tpc_setting, free_port())
+            out.append(self._xrootd_spec(protocol, port, public, tls, requires))
+            out.append(self._xrootd_spec(configs.TPC_SERVERS[protocol], getattr(s, tpc_setting), local, tls,
+                                         requires))
         if "gridftp" in enabled:
             def prep_gridftp() -> list[str]:
                 rt = self._runtime("gridftp")
@@ -218,12 +249,14 @@ class ServerSupervisor:
                 argv = configs.gridftp_argv(s, rt / "gridftp.log", user, group)
                 if not s.gsiftp:  # as root, it switches anonymous sessions to the run user itself
                     return self._wrap(argv)
-                self._host_credentials(rt)
+                self._host_credentials()
                 return self._wrap(argv, self.run_user)  # gsiftp sessions run as the server's own user
 
             rt = self.runtime_dir / "gridftp"
-            env = (configs.gridftp_env(rt / "hostcert.pem", rt / "hostkey.pem", Path(s.ca_dir or rt / "ca-dir"))
-                   if s.gsiftp else None)
+            env = None
+            if s.gsiftp:
+                cert, key = self._credential_paths()
+                env = configs.gridftp_env(cert, key, Path(s.ca_dir) if s.ca_dir else self._private("ca-dir"))
             out.append(ServerSpec("gridftp", s.gridftp_port, s.address, ("globus-gridftp-server",), prep_gridftp,
                                   rt / "stdout.log", rt, (rt / "gridftp.log",), env))
         if "iperf3" in enabled:
@@ -242,7 +275,7 @@ class ServerSupervisor:
             found = find_library(req) if req.endswith(".so") else shutil.which(req)
             if not found:
                 return missing_message(req)
-        if spec.name == "xrootd-https":
+        if spec.name.startswith("xrootd-https"):
             s = self.settings
             if s.tls_cert is None or s.tls_key is None or s.ca_file is None:
                 return ("needs tls_cert, tls_key and ca_file: XRootD's HTTP-TPC handler loads only with TLS")
@@ -351,9 +384,9 @@ class ServerSupervisor:
                 with contextlib.suppress(OSError):
                     (XROOTD_ENV_DIR / f"xrootd.{instance}.env").unlink()
             log.info("Stopped server %s", server.spec.name)
-        if self._admin_root is not None:
-            shutil.rmtree(self._admin_root, ignore_errors=True)
-            self._admin_root = None
+        if self._private_root is not None:
+            shutil.rmtree(self._private_root, ignore_errors=True)
+            self._private_root = None
 
     def status(self) -> dict[str, dict]:
         return {name: server.status() for name, server in self.servers.items()}

@@ -45,6 +45,24 @@ def test_token_rotation_is_read_from_the_file(agent_factory):
     assert agent.client(token="a-new-token-of-enough-length").get("/api/v1/info").status_code == 200
 
 
+def test_a_rotated_token_that_is_too_short_is_refused_and_logged_once(agent_factory):
+    agent = agent_factory()
+    agent.token_file.write_text("short\n")
+    for _ in range(5):
+        assert agent.get("/api/v1/info").status_code == 200  # the last good token stays
+        assert agent.client(token="short").get("/api/v1/info").status_code == 401
+    agent.token_file.unlink()
+    for _ in range(3):
+        assert agent.get("/api/v1/info").status_code == 200
+    agent.token_file.write_text("a-new-token-of-enough-length\n")
+    assert agent.client(token="a-new-token-of-enough-length").get("/api/v1/info").status_code == 200
+    assert agent.get("/api/v1/info").status_code == 401
+    log = agent.log()
+    assert log.count("holds a token shorter than 16 characters; keeping the last token") == 1, log
+    assert log.count("could not be read (No such file or directory); keeping the last token") == 1, log
+    assert log.count("Rotated the API token") == 1
+
+
 def test_info(agent):
     info = agent.get("/api/v1/info").json()
     assert info["node"] == agent.name and info["address"] == agent.address and info["version"]
@@ -186,3 +204,39 @@ def test_renewed_host_certificate_is_reloaded(agent_factory, tpcmesh_pki):
         assert time.monotonic() < deadline, "renewed certificate not served"
         time.sleep(0.1)
     assert agent.get("/api/v1/info").status_code == 200
+
+
+def test_file_sets_created_at_once_share_one_budget(agent_factory):
+    """Two different sets asked for at the same time, each fitting the budget alone but not together: one is
+    refused (the budget check counts a set still being written), and what the agent holds stays in the budget."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = 100 * 10**6
+    agent = agent_factory(budget_bytes=250 * 10**6)  # one set (100 MB) + room to receive it fits; two do not
+
+    def create(n: int) -> httpx.Response:
+        with agent.client(timeout=120) as c:
+            return c.post("/api/v1/filesets", json={"count": 1, "size": size + n})
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(create, (0, 1)))
+    assert sorted(r.status_code for r in answers) == [200, 422], [r.text for r in answers]
+    refused = next(r for r in answers if r.status_code == 422).json()["error"]
+    assert "exceed the budget of 250000000 bytes" in refused and "other sets hold 1000000" in refused, refused
+    assert len(agent.get("/api/v1/filesets").json()["file_sets"]) == 1
+
+
+def test_first_reuse_after_a_restart_verifies_checksums(agent_factory):
+    """Files may change while no agent runs: the first request for a set after a start checks every checksum and
+    rewrites what does not match."""
+    first = agent_factory()
+    made = first.file_set(count=2, size=100_000)
+    data = first.data_dir / "data"
+    first.stop()
+    victim = data / "sets" / made["name"] / made["files"][1]["name"]
+    victim.write_bytes(b"\0" * 100_000)  # same size: only a checksum sees it
+    again = agent_factory(data_dir=data)
+    assert again.file_set(count=2, size=100_000) == made
+    from tpcmesh_agent.files import adler32_of
+
+    assert adler32_of(victim) == made["files"][1]["checksum"]

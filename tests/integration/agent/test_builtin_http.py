@@ -204,3 +204,43 @@ def test_copy_retries_without_want_digest_when_the_source_refuses_it(agents, str
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_received_files_need_the_token_to_be_read(agents, fileset):
+    src, dst, _ = agents
+    name = "readable-by-the-agent-only.dat"
+    pulled = curl("-X", "COPY", "-H", f"Source: {_url(src, fileset)}", "-H", f"Authorization: Bearer {dst.token}",
+                  f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}")
+    assert pulled.stdout.decode().rstrip("\n").splitlines()[-1] == "success: Created"
+    url = f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}"
+    for args in ((), ("-I",), ("-H", "Authorization: Bearer not-the-token")):
+        assert curl(*args, "-o", "/dev/null", "-w", "%{http_code}", url).stdout == b"401", args
+    ok = curl("-H", f"Authorization: Bearer {dst.token}", "-o", "/dev/stdout", url)
+    assert f"adler32:{zlib.adler32(ok.stdout):08x}" == fileset["files"][0]["checksum"]
+    assert curl("-o", "/dev/null", "-w", "%{http_code}", _url(src, fileset)).stdout == b"200"  # sets stay open
+
+
+def test_idle_connections_are_closed(agent_factory):
+    """Connections that send no request (or nothing more after one) are closed after the idle timeout: no thread
+    per forgotten connection piles up in the agent."""
+    import socket
+    import time
+
+    from tests.integration.agent.test_builtin_stalls import threads, wait_threads
+
+    agent = agent_factory(idle_timeout=1)
+    fs = agent.file_set(count=1, size=1000)
+    before = threads(agent)
+    idle = [socket.create_connection((agent.address, agent.builtin_port)) for _ in range(20)]
+    kept = socket.create_connection((agent.address, agent.builtin_port))
+    kept.sendall(f"GET /files/{fs['name']}/{fs['files'][0]['name']} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    t0 = time.monotonic()
+    for s in [*idle, kept]:
+        s.settimeout(10)
+        data = b""
+        while chunk := s.recv(65536):  # the answer (kept), then the server's close
+            data += chunk
+        assert (data == b"") if s is not kept else data.startswith(b"HTTP/1.1 200 OK")
+        s.close()
+    assert time.monotonic() - t0 < 8
+    wait_threads(agent, before)

@@ -1,6 +1,6 @@
 """The built-in mover interoperates with real XRootD both ways over HTTP-TPC:
-a real XRootD destination pulls from the built-in data server, and the built-in COPY endpoint pulls from a real
-XRootD source over HTTPS."""
+a real XRootD destination (the agent's local TPC instance, which takes COPYs only from the agent itself) pulls from
+the built-in data server, and the built-in COPY endpoint pulls from a real XRootD source over HTTPS."""
 
 from __future__ import annotations
 
@@ -27,6 +27,19 @@ def pair(module_agent_factory):
     return src, dst, files
 
 
+def tpc_port(agent) -> int:
+    """The port of the agent's local XRootD HTTP-TPC instance (chosen when it started)."""
+    return agent.get("/api/v1/info").json()["servers"]["xrootd-https-tpc"]["port"]
+
+
+def own_identity(agent) -> httpx.Client:
+    """A client of the agent's local XRootD TPC instance as the agent's mover is: from the agent's address, with
+    its host certificate."""
+    ctx = agent.ssl_context()
+    ctx.load_cert_chain(str(agent.cert_file), str(agent.key_file))
+    return httpx.Client(transport=httpx.HTTPTransport(verify=ctx, local_address=agent.address), timeout=30)
+
+
 @pytest.mark.parametrize("streams", [1, 4])
 def test_xrootd_destination_pulls_from_the_builtin_server(pair, streams):
     src, dst, files = pair
@@ -36,8 +49,8 @@ def test_xrootd_destination_pulls_from_the_builtin_server(pair, streams):
     os.chown(target, nobody.pw_uid, nobody.pw_gid)  # XRootD runs as the agent's run_user
     f = files[0]
     source = f"http://{src.address}:{src.builtin_port}/files/{COUNT}x{SIZE}/{f['name']}"
-    url = f"https://{dst.address}:{dst.ports['xrootd_https_port']}/incoming/{target.name}/{f['name']}"
-    with httpx.Client(verify=dst.ssl_context(), timeout=30) as c:
+    url = f"https://{dst.address}:{tpc_port(dst)}/incoming/{target.name}/{f['name']}"
+    with own_identity(dst) as c:  # only the agent's own certificate may write into /incoming
         r = c.request("COPY", url, headers={"Source": source, "Credential": "none",
                                             "X-Number-Of-Streams": str(streams)})
     assert r.status_code == 201, r.text
@@ -55,8 +68,8 @@ def test_xrootd_destination_reports_a_missing_builtin_file(pair):
     nobody = pwd.getpwnam("nobody")
     os.chown(target, nobody.pw_uid, nobody.pw_gid)
     source = f"http://{src.address}:{src.builtin_port}/files/{COUNT}x{SIZE}/not-there"
-    url = f"https://{dst.address}:{dst.ports['xrootd_https_port']}/incoming/{target.name}/x"
-    with httpx.Client(verify=dst.ssl_context(), timeout=30) as c:
+    url = f"https://{dst.address}:{tpc_port(dst)}/incoming/{target.name}/x"
+    with own_identity(dst) as c:
         r = c.request("COPY", url, headers={"Source": source, "Credential": "none"})
     assert r.status_code == 201  # XRootD answers 201 even for a failed copy: only the body tells
     result = parse(r.text)

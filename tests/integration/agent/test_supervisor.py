@@ -111,9 +111,12 @@ def test_servers_die_with_an_agent_killed_outright(agent_factory):
     assert all(before.values()), before
     nobody = pwd.getpwnam("nobody").pw_uid
     assert all(os.stat(f"/proc/{pid}").st_uid == nobody for pid in server_pids("xrootd", marker))
+    config = (agent.data_dir / "data" / "servers" / "xrootd-root" / "xrootd.cfg").read_text()
+    private = Path(next(line.split()[1] for line in config.splitlines() if line.startswith("all.adminpath"))).parent
     agent.kill()  # SIGKILL: no chance to stop the servers itself
     wait_for(lambda: not any(server_pids(p, marker) + server_pids(p, agent.address) for p in before), 10,
              "the servers' exit after the agent was killed")
+    shutil.rmtree(private)  # what the killed agent could not remove: its /tmp directory (key copies, sockets)
 
 
 def test_a_server_that_cannot_start_says_why(agent_factory):
@@ -139,8 +142,11 @@ def test_a_stopped_agent_leaves_nothing_of_xrootd_in_tmp(agent_factory):
     (short socket paths): both are gone once the agent has stopped."""
     ports = xrootd_ports()
     agent = agent_factory(protocols=("builtin", "xrootd-root", "xrootd-https"), run_user="nobody", **ports)
+    servers = agent.get("/api/v1/info").json()["servers"]
     envs = [Path(f"/tmp/xrootd.tpcm-root-{ports['xrootd_root_port']}.env"),
-            Path(f"/tmp/xrootd.tpcm-https-{ports['xrootd_https_port']}.env")]
+            Path(f"/tmp/xrootd.tpcm-https-{ports['xrootd_https_port']}.env"),
+            Path(f"/tmp/xrootd.tpcm-https-tpc-{servers['xrootd-https-tpc']['port']}.env"),
+            Path(f"/tmp/xrootd.tpcm-root-tpc-{servers['xrootd-root-tpc']['port']}.env")]
     wait_for(lambda: all(p.exists() for p in envs), 10, "XRootD's env files")
     admin_dirs = set()
     for p in envs:

@@ -85,6 +85,52 @@ def test_reuse_verifies_and_recreates_a_damaged_set(tmp_path):
     assert fs.list() == [spec.name]
 
 
+def test_first_reuse_after_a_restart_verifies_checksums(tmp_path):
+    """A new FileSets (an agent started again) checks every checksum of a set it is asked for the first time: the
+    files may have changed while no agent watched them. After that, sizes only, unless asked."""
+    spec = files.spec_from_request({"count": 2, "size": 1000})
+    entries = FileSets(tmp_path, 10**9).ensure(spec)
+    p = tmp_path / spec.name / entries[1].name
+    p.write_bytes(b"y" * 1000)  # same size, other content
+    restarted = FileSets(tmp_path, 10**9)
+    assert restarted.ensure(spec) == entries
+    assert files.adler32_of(p) == entries[1].checksum  # rewritten
+    p.write_bytes(b"y" * 1000)
+    assert restarted.ensure(spec) == entries and p.read_bytes() == b"y" * 1000  # checked once per start
+    assert restarted.ensure(spec, verify_checksums=True) == entries and files.adler32_of(p) == entries[1].checksum
+
+
+def test_two_sets_cannot_both_take_the_last_room(tmp_path):
+    """The budget check of a set counts a set still being written in full: started together, two sets that fit
+    only one at a time are not both accepted."""
+    import threading
+
+    fs = FileSets(tmp_path / "sets", 25 * 10**6)
+    first = files.spec_from_request({"count": 1, "size": 10**7})  # 10 MB + 10 MB to receive: fits alone
+    second = files.spec_from_request({"count": 1, "size": 10**7 + 1})
+    gate = threading.Event()
+    original = files.write_file
+
+    def slow_write(*args, **kw):  # the first set is still being written when the second one is checked
+        gate.wait(10)
+        return original(*args, **kw)
+
+    files.write_file, outcome = slow_write, {}
+    try:
+        t = threading.Thread(target=lambda: outcome.setdefault("first", fs.ensure(first)))
+        t.start()
+        while first.name not in fs._writing:
+            threading.Event().wait(0.01)
+        with pytest.raises(BudgetExceeded, match="other sets hold 10000000 bytes"):
+            fs.ensure(second)
+        assert fs.held_bytes() == 10**7
+    finally:
+        gate.set()
+        t.join(10)
+        files.write_file = original
+    assert outcome["first"] and fs.list() == [first.name]
+
+
 def test_budget_refuses_before_writing(tmp_path):
     fs = FileSets(tmp_path / "sets", 10_000)
     with pytest.raises(BudgetExceeded, match="exceed the budget of 10000 bytes"):

@@ -112,6 +112,36 @@ def test_peak_of_a_test_shorter_than_the_window_is_its_mean_rate():
     assert records.peak_from_samples([(0.0, 0)]) is None
 
 
+def test_a_single_end_jump_is_no_peak():
+    """iperf3 (and the GridFTP sink) learn their bytes only at the end: 10 s at 20 Gbit/s sampled by the runner is
+    one jump of 25 GB within 0.25 s, which a 1 s window would read as 200 Gbit/s. Spread over the file's time, the
+    peak is its mean rate."""
+    jumped = [(t / 4, 0) for t in range(41)] + [(10.25, 25 * 10**9)]
+    assert records.peak_from_samples(jumped) == pytest.approx(200e9)  # what the sampled counters would say
+    res = [_res("iperf3", 25 * 10**9, 0, 10)]
+    spread = records.spread_samples(res)
+    rec = records.build_record(_job(1, 25 * 10**9), res, T0, T0 + timedelta(seconds=10.25), "succeeded",
+                               samples=spread)
+    assert rec["peak_gbps"] == pytest.approx(20.0)
+    assert rec["peak_gbps"] == pytest.approx(rec["throughput_gbps"])
+
+
+def test_spread_samples_add_up_overlapping_files():
+    # f0: 1 GB over 0-2 s (4 Gbit/s), f1: 1 GB over 1-2 s (8 Gbit/s), f2: 10 MB in no time at 3 s
+    res = [_res("f0", 10**9, 0, 2), _res("f1", 10**9, 1, 2), _res("f2", 10**7, 3, 3), _res("lost", 5, 0, 1, bytes=0)]
+    spread = dict(records.spread_samples(res))
+    assert spread[T0.timestamp()] == 0
+    assert spread[T0.timestamp() + 1] == 5 * 10**8
+    assert spread[T0.timestamp() + 2] == 2 * 10**9
+    assert spread[T0.timestamp() + 3] == 2 * 10**9 + 10**7
+    assert records.peak_from_samples(spread.items()) == pytest.approx(12e9)  # 1-2 s: both files
+    assert records.spread_samples([_res("lost", 5, 0, 1, bytes=0)]) == []
+
+
+def test_peak_of_growth_needs_a_full_window_when_asked():
+    assert records.peak_from_samples([(0.0, 0), (0.5, 10**9)], short_span=False) is None
+
+
 def test_file_marker_peak_is_used_when_higher():
     res = [_res("f0", 10**9, 0, 2, peak_bps=9e9)]
     rec = records.build_record(_job(1, 10**9), res, T0, T0 + timedelta(seconds=2), "succeeded",

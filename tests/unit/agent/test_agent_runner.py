@@ -11,7 +11,7 @@ from tpcmesh_agent.config import Settings
 from tpcmesh_agent.files import FileSets
 from tpcmesh_agent.metrics import AgentMetrics
 from tpcmesh_agent.movers.base import FileResult, Mover
-from tpcmesh_agent.runner import TransferRunner
+from tpcmesh_agent.runner import ApiError, TransferRunner
 
 
 class Raises(Mover):
@@ -87,3 +87,16 @@ async def test_cancel_of_a_mover_without_stop_test(tmp_path):
     rec = await runner.cancel(rec["test_id"])
     assert rec["status"] == "cancelled" and rec["error"] == "cancelled by request after 0 bytes"
     assert runner.running is None
+
+
+@pytest.mark.parametrize("destination", [None, "store", "sink"])
+def test_iperf3_is_a_sink_and_needs_no_file_set_budget(tmp_path, destination):
+    """iperf3 moves no file: whatever destination was asked (the operator sends one per benchmark), it stores
+    nothing, so a file set far beyond the budget does not matter and the record says sink."""
+    runner = _runner(tmp_path, Hangs())
+    over = {} if destination is None else {"destination": destination}
+    body = _body(protocol="iperf3", file_set={"count": 11, "size": 60 * 10**9}, **over)  # 660 GB, budget 40 GB
+    job = runner.parse(body)
+    assert job.destination_dir is None
+    with pytest.raises(ApiError, match="does not fit the budget"):  # the same set is refused for a store
+        runner.parse({**body, "protocol": "builtin", "destination": "store"})

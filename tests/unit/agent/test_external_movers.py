@@ -10,17 +10,38 @@ import pytest
 from tpcmesh_agent.config import Settings
 from tpcmesh_agent.files import adler32_of
 from tpcmesh_agent.movers.base import Endpoint, FileResult, FileSpec, MoverUnavailable, TransferJob
-from tpcmesh_agent.movers.external import finish_file, local_source_address, prepare_destination
+from tpcmesh_agent.movers.external import FileWatch, finish_file, local_source_address, prepare_destination
 from tpcmesh_agent.movers.iperf3 import duration_for, parse_report
 
-REPORT = {"start": {}, "intervals": [], "end": {
-    "sum_sent": {"start": 0, "end": 1.0, "seconds": 1.0, "bytes": 2_600_000_000, "bits_per_second": 2.08e10},
-    "sum_received": {"start": 0, "end": 1.0004, "seconds": 1.0004, "bytes": 2_599_000_000,
-                     "bits_per_second": 2.0784e10}}}
+
+def _interval(start: float, seconds: float, nbytes: int, omitted: bool = False) -> dict:
+    """One entry of ``intervals`` as iperf3 3.12 -J -R writes it (the receiver's sum over the streams)."""
+    return {"streams": [], "sum": {"start": start, "end": start + seconds, "seconds": seconds, "bytes": nbytes,
+                                   "bits_per_second": nbytes * 8 / seconds, "omitted": omitted, "sender": False}}
 
 
-def test_iperf3_report_gives_received_bytes_seconds_and_rate():
-    assert parse_report(json.dumps(REPORT)) == (2_599_000_000, 1.0004, 2.0784e10)
+REPORT = {"start": {}, "intervals": [_interval(0, 1.00004, 2_320_564_171), _interval(1.00004, 0.99997, 2_222_260_277)],
+          "end": {"sum_sent": {"start": 0, "end": 2.0, "seconds": 2.0, "bytes": 4_545_000_000,
+                               "bits_per_second": 1.818e10},
+                  "sum_received": {"start": 0, "end": 2.000014, "seconds": 2.000014, "bytes": 4_542_824_448,
+                                   "bits_per_second": 18171170593.805843, "sender": False}}}
+
+
+def test_iperf3_report_gives_received_bytes_seconds_mean_and_the_fastest_interval():
+    report = parse_report(json.dumps(REPORT))
+    assert (report.bytes, report.seconds, report.bps) == (4_542_824_448, 2.000014, 18171170593.805843)
+    assert report.peak_bps == pytest.approx(2_320_564_171 * 8 / 1.00004)
+    assert 1 <= report.peak_bps / report.bps < 1.05  # a peak near the mean, not the total in one second
+
+
+def test_iperf3_peak_skips_omitted_and_ragged_intervals():
+    intervals = [_interval(0, 1.0, 9 * 10**9, omitted=True), _interval(1, 1.0, 10**9), _interval(2, 1.0, 2 * 10**9),
+                 _interval(3, 0.01, 10**8)]  # the last: 80 Gbit/s over 10 ms
+    report = parse_report(json.dumps({**REPORT, "intervals": intervals}))
+    assert report.peak_bps == pytest.approx(16e9)
+    assert parse_report(json.dumps({**REPORT, "intervals": []})).peak_bps is None
+    with pytest.raises(ValueError, match="malformed interval"):
+        parse_report(json.dumps({**REPORT, "intervals": [{"sum": {"bytes": 1}}]}))
 
 
 def test_iperf3_error_report_names_iperf3s_reason():
@@ -83,3 +104,13 @@ def test_finish_file_checks_size_and_checksum(tmp_path):
 
 def test_local_source_address_on_loopback():
     assert local_source_address("127.0.1.9", 1094).startswith("127.")
+
+
+def test_file_growth_peak_is_the_fastest_full_second(tmp_path):
+    """XRootD's multi-stream markers count bytes handed to its workers: its peak comes from the file's growth, over
+    windows of at least 1 s (a file that grew for less has no peak of its own)."""
+    watch = FileWatch(tmp_path / "f", 3 * 10**9, None)
+    watch.samples = [(0.0, 1), (0.5, 10**8), (1.0, 2 * 10**8), (1.5, 10**9), (2.0, 1_800_000_000), (3.0, 3 * 10**9)]
+    assert watch.peak_bps() == pytest.approx((1_800_000_000 - 2 * 10**8) * 8)  # 1.0 -> 2.0 s
+    watch.samples = [(0.0, 1), (0.3, 10**9)]
+    assert watch.peak_bps() is None

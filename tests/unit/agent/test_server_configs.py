@@ -23,17 +23,38 @@ def _directives(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def test_https_config_has_tls_and_the_tpc_handler(tmp_path):
+def test_public_https_instance_serves_the_sets_read_only_without_the_tpc_handler(tmp_path):
     paths = configs.XrootdPaths(tmp_path, tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
     lines = _directives(configs.xrootd_https_config(_settings(), paths))
     assert "xrd.port 18444" in lines
     assert "xrd.protocol XrdHttp:18444 libXrdHttp.so" in lines
     assert f"xrd.tls {tmp_path / 'c.pem'} {tmp_path / 'k.pem'}" in lines
     assert f"xrd.tlsca certdir {tmp_path / 'ca'}" in lines
-    assert "http.exthandler xrdtpc libXrdHttpTPC.so" in lines
     assert "oss.localroot /dev/shm/agent-x" in lines
-    assert {"all.export /sets", "all.export /incoming"} <= set(lines)
+    assert [line for line in lines if line.startswith("all.export")] == ["all.export /sets r/o"]
+    assert not [line for line in lines if "exthandler" in line or "TPC" in line]  # nobody makes it copy
     assert f"all.adminpath {tmp_path}" in lines
+
+
+def test_local_tpc_instance_takes_only_the_agents_own_connections_and_certificate(tmp_path):
+    paths = configs.XrootdPaths(tmp_path, tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
+    lines = _directives(configs.xrootd_tpc_config(_settings(xrootd_tpc_port=18445), paths))
+    assert "xrd.port 18445" in lines and "xrd.protocol XrdHttp:18445 libXrdHttp.so" in lines
+    assert f"xrd.tls {tmp_path / 'c.pem'} {tmp_path / 'k.pem'}" in lines
+    assert "http.exthandler xrdtpc libXrdHttpTPC.so" in lines
+    assert [line for line in lines if line.startswith("all.export")] == ["all.export /incoming"]
+    assert [line for line in lines if line.startswith("xrd.allow")] == ["xrd.allow host 127.0.1.7",
+                                                                         "xrd.allow host 127.0.0.1"]
+    assert f"http.gridmap {tmp_path / 'gridmap'}" in lines
+    assert "ofs.authorize 1" in lines and f"acc.authdb {tmp_path / 'authdb'}" in lines
+    assert configs.xrootd_authdb() == "u tpcagent /incoming a\n"
+    assert configs.xrootd_gridmap("/O=tpcmesh/CN=node-1") == '"/O=tpcmesh/CN=node-1" tpcagent\n'
+
+
+@pytest.mark.parametrize("subject", ["O=tpcmesh, CN=x", "/CN=node$", "/CN=node+", '/CN=a"b', "/CN=a\nb"])
+def test_gridmap_refuses_a_subject_it_would_read_as_a_pattern(subject):
+    with pytest.raises(ValueError, match="cannot be written into XRootD's gridmap"):
+        configs.xrootd_gridmap(subject)
 
 
 def test_admin_path_can_be_kept_short(tmp_path):
@@ -43,19 +64,28 @@ def test_admin_path_can_be_kept_short(tmp_path):
     assert len("/tmp/tpcm-x/" + configs.instance_name("xrootd-https", 65535) + "/.xrootd/admin") < 100
 
 
-def test_https_config_refuses_to_run_without_tls(tmp_path):
+@pytest.mark.parametrize("build", [configs.xrootd_https_config, configs.xrootd_tpc_config])
+def test_https_configs_refuse_to_run_without_tls(tmp_path, build):
     with pytest.raises(ValueError, match="only with TLS"):
-        configs.xrootd_https_config(_settings(), configs.XrootdPaths(tmp_path))
+        build(_settings(xrootd_tpc_port=18445), configs.XrootdPaths(tmp_path))
 
 
-def test_root_config_enables_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path):
-    lines = _directives(configs.xrootd_root_config(_settings(), configs.XrootdPaths(tmp_path)))
-    assert "xrd.port 11094" in lines
+@pytest.mark.parametrize("build, port, exports", [
+    (configs.xrootd_root_config, "11094", ["all.export /sets r/o"]),  # public: the sets, read-only
+    (configs.xrootd_root_tpc_config, "11095", ["all.export /incoming"]),  # local: where the pulls land
+])
+def test_root_configs_enable_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path, build, port, exports):
+    lines = _directives(build(_settings(xrootd_root_tpc_port=11095), configs.XrootdPaths(tmp_path)))
+    assert f"xrd.port {port}" in lines
+    assert [line for line in lines if line.startswith("all.export")] == exports
     tpc = [line for line in lines if line.startswith("ofs.tpc ")]
     assert len(tpc) == 1 and tpc[0].endswith("pgm /usr/bin/xrdcp --server")
     words = tpc[0].split()
     assert int(words[words.index("xfr") + 1]) >= 11
     assert not any(line.startswith(("xrd.tls", "xrd.protocol")) for line in lines)
+    allowed = [line for line in lines if line.startswith("xrd.allow")]
+    assert allowed == ([] if build is configs.xrootd_root_config else
+                       ["xrd.allow host 127.0.1.7", "xrd.allow host 127.0.0.1"])
 
 
 def test_xrootd_argv_drops_root_and_names_the_instance_by_port(tmp_path):
@@ -74,6 +104,9 @@ def test_gridftp_binds_to_the_agent_address(tmp_path, security):
     assert argv[argv.index("-data-interface") + 1] == "127.0.1.7"
     assert argv[argv.index("-p") + 1] == "12811"
     assert argv[argv.index("-home-dir") + 1] == "/dev/shm/agent-x"
+    # clients reach the sets (read), incoming/ (read-write) and /dev/null (the sink), nothing else of the host
+    assert argv[argv.index("-restrict-paths") + 1] == \
+        "R/dev/shm/agent-x/sets,RW/dev/shm/agent-x/incoming,W/dev/null"
     if security == "anonymous":
         assert "-aa" in argv and argv[argv.index("-anonymous-user") + 1] == "nobody"
     else:  # GSI: no anonymous access; any holder of a trusted certificate, no grid-mapfile

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -114,10 +114,15 @@ async def tick_benchmark(
         patch["lastRunName"] = last["metadata"]["name"]
         patch["lastRun"] = {"name": last["metadata"]["name"], "phase": ls.get("phase"),
                             "succeeded": ls.get("succeeded", 0), "failed": ls.get("failed", 0),
-                            "planned": ls.get("planned", 0), "undelivered": ls.get("undelivered", 0)}
+                            "planned": ls.get("planned", 0), "undelivered": ls.get("undelivered", 0),
+                            "rejected": ls.get("rejectedCount", 0)}
         bad = ls.get("phase") == "Failed" or ls.get("failed", 0) > 0
-        set_condition(patch, "Degraded", bad, "TestsFailed" if bad else "AllTestsSucceeded",
-                      f"Last run {last['metadata']['name']}: {ls.get('message', '')}")
+        refused = ls.get("rejectedCount", 0)
+        reason = "TestsFailed" if bad else "MeasurementsRejected" if refused else "AllTestsSucceeded"
+        message = f"Last run {last['metadata']['name']}: {ls.get('message', '')}"
+        if refused:
+            message += f"; the dashboard refused {refused} measurement(s) (its status.rejected)"
+        set_condition(patch, "Degraded", bad or refused > 0, reason, message)
     patch["active"] = sorted(r["metadata"]["name"] for r in active)
     try:
         spec = parse_spec(body.get("spec") or {})
@@ -212,13 +217,15 @@ async def drive_run(
     results: ResultsClient | None = None
     if spec.results:
         token = None
-        if spec.results.token_secret:
+        source = None
+        if (ref := spec.results.token_secret) is not None:
+            def source() -> Awaitable[str | None]:  # re-read after a 401 and after a failed attempt
+                return kube.read_secret_key(namespace, ref.name, ref.key)
             try:
-                token = await kube.read_secret_key(namespace, spec.results.token_secret.name,
-                                                   spec.results.token_secret.key)
+                token = await source()
             except LookupError as e:
                 event("Warning", "ResultsTokenMissing", f"{e}: measurements stay in the status until it exists")
-        results = ResultsClient(spec.results.url, token)
+        results = ResultsClient(spec.results.url, token, token_source=source)
     options = ExecutorOptions(poll_interval=settings.poll_interval, unreachable_grace=settings.unreachable_grace,
                               delivery_max_seconds=settings.delivery_max_seconds)
     try:

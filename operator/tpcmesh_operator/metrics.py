@@ -28,3 +28,5 @@ def set_undelivered(run: str, count: int) -> None:
     else:
         _undelivered.pop(run, None)
     UNDELIVERED.set(sum(_undelivered.values()))
+REJECTED = Counter("tpcmesh_operator_rejected_measurements_total",
+                   "Measurements the dashboard refused (kept in status.rejected and logged in full)", ["protocol"])

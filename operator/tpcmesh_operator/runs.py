@@ -48,8 +48,10 @@ from typing import Any, Protocol
 
 from . import metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
+from .outbox import describe, migrate, settle
+from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
-from .results import BatchRejected, DeliveryFailed, batches, deliver_with_backoff
+from .results import MAX_BATCH, BatchTooLarge, DeliveryFailed, Outcome, deliver_with_backoff, post_bisecting
 from .spec import TPC_PROTOCOLS, BenchmarkSpec, to_dict
 
 log = logging.getLogger(__name__)
@@ -246,7 +248,8 @@ def initial_status(agents: Sequence[Agent]) -> dict[str, Any]:
         "phase": "Running", "startTime": now_iso(),
         "agents": [a.to_dict() for a in sorted(agents, key=lambda a: a.node)],
         "tests": {}, "rttMs": [None] * n, "filesets": {}, "outbox": [],
-        "recentFailures": [], "done": 0, "succeeded": 0, "failed": 0, "delivered": 0, "rejected": 0,
+        "recentFailures": [], "done": 0, "succeeded": 0, "failed": 0, "delivered": 0, "rejected": [],
+        "rejectedCount": 0,
         "currentRound": 0,
     }
 
@@ -318,11 +321,6 @@ def migrate_status(status: dict[str, Any], agents: Sequence[str]) -> None:
         status.setdefault(k, 0)
 
 
-def status_size_bytes(status: Mapping[str, Any]) -> int:
-    """The status as the API server stores it (compact JSON), in bytes."""
-    return len(json.dumps(status, separators=(",", ":")).encode())
-
-
 def set_condition(status: dict[str, Any], type_: str, value: bool, reason: str, message: str = "") -> None:
     conds = status.setdefault("conditions", [])
     for c in conds:
@@ -371,6 +369,7 @@ class RunExecutor:
         self._flush_lock = asyncio.Lock()
         self._flush_after = 0.0  # during the run, after a failed delivery, wait (backoff) before trying again
         self._flush_backoff = 5.0
+        self._batch_size = MAX_BATCH
 
     @property
     def _names(self) -> tuple[str, ...]:
@@ -378,16 +377,24 @@ class RunExecutor:
 
     # -- public
 
-    async def execute(self) -> dict[str, Any]:
+    async def load(self) -> dict[str, Any]:
+        """Load the status from the store (an older format migrated) and the agents frozen in it. `execute` does
+        this first; alone, it prepares a delivery-only executor (`deliver`) for a run that is not executed here."""
         self.status = await self.store.load() or {}
-        st = self.status
+        if "agents" in self.status:
+            self._frozen = {a["node"]: Agent.from_dict(a) for a in self.status["agents"]}
+        migrate(self.status)
+        return self.status
+
+    async def execute(self) -> dict[str, Any]:
+        st = await self.load()
         if st.get("phase") in TERMINAL:
             await self.deliver(self.options.delivery_max_seconds)
             return self.status
         resumed = "agents" in st
         if not resumed:
             st.update(initial_status(await self.directory.agents()))
-        self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
+            self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
         self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec)
         p = self.plan
         migrate_status(st, p.agents)
@@ -669,23 +676,40 @@ class RunExecutor:
         }
 
     async def _post_next_batch(self, post: Callable[[dict[str, Any]], Any]) -> None:
-        batch_ms = batches(self.status["outbox"])[0]
-        ids = {m["id"] for m in batch_ms}
+        """Post the head of the outbox (bisecting around measurements the dashboard refuses) and settle what it
+        acknowledged or refused; a 413 halves the batch size for the next attempts."""
+        ms = list(self.status["outbox"][:self._batch_size])
+        outcome = Outcome()
         try:
-            await post(self._batch(batch_ms))
-        except BatchRejected as e:
-            self.status["rejected"] = self.status.get("rejected", 0) + len(ids)
-            self.status["deliveryError"] = str(e)[:1000]
-            self._event("Warning", "DeliveryRejected", f"Dashboard rejected {len(ids)} measurements: {e}"[:1000])
-        else:
-            self.status["delivered"] = self.status.get("delivered", 0) + len(ids)
-            self.status.pop("deliveryError", None)
+            await post_bisecting(post, self._batch, ms, outcome)
+        except BatchTooLarge as e:
+            if len(ms) == 1:
+                raise DeliveryFailed(f"{e} (a single measurement)") from e
+            self._batch_size = max(1, len(ms) // 2)
+            log.warning("Dashboard refused a batch of %d measurements of %s as too large; trying %d at a time",
+                        len(ms), self.run.run_name, self._batch_size)
+        finally:
+            if outcome:
+                await self._settle(outcome)
+
+    async def _settle(self, outcome: Outcome) -> None:
+        for m, reason in outcome.rejected:
+            metrics.REJECTED.labels(protocol=str(m.get("protocol"))).inc()
+            log.warning("Dashboard refused measurement %s of run %s: %s; set aside in status.rejected, the record: %s",
+                        describe(m), self.run.run_name, reason, json.dumps(m, separators=(",", ":")))
+        if outcome.rejected:
+            self._event("Warning", "MeasurementsRejected",
+                        f"Dashboard refused {len(outcome.rejected)} measurement(s), set aside in status.rejected: "
+                        + "; ".join(f"{describe(m)}: {r}" for m, r in outcome.rejected[:3])[:900])
         async with self._lock:
-            self.status["outbox"] = [m for m in self.status["outbox"] if m["id"] not in ids]
+            settle(self.status, outcome, now_iso())
             self._recount()
             if not self.status["outbox"]:
                 set_condition(self.status, "Delivered", True, "Acknowledged",
-                              f"{self.status['delivered']} measurements acknowledged by the dashboard")
+                              f"{self.status['delivered']} measurements acknowledged by the dashboard"
+                              + (f", {self.status['rejectedCount']} refused (status.rejected)"
+                                 if self.status.get("rejectedCount") else ""))
+            self.status.pop("deliveryError", None)
             await self._save(force=True)
 
     async def _flush_once(self) -> None:

@@ -52,14 +52,6 @@ def mesh(agent_factory, shared_token):
     return start
 
 
-@pytest.fixture(scope="module")
-def dashboard(postgres_server, tmp_path_factory):
-    d = LiveDashboard(postgres_server, tmp_path_factory.mktemp("dashboard"))
-    d.start()
-    yield d
-    d.stop()
-
-
 def stored(dashboard: LiveDashboard, run: RunInfo) -> list[dict]:
     return [m for m in dashboard.measurements() if m["run"] == run.run_uid]
 

@@ -4,8 +4,7 @@
 - `tick_benchmark`: the timer -> create the due TransferRun (deterministic name, owned by the benchmark, frozen
   spec; AlreadyExists after a restart is success), apply concurrencyPolicy, prune by history limits, summarise
   the last run (lastRun, Degraded).
-- `drive_run`: the TransferRun daemon -> the run executor with the TransferRun status as its store, then keeps
-  delivering the outbox with backoff until the dashboard has everything.
+TransferRuns are driven by rundriver.py.
 """
 
 from __future__ import annotations
@@ -13,16 +12,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from . import kube, schedule
-from .agents import AgentsClient
-from .config import Settings
-from .results import ResultsClient
-from .runs import TERMINAL, ExecutorOptions, RunExecutor, RunInfo, now_iso, set_condition
+from .rundriver import STOP_ANNOTATION
+from .runs import TERMINAL, set_condition
 from .spec import BenchmarkSpec, SpecError, parse_spec, to_dict
 
 log = logging.getLogger(__name__)
@@ -139,10 +136,12 @@ async def tick_benchmark(
                 event("Normal", "SkippedRun", f"Skipped the run due at {_iso(tick)}: "
                                               f"{others[0]['metadata']['name']} is still running (Forbid)")
             else:
-                for r in others:  # Replace
-                    await asyncio.to_thread(kube.custom().delete_namespaced_custom_object, kube.GROUP, kube.VERSION,
-                                            namespace, kube.RUNS, r["metadata"]["name"])
-                    event("Normal", "ReplacedRun", f"Deleted {r['metadata']['name']} to start {run_name} (Replace)")
+                for r in others:  # Replace: stop the old run, keep it (and its outbox) until pruned
+                    note = f"Replaced by {run_name} (concurrencyPolicy Replace)"
+                    await asyncio.to_thread(kube.custom().patch_namespaced_custom_object, kube.GROUP, kube.VERSION,
+                                            namespace, kube.RUNS, r["metadata"]["name"],
+                                            {"metadata": {"annotations": {STOP_ANNOTATION: note}}})
+                    event("Normal", "ReplacedRun", f"Stopped {r['metadata']['name']} to start {run_name} (Replace)")
                 manifest = build_run(run_name, name, spec, tick)
                 adopt(manifest)
                 try:
@@ -163,81 +162,3 @@ async def tick_benchmark(
             if e.status != 404:
                 raise
     return patch
-
-
-async def _frozen_spec(namespace: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """The spec to run: spec.benchmark, else the one frozen in status, else the referenced benchmark's now."""
-    spec = body.get("spec") or {}
-    if spec.get("benchmark") is not None:
-        return spec["benchmark"], "spec.benchmark"
-    frozen = (body.get("status") or {}).get("benchmarkSpec")
-    if frozen is not None:
-        return frozen, "status.benchmarkSpec"
-    ref = (spec.get("benchmarkRef") or {}).get("name")
-    if not ref:
-        raise SpecError("spec.benchmarkRef.name", "required when spec.benchmark is absent")
-    try:
-        tb: Any = await asyncio.to_thread(kube.custom().get_namespaced_custom_object, kube.GROUP, kube.VERSION,
-                                          namespace, kube.BENCHMARKS, ref)
-    except ApiException as e:
-        raise SpecError("spec.benchmarkRef.name", f"TransferBenchmark {namespace}/{ref}: {e.reason}") from None
-    return dict(tb.get("spec") or {}), "benchmarkRef"
-
-
-async def drive_run(
-    name: str, namespace: str, uid: str, body: Mapping[str, Any], settings: Settings,
-    event: Callable[[str, str, str], None], stopped: Any,
-) -> None:
-    """The TransferRun daemon: execute (or resume) the run, then deliver until the outbox is empty."""
-    status = dict(body.get("status") or {})
-    if status.get("phase") in TERMINAL and not status.get("outbox"):
-        return
-    try:
-        raw, where = await _frozen_spec(namespace, body)
-        spec = parse_spec(raw, "spec.benchmark" if where == "spec.benchmark" else "spec")
-    except SpecError as e:
-        store = kube.KubeStatusStore(namespace, name)
-        failed = {"phase": "Failed", "message": str(e), "completionTime": now_iso(), **_conditions(status)}
-        set_condition(failed, "Failed", True, "InvalidSpec", str(e))
-        set_condition(failed, "Succeeded", False, "InvalidSpec", str(e))
-        await store.save(failed)
-        event("Warning", "InvalidSpec", f"TransferRun {name} cannot run: {e}")
-        return
-    store = kube.KubeStatusStore(namespace, name, extra={"benchmarkSpec": to_dict(spec)})
-    bench = ((body.get("spec") or {}).get("benchmarkRef") or {}).get("name") or name
-    refs = body["metadata"].get("ownerReferences") or []
-    owner: Mapping[str, Any] = next((o for o in refs if o.get("kind") == "TransferBenchmark"), {})
-    info = RunInfo(benchmark_namespace=namespace, benchmark_name=bench, run_name=name, run_uid=uid,
-                   benchmark_uid=owner.get("uid"), scheduled_at=(body.get("spec") or {}).get("scheduledTime"))
-    directory = kube.KubeAgentDirectory(
-        settings.agent_namespace or namespace,
-        kube.selector_string(spec.agent_selector) if spec.agent_selector else settings.agent_selector,
-        spec.node_selector,
-    )
-    results: ResultsClient | None = None
-    if spec.results:
-        token = None
-        source = None
-        if (ref := spec.results.token_secret) is not None:
-            def source() -> Awaitable[str | None]:  # re-read after a 401 and after a failed attempt
-                return kube.read_secret_key(namespace, ref.name, ref.key)
-            try:
-                token = await source()
-            except LookupError as e:
-                event("Warning", "ResultsTokenMissing", f"{e}: measurements stay in the status until it exists")
-        results = ResultsClient(spec.results.url, token, token_source=source)
-    options = ExecutorOptions(poll_interval=settings.poll_interval, unreachable_grace=settings.unreachable_grace,
-                              delivery_max_seconds=settings.delivery_max_seconds)
-    try:
-        async with AgentsClient(settings.agent_token(), settings.ca()) as agents_client:
-            ex = RunExecutor(spec, info, directory, agents_client, results, store, options=options, on_event=event)
-            await ex.execute()
-            delay = 5.0
-            while ex.status.get("outbox") and results is not None and not stopped:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 300.0)
-                if not await ex.deliver(settings.delivery_max_seconds):
-                    event("Normal", "Delivered", f"Delivered every measurement of {name} to the dashboard")
-    finally:
-        if results is not None:
-            await results.aclose()

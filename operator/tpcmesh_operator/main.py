@@ -13,6 +13,7 @@ from prometheus_client import start_http_server
 from . import (
     certs,  # noqa: F401  (registers the CSR approver/signer handlers)
     controller,
+    rundriver,
 )
 from .config import Settings
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
@@ -101,10 +102,24 @@ async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kop
     patch.status.update(out)
 
 
-@kopf.daemon(GROUP, VERSION, RUNS, cancellation_timeout=10.0)  # type: ignore[arg-type]
-async def run_daemon(body: kopf.Body, name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped,
-                     **_: Any) -> None:
+def _run_events(body: kopf.Body) -> rundriver.EventFn:
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1000])
+    return event
 
-    await controller.drive_run(name, namespace, uid, dict(body), Settings.from_env(), event, stopped)
+
+# On deletion the daemon gets a minute to cancel its tests and book them before kopf cancels it.
+@kopf.daemon(GROUP, VERSION, RUNS, cancellation_backoff=60.0, cancellation_timeout=10.0)  # type: ignore[arg-type]
+async def run_daemon(body: kopf.Body, name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped,
+                     **_: Any) -> None:
+    def deleted() -> bool:
+        return bool(stopped.reason and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason)
+
+    await rundriver.drive_run(name, namespace, uid, body, Settings.from_env(), _run_events(body),
+                              rundriver.Stopped(stopped, deleted))
+
+
+# No finalizer of its own: a run with an outbox has a daemon, whose finalizer kopf keeps until this is done too.
+@kopf.on.delete(GROUP, VERSION, RUNS, optional=True)  # type: ignore[arg-type]
+async def run_deleted(body: kopf.Body, name: str, namespace: str, uid: str, **_: Any) -> None:
+    await rundriver.deliver_deleted_run(name, namespace, uid, body, Settings.from_env(), _run_events(body))

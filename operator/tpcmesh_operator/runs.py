@@ -17,13 +17,16 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
     )
     status = await executor.execute()   # plan, prepare file sets, probe RTT, run rounds, deliver; returns the status
     left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
+    executor.request_stop(reason, message)   # (from another task) cancel running tests, book them, finish as Failed
+    await executor.load()   # without execute(): the stored status, for a delivery-only executor
 
 The status dict is the whole state (JSON, camelCase keys, stored as the TransferRun status): `phase`, `agents`
 (frozen at the start so a resumed run plans the same rounds), `planned`, `done`, `succeeded`, `failed` (integer
 counts), `currentRound` (every test of the rounds before it is finished), `totalRounds`, `tests` (key -> {status, id,
 gbps, error} for the finished tests of the current round only), `recentFailures` (the latest failed tests with their
 reasons, for people), `rttMs` (each pair's median RTT, a row per source agent, for the measurements that follow),
-`filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected`, `conditions`, times.
+`filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected` (the latest measurements the
+dashboard refused, with its reason; outbox.py) and `rejectedCount`, `conditions`, times.
 SIZE: nothing grows with the finished tests but the counts; `agents` is O(N), `rttMs` ~7 bytes a pair (~70 kB for
 100 agents), the outbox O(measurements the dashboard has not acknowledged); see test_operator_run_status.py.
 RESUME: a new executor on the same store starts at `currentRound`, skips the tests of that round already in `tests`,
@@ -58,6 +61,7 @@ log = logging.getLogger(__name__)
 
 TEST_ID_NAMESPACE = uuid.UUID("6f0c7a52-4c8e-4d0e-9a51-0d6a2b1f3c11")
 TERMINAL = ("Succeeded", "Failed")
+FINAL = ("succeeded", "failed", "cancelled")  # an agent's test that has its record
 _MEASUREMENT_FIELDS = (
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "started_at", "finished_at",
@@ -81,7 +85,7 @@ class AgentsAPI(Protocol):
     async def prepare_fileset(self, agent: Agent, request: Mapping[str, Any], timeout: float = ...) -> dict: ...
     async def start_transfer(self, agent: Agent, request: Mapping[str, Any]) -> dict: ...
     async def get_transfer(self, agent: Agent, test_id: str) -> dict: ...
-    async def cancel_transfer(self, agent: Agent, test_id: str) -> None: ...
+    async def cancel_transfer(self, agent: Agent, test_id: str) -> dict | None: ...
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict: ...
 
 
@@ -200,12 +204,14 @@ def measurement_from_record(
 
 
 def failed_measurement(
-    mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None
+    mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None,
+    status: str = "failed",
 ) -> dict[str, Any]:
-    """A test that produced no agent record (agent vanished, unreachable, file set missing): a failed row."""
+    """A test that produced no agent record (agent vanished, unreachable, file set missing, cancelled before the
+    agent had one): a failed (or cancelled) row."""
     m: dict[str, Any] = {
         "id": mid, "source": test.source, "destination": test.destination, "protocol": test.setting.protocol,
-        "streams": test.setting.streams, "status": "failed", "error": error,
+        "streams": test.setting.streams, "status": status, "error": error,
         "started_at": started_at, "finished_at": now_iso(),
     }
     if test.setting.protocol != RTT:
@@ -370,6 +376,8 @@ class RunExecutor:
         self._flush_after = 0.0  # during the run, after a failed delivery, wait (backoff) before trying again
         self._flush_backoff = 5.0
         self._batch_size = MAX_BATCH
+        self._stopping = asyncio.Event()
+        self._stop_reason = ("", "")
 
     @property
     def _names(self) -> tuple[str, ...]:
@@ -385,6 +393,25 @@ class RunExecutor:
             self._frozen = {a["node"]: Agent.from_dict(a) for a in self.status["agents"]}
         migrate(self.status)
         return self.status
+
+    def request_stop(self, reason: str, message: str) -> None:
+        """Stop the run (it was replaced or deleted): no new test starts, the running ones are cancelled on their
+        agents and booked with what the agents measured, and the run finishes as Failed with `reason`.
+        `execute()` returns once that is saved; the outbox is kept for `deliver()`."""
+        if not self._stopping.is_set():
+            self._stop_reason = (reason, message)
+            self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake up at once when the run is stopped."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            pass
 
     async def execute(self) -> dict[str, Any]:
         st = await self.load()
@@ -418,6 +445,8 @@ class RunExecutor:
                         await self._record_failure(t, test_id(self.run.run_uid, t.key, 0), reason, now_iso())
         await self._prepare_filesets()
         for i in range(int(st.get("currentRound", 0)), p.num_rounds):
+            if self.stopping:
+                break
             st["currentRound"] = i
             self._current = {a.node: a for a in await self._directory_safe()}
             pending = [t for t in p.round(i) if t.key not in st["tests"]]
@@ -429,6 +458,8 @@ class RunExecutor:
             self._progress()
             await self._flush_once()
         metrics.RUN_DURATION.observe(time.monotonic() - t0)
+        if self.stopping:
+            return await self._finish(*self._stop_reason)
         return await self._finish(None, "")
 
     async def deliver(self, max_seconds: float) -> int:
@@ -465,6 +496,7 @@ class RunExecutor:
             message = f"{st['succeeded']} of {st['planned']} tests succeeded, {st['failed']} failed"
         else:
             ok = False
+            message = f"{message}: {st['done']} of {st['planned']} tests done"
         st["phase"] = "Succeeded" if ok else "Failed"
         st["completionTime"] = now_iso()
         st["message"] = message
@@ -498,10 +530,18 @@ class RunExecutor:
                                                         f"{e.message}")
 
         if todo:
-            await asyncio.gather(*(one(a) for a in todo))
+            work: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(one(a) for a in todo)))
+            stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not work.done():  # stopped while the agents write their files: they finish them on their own
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
             await self._save(force=True)
 
     async def _run_test(self, test: Test) -> None:
+        if self.stopping:
+            return
         started = now_iso()
         key = test.key
         rtt = get_rtt(self.status, self._names, test.source, test.destination)
@@ -540,14 +580,14 @@ class RunExecutor:
             record, error, final = await self._transfer(test, src, dst, tid)
             if record is not None and record.get("status") == "succeeded":
                 break
-            if final:
+            if final or self.stopping:
                 break
             if attempt < self.spec.retries:
                 self._event("Normal", "Retrying", f"Retrying {key} (attempt {attempt + 2}): {error}")
         if record is not None:
             await self._record(test, measurement_from_record(record, test.source, test.destination, rtt))
         else:
-            await self._record_failure(test, tid, error, started, rtt)
+            await self._record_failure(test, tid, error, started, rtt, "cancelled" if self.stopping else "failed")
 
     async def _transfer(self, test: Test, src: Agent, dst: Agent, tid: str) -> tuple[dict | None, str, bool]:
         """One attempt. Returns (final record or None, error, final: no point retrying)."""
@@ -564,6 +604,10 @@ class RunExecutor:
         started = False
         try:
             while True:
+                if self.stopping:
+                    message = f"cancelled: {self._stop_reason[1]}"
+                    rec = await self._cancel(dst, tid) if started else None
+                    return (rec if rec and rec.get("status") in FINAL else None), message, True
                 if time.monotonic() > deadline:
                     await self._cancel(dst, tid)
                     return None, f"timed out after {self.spec.timeout_seconds} s", False
@@ -575,7 +619,7 @@ class RunExecutor:
                         rec = await self.agents_client.get_transfer(dst, tid)
                     unreachable_since = None
                 except AgentBusy:
-                    await asyncio.sleep(o.poll_interval)
+                    await self._pause(o.poll_interval)
                     continue
                 except AgentRejected as e:
                     if started and e.status == 404:
@@ -589,28 +633,30 @@ class RunExecutor:
                         if dst.node not in live:
                             return None, f"agent {dst.node} vanished during the test", True
                         return None, f"agent {dst.node} unreachable for {o.unreachable_grace:g} s: {e.message}", True
-                    await asyncio.sleep(o.poll_interval)
+                    await self._pause(o.poll_interval)
                     continue
-                if rec.get("status") in ("succeeded", "failed", "cancelled"):
+                if rec.get("status") in FINAL:
                     return rec, rec.get("error") or "", False
                 gbps = (rec.get("progress") or {}).get("gbps")
                 self._live[test.key] = float(gbps or 0.0)
                 self._progress()
-                await asyncio.sleep(o.poll_interval)
+                await self._pause(o.poll_interval)
         finally:
             self._live.pop(test.key, None)
 
-    async def _cancel(self, agent: Agent, tid: str) -> None:
+    async def _cancel(self, agent: Agent, tid: str) -> dict | None:
+        """DELETE the test on its agent; the agent's final record of it, if it answered with one."""
         try:
-            await self.agents_client.cancel_transfer(agent, tid)
-        except AgentUnavailable:
-            pass
+            return await self.agents_client.cancel_transfer(agent, tid)
+        except AgentUnavailable as e:
+            log.warning("Cancelling test %s on %s failed: %s", tid, agent.node, e.message)
+            return None
 
     # -- bookkeeping
 
     async def _record_failure(self, test: Test, tid: str, error: str, started: str,
-                              rtt: Mapping[str, Any] | None = None) -> None:
-        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt))
+                              rtt: Mapping[str, Any] | None = None, status: str = "failed") -> None:
+        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt, status))
 
     async def _record(self, test: Test, m: dict[str, Any]) -> None:
         async with self._lock:
@@ -732,6 +778,17 @@ class RunExecutor:
         self.status["deliveryError"] = str(e)[:1000]
         set_condition(self.status, "Delivered", False, "DashboardUnavailable", f"{n} measurements waiting: {e}"[:1000])
         log.warning("Delivery of %d measurements failed, keeping them: %s", n, e)
+
+    def report_undelivered(self, why: str) -> None:
+        """The outbox is about to be lost (`why`): every measurement in it is logged in full at WARNING, and an
+        Event says how many."""
+        waiting = self.status.get("outbox") or []
+        for m in waiting:
+            log.warning("Measurement %s of run %s was not delivered (%s); the record: %s", describe(m),
+                        self.run.run_name, why, json.dumps(m, separators=(",", ":")))
+        if waiting:
+            self._event("Warning", "Undelivered", f"{len(waiting)} measurement(s) of {self.run.run_name} were not "
+                                                  f"delivered ({why}); the operator's log holds each record")
 
     # -- reporting
 

@@ -240,3 +240,34 @@ async def test_timeouts_fail_the_test_after_the_retries(mesh, shared_token, tpcm
     assert len(st["recentFailures"]) == 2
     for t in [*st["outbox"], *st["recentFailures"]]:
         assert t["error"], t
+
+
+async def test_a_stopped_run_cancels_its_running_test_and_keeps_what_it_measured(mesh, shared_token,
+                                                                                  tpcmesh_pki) -> None:
+    # 500 kB/s per connection, 2 x 4 MB: a test takes ~8 s, the stop lands in the first one
+    handles, agents = mesh(2, builtin_max_rate=500_000)
+    spec = {**SPEC, "latency": False, "fileSet": {"count": 2, "size": "4MB"}}
+    running = asyncio.Event()
+    events: list = []
+
+    def on_progress(p) -> None:
+        if p.running and p.gbps > 0:
+            running.set()
+
+    async with CountingClient(shared_token[0], tpcmesh_pki.ca_file) as ac:
+        ex = executor(spec, agents, ac, None, MemoryStatusStore(), on_progress=on_progress,
+                      on_event=lambda *e: events.append(e))
+        task = asyncio.create_task(ex.execute())
+        await asyncio.wait_for(running.wait(), 30)
+        ex.request_stop("StopRequested", "Replaced by it-bench-2")
+        st = await asyncio.wait_for(task, 30)
+    assert st["phase"] == "Failed" and (st["planned"], st["done"]) == (2, 1)  # the second test never started
+    assert len(ac.started) == 1
+    cond = {c["type"]: c for c in st["conditions"]}["Failed"]
+    assert cond["reason"] == "StopRequested" and "Replaced by it-bench-2: 1 of 2 tests done" in cond["message"]
+    (m,) = st["outbox"]
+    assert m["id"] in ac.started and m["status"] == "cancelled"
+    assert "cancelled by request after" in m["error"] and m["total_bytes"] is not None  # the agent's own record
+    logs = "\n".join(h.log() for h in handles)
+    assert f"Started transfer {m['id']}" in logs
+    assert any(e[1] == "StopRequested" for e in events)

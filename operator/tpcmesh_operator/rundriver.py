@@ -150,7 +150,8 @@ async def drive_run(name: str, namespace: str, uid: str, body: Mapping[str, Any]
         spec.node_selector,
     )
     options = ExecutorOptions(poll_interval=settings.poll_interval, unreachable_grace=settings.unreachable_grace,
-                              delivery_max_seconds=settings.delivery_max_seconds)
+                              delivery_max_seconds=settings.delivery_max_seconds,
+                              status_budget_bytes=settings.status_budget_bytes)
     handover: asyncio.Future[RunExecutor | None] = asyncio.get_running_loop().create_future()
     _driving[uid] = handover
     try:

@@ -28,7 +28,10 @@ reasons, for people), `rttMs` (each pair's median RTT, a row per source agent, f
 `filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected` (the latest measurements the
 dashboard refused, with its reason; outbox.py) and `rejectedCount`, `conditions`, times.
 SIZE: nothing grows with the finished tests but the counts; `agents` is O(N), `rttMs` ~7 bytes a pair (~70 kB for
-100 agents), the outbox O(measurements the dashboard has not acknowledged); see test_operator_run_status.py.
+100 agents), the outbox O(measurements the dashboard has not acknowledged); see test_operator_run_status.py. The
+status is one Kubernetes object: a test starts only when its measurement fits in `status_budget_bytes` next to what
+waits (`Room`); otherwise tests wait, with the DeliveryBacklog condition, while the outbox is delivered (a resumed
+run delivers first). See test_operator_status_budget.py.
 RESUME: a new executor on the same store starts at `currentRound`, skips the tests of that round already in `tests`,
 and re-posts running ones with the same test_id (the agent answers 200 with the same record), so no finished pair is
 redone and no test runs twice.
@@ -39,12 +42,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import functools
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -157,6 +161,10 @@ class ExecutorOptions:
     fileset_timeout: float = 3600.0
     delivery_max_seconds: float = 60.0  # backoff budget at the end of execute(); the rest waits for deliver()
     save_every: float = 0.0  # min seconds between status saves while tests finish (0: after every test)
+    # The status is one Kubernetes object (etcd refuses ~1.5 MiB; kube.compact trims from 1 MB): no new test starts
+    # while its measurement might not fit next to what waits for the dashboard (DeliveryBacklog).
+    status_budget_bytes: int = 800_000
+    backlog_retry_seconds: float = 30.0  # each delivery attempt while new tests wait for room
 
 
 @dataclass
@@ -327,6 +335,55 @@ def migrate_status(status: dict[str, Any], agents: Sequence[str]) -> None:
         status.setdefault(k, 0)
 
 
+def min_test_bytes(spec: BenchmarkSpec) -> int:
+    """What one test adds to the status at least: its measurement (with a row per file) and its `tests` entry."""
+    files = spec.file_set.count if spec.file_set.count is not None else 10  # a dataset has up to 10 files
+    return 1000 + 200 * files
+
+
+class Room:
+    """Bytes of the status: what it holds (`measure`, `booked`), what the tests in flight will add (`reserve`,
+    `release`), against the budget. Pure bookkeeping, no I/O."""
+
+    def __init__(self, budget: int, min_test: int) -> None:
+        self.budget = budget
+        self.min_test = min_test
+        self.base_bytes = 0  # the status without its outbox
+        self.outbox_bytes = 0
+        self.outbox_items = 0
+        self.reserved = 0
+        self.largest = 0  # the largest measurement seen
+
+    def measure(self, status: Mapping[str, Any], outbox: bool = True) -> None:
+        """Measure the status (without the outbox when `outbox` is False: it is counted as it grows)."""
+        self.base_bytes = status_size_bytes({k: v for k, v in status.items() if k != "outbox"})
+        if outbox:
+            sizes = [status_size_bytes(m) + 1 for m in status.get("outbox") or []]
+            self.outbox_bytes, self.outbox_items = sum(sizes), len(sizes)
+            self.largest = max([self.largest, *sizes])
+
+    def booked(self, m: Mapping[str, Any]) -> None:
+        size = status_size_bytes(m) + 1
+        self.outbox_bytes += size
+        self.outbox_items += 1
+        self.base_bytes += 300  # its `tests` entry (and maybe a recentFailures one); measured again each round
+        self.largest = max(self.largest, size)
+
+    def need(self) -> int:
+        return max(self.min_test, self.largest + 300)
+
+    def reserve(self, need: int) -> bool:
+        """Room for one more test? With nothing waiting and nothing in flight there always is (a run must move)."""
+        if self.base_bytes + self.outbox_bytes + self.reserved + need > self.budget and (
+                self.outbox_items or self.reserved):
+            return False
+        self.reserved += need
+        return True
+
+    def release(self, need: int) -> None:
+        self.reserved -= need
+
+
 def set_condition(status: dict[str, Any], type_: str, value: bool, reason: str, message: str = "") -> None:
     conds = status.setdefault("conditions", [])
     for c in conds:
@@ -378,6 +435,7 @@ class RunExecutor:
         self._batch_size = MAX_BATCH
         self._stopping = asyncio.Event()
         self._stop_reason = ("", "")
+        self._room = Room(self.options.status_budget_bytes, min_test_bytes(spec))
 
     @property
     def _names(self) -> tuple[str, ...]:
@@ -392,6 +450,7 @@ class RunExecutor:
         if "agents" in self.status:
             self._frozen = {a["node"]: Agent.from_dict(a) for a in self.status["agents"]}
         migrate(self.status)
+        self._room.measure(self.status)
         return self.status
 
     def request_stop(self, reason: str, message: str) -> None:
@@ -437,21 +496,25 @@ class RunExecutor:
         if len(self._frozen) < 2 and not p.skipped:
             return await self._finish("NotEnoughAgents", f"{len(self._frozen)} Ready agent(s): a mesh needs two")
         t0 = time.monotonic()
+        if resumed:  # what waits for the dashboard first: a status near its size limit must not grow on resume
+            await self._flush_once()
         if int(st.get("currentRound", 0)) == 0:  # pairs left out are booked with round 0 (its keys say which)
             for s, d, reason in p.skipped:
                 for setting in p.settings:
                     t = Test(-1, setting, s, d)
                     if t.key not in st["tests"]:
-                        await self._record_failure(t, test_id(self.run.run_uid, t.key, 0), reason, now_iso())
+                        await self._with_room(functools.partial(
+                            self._record_failure, t, test_id(self.run.run_uid, t.key, 0), reason, now_iso()))
         await self._prepare_filesets()
         for i in range(int(st.get("currentRound", 0)), p.num_rounds):
             if self.stopping:
                 break
             st["currentRound"] = i
             self._current = {a.node: a for a in await self._directory_safe()}
+            self._room.measure(st, outbox=False)
             pending = [t for t in p.round(i) if t.key not in st["tests"]]
             if pending:
-                await asyncio.gather(*(self._run_test(t) for t in pending))
+                await asyncio.gather(*(self._with_room(functools.partial(self._run_test, t)) for t in pending))
             async with self._lock:
                 finish_round(st, i)
                 await self._save(force=True)
@@ -511,6 +574,49 @@ class RunExecutor:
         self._progress()
         await self.deliver(self.options.delivery_max_seconds)
         return self.status
+
+    async def _with_room(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run one test (`work()`) once there is room in the status for its measurement; while there is none, deliver.
+        Without a results endpoint nothing can make room: the run stops (OutboxFull) rather than lose anything."""
+        need = self._room.need()
+        while not self._room.reserve(need):
+            if self.stopping:
+                break
+            if self.results_client is None:
+                self.request_stop("OutboxFull", "the status holds as many measurements as it can and the run has no "
+                                                "results endpoint (spec.results) to deliver them to")
+                break
+            await self._backlog(True)
+            if self._flush_lock.locked():  # another test of the round is delivering
+                await self._pause(self.options.poll_interval)
+            else:
+                await self.deliver(self.options.backlog_retry_seconds)
+        if self.stopping:
+            return
+        await self._backlog(False)
+        try:
+            await work()
+        finally:
+            self._room.release(need)
+
+    async def _backlog(self, waiting: bool) -> None:
+        """The DeliveryBacklog condition: True while new tests wait for the dashboard to take measurements."""
+        now = next((c["status"] == "True" for c in self.status.get("conditions") or []
+                    if c["type"] == "DeliveryBacklog"), False)
+        if now == waiting:
+            return
+        async with self._lock:
+            n = len(self.status.get("outbox") or [])
+            if waiting:
+                msg = (f"{n} measurements ({self._room.outbox_bytes // 1000} kB) wait for the dashboard; new tests "
+                       f"start when it has taken them (status budget {self._room.budget // 1000} kB)")
+                set_condition(self.status, "DeliveryBacklog", True, "StatusFull", msg)
+                self._event("Warning", "DeliveryBacklog", f"Run {self.run.run_name}: {msg}")
+            else:
+                msg = f"{n} measurements wait for the dashboard"
+                set_condition(self.status, "DeliveryBacklog", False, "Flowing", msg)
+                self._event("Normal", "DeliveryResumed", f"Run {self.run.run_name}: new tests start again ({msg})")
+            await self._save(force=True)
 
     async def _prepare_filesets(self) -> None:
         if not any(p in TPC_PROTOCOLS for p in self.spec.protocols):
@@ -665,6 +771,7 @@ class RunExecutor:
             if not book_test(st, test.key, m):
                 log.warning("Test %s of %s was already booked; ignored a second result", test.key, self.run.run_name)
                 return
+            self._room.booked(m)
             self._recount()
             metrics.TESTS.labels(protocol=test.setting.protocol, status=m["status"]).inc()
             if gbps is not None and test.setting.protocol != RTT:
@@ -749,6 +856,7 @@ class RunExecutor:
                         + "; ".join(f"{describe(m)}: {r}" for m, r in outcome.rejected[:3])[:900])
         async with self._lock:
             settle(self.status, outcome, now_iso())
+            self._room.measure(self.status)
             self._recount()
             if not self.status["outbox"]:
                 set_condition(self.status, "Delivered", True, "Acknowledged",

@@ -1,0 +1,166 @@
+"""A 30-agent paper run (5 settings x 870 pairs) with the dashboard down: the run waits (DeliveryBacklog) instead
+of growing its status past what etcd stores, survives a restart at that point without booking more, and when the
+dashboard is back every measurement arrives exactly once.
+
+The agents answer in-process (every transfer finishes at once with a record shaped like theirs, checked against
+the contract); the results client is the real one, against a closed port (down) and then an in-process dashboard
+that acknowledges like the real one. Sizes are measured with the JSON encoding the API server stores."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import uuid
+from collections import Counter
+
+import httpx
+import jsonschema
+from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.results import ResultsClient
+from tpcmesh_operator.runs import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory, now_iso, status_size_bytes
+from tpcmesh_operator.spec import parse_spec
+
+from tests.support.paths import REPO
+
+PAPER = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [8, 1], "latency": True,
+                    "results": {"url": "http://dashboard.invalid"}})
+ETCD_LIMIT = 1_572_864  # etcd's default request limit (1.5 MiB)
+BUDGET = ExecutorOptions().status_budget_bytes
+SCHEMA = json.loads((REPO / "manifests/schemas/measurement.v1.schema.json").read_text())
+
+
+class InstantAgents:
+    """The five calls of the agents' control API, answered at once."""
+
+    async def prepare_fileset(self, agent, request, timeout=0.0) -> dict:
+        return {"name": "11x1000000000", "files": 11}
+
+    async def start_transfer(self, agent, request) -> dict:
+        t = now_iso()
+        files = [{"name": f"file-{i:04d}.dat", "size": 10**9, "bytes": 10**9, "started_at": t, "finished_at": t,
+                  "seconds": 1.21, "error": None, "checksum_ok": True} for i in range(11)]
+        return {"test_id": request["test_id"], "protocol": request["protocol"], "streams": request["streams"],
+                "concurrency": request["concurrency"], "status": "succeeded", "error": None,
+                "file_size": 10**9, "file_count": 11, "total_bytes": 11 * 10**9, "wall_seconds": 1.3,
+                "mean_transfer_seconds": 1.21, "throughput_gbps": 72.7, "aggregate_gbps": 67.7, "peak_gbps": 80.1,
+                "checksum": "ok", "destination_kind": "store", "started_at": t, "finished_at": t, "files": files}
+
+    async def get_transfer(self, agent, test_id) -> dict:
+        raise AssertionError("every transfer finished when it started")
+
+    async def cancel_transfer(self, agent, test_id) -> None:
+        return None
+
+    async def probe_rtt(self, agent, host, port, count) -> dict:
+        return {"min_ms": 11.9, "median_ms": 12.3, "max_ms": 14.0, "error": None}
+
+
+class EtcdSizedStore:
+    """Keeps the status as the API server stores it (compact JSON) and, like etcd, refuses one that is too large."""
+
+    def __init__(self) -> None:
+        self.encoded: str | None = None
+        self.largest = 0
+
+    async def load(self) -> dict | None:
+        return json.loads(self.encoded) if self.encoded else None
+
+    async def save(self, status: dict) -> None:
+        encoded = json.dumps(status, separators=(",", ":"))
+        size = len(encoded.encode())
+        assert size < ETCD_LIMIT, f"etcd: request is too large ({size} bytes)"
+        self.largest = max(self.largest, size)
+        self.encoded = encoded
+
+    @property
+    def status(self) -> dict:
+        return json.loads(self.encoded or "{}")
+
+
+class Dashboard:
+    """Acknowledges batches as the dashboard's ingest API does, counting every measurement it receives."""
+
+    def __init__(self) -> None:
+        self.received: Counter[str] = Counter()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        ms = json.loads(request.content)["measurements"]
+        new = [m["id"] for m in ms if m["id"] not in self.received]
+        self.received.update(m["id"] for m in ms)
+        return httpx.Response(200, json={"created": len(new), "duplicates": len(ms) - len(new), "ids": new})
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once it is closed
+
+
+def backlog(status: dict) -> str | None:
+    c = {c["type"]: c for c in status.get("conditions") or []}.get("DeliveryBacklog")
+    return c["status"] if c else None
+
+
+async def wait_for(what, fn, task: asyncio.Task | None = None, timeout: float = 60.0):
+    for _ in range(int(timeout / 0.02)):
+        if fn():
+            return
+        assert task is None or not task.done(), f"the run ended before {what}: {task.result()}"
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_30_agent_paper_run_waits_for_the_dashboard_instead_of_outgrowing_its_status() -> None:
+    mesh = [Agent(f"dtn-{i:02d}.site-{i % 5}.grid.example.org", f"10.0.{i // 250}.{i % 250}",
+                  labels={"tpcmesh.io/site": f"site-{i % 5}", "tpcmesh.io/nic-speed-gbps": "100",
+                          "kubernetes.io/hostname": f"dtn-{i:02d}"}) for i in range(30)]
+    info = RunInfo("default", "paper", "paper-1", str(uuid.uuid4()))
+    options = ExecutorOptions(poll_interval=0.01, delivery_max_seconds=0.05, backlog_retry_seconds=0.05)
+    store = EtcdSizedStore()
+    agents = InstantAgents()
+    jsonschema.Draft202012Validator({**SCHEMA, "$ref": "#/$defs/transferRecord"}).validate(
+        await agents.start_transfer(None, {"test_id": str(uuid.uuid4()), "protocol": "gridftp", "streams": 8,
+                                           "concurrency": 11}))
+
+    dashboard = Dashboard()
+    up = ResultsClient("http://dashboard.invalid", "token", transport=httpx.MockTransport(dashboard))
+    async with ResultsClient(f"http://127.0.0.1:{closed_port()}", "token") as down, up:
+        first = RunExecutor(PAPER, info, StaticDirectory(mesh), agents, down, store, options=options)
+        task = asyncio.create_task(first.execute())
+        await wait_for("the backlog", lambda: store.encoded and backlog(store.status) == "True", task)
+        paused = store.status
+        assert paused["planned"] == 5 * 30 * 29 and 0 < paused["done"] < paused["planned"]
+        assert len(paused["outbox"]) == paused["done"]  # nothing measured is lost, nothing delivered
+        assert BUDGET * 0.9 < status_size_bytes(paused) and store.largest <= BUDGET + 10_000
+        await asyncio.sleep(0.3)
+        assert store.status["done"] == paused["done"]  # no new test while the status is full
+        task.cancel()  # the operator restarts here
+        await asyncio.gather(task, return_exceptions=True)
+
+        second = RunExecutor(PAPER, info, StaticDirectory(mesh), agents, down, store, options=options)
+        task = asyncio.create_task(second.execute())
+        await asyncio.sleep(0.3)
+        resumed = store.status
+        assert resumed["done"] == paused["done"] and backlog(resumed) == "True"  # resumed, and still waiting
+        assert not task.done()
+
+        second.results_client = up  # the dashboard is back
+        st = await asyncio.wait_for(task, 120)
+    assert st["phase"] == "Succeeded" and st["done"] == st["succeeded"] == 5 * 30 * 29
+    assert st["outbox"] == [] and st["delivered"] == st["done"] and backlog(st) == "False"
+    assert len(dashboard.received) == st["done"] and set(dashboard.received.values()) == {1}  # each exactly once
+    assert store.largest <= BUDGET + 10_000 < ETCD_LIMIT
+
+
+async def test_without_a_results_endpoint_a_full_status_ends_the_run_and_keeps_what_it_measured() -> None:
+    mesh = [Agent(f"dtn-{i}", f"10.0.0.{i}") for i in range(4)]
+    store = EtcdSizedStore()
+    ex = RunExecutor(parse_spec({"protocols": ["gridftp"], "streams": [1]}),
+                     RunInfo("default", "small", "small-1", str(uuid.uuid4())), StaticDirectory(mesh),
+                     InstantAgents(), None, store, options=ExecutorOptions(status_budget_bytes=20_000))
+    st = await asyncio.wait_for(ex.execute(), 30)
+    failed = {c["type"]: c for c in st["conditions"]}["Failed"]
+    assert st["phase"] == "Failed" and failed["reason"] == "OutboxFull" and "spec.results" in failed["message"]
+    assert 0 < st["done"] < st["planned"] == 24 and len(st["outbox"]) == st["done"]
+    assert store.largest < 20_000 + 10_000

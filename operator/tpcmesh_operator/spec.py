@@ -29,6 +29,8 @@ DEFAULT_PROTOCOLS = ("xrootd-https", "gridftp")
 DEFAULT_TIMEOUT_SECONDS = 1800
 DEFAULT_RETRIES = 1
 DEFAULT_LATENCY_COUNT = 5
+# The grid's colours (the dashboard reads exactly these keys from the ingest batch's benchmark.thresholds).
+DEFAULT_THRESHOLDS: Mapping[str, float] = {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKMGT]i?B?|B)?\s*$")
 _UNITS = {
@@ -130,7 +132,7 @@ class BenchmarkSpec:
     destination: str = "store"
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     retries: int = DEFAULT_RETRIES
-    thresholds: Mapping[str, Any] = field(default_factory=dict)
+    thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
     successful_runs_history_limit: int = 3
@@ -150,7 +152,8 @@ def _get(d: Mapping[str, Any], key: str, path: str, types: type | tuple[type, ..
 
 def _tname(types: type | tuple[type, ...]) -> str:
     ts = types if isinstance(types, tuple) else (types,)
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "a boolean"}
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number",
+             bool: "a boolean"}
     return " or ".join(names.get(t, t.__name__) for t in ts)
 
 
@@ -170,6 +173,27 @@ def _labels(v: Any, path: str) -> dict[str, str]:
     if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(x, str) for k, x in labels.items()):
         raise SpecError(path, "expected matchLabels: a map of label names to string values")
     return dict(labels)
+
+
+def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
+    """{goodGbps, warnGbps, goodRttMs, warnRttMs}: numbers >= 0 (defaults for the missing ones), good >= warn for
+    throughput and good <= warn for RTT; the CRD checks the same."""
+    unknown = sorted(set(d) - set(DEFAULT_THRESHOLDS))
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(DEFAULT_THRESHOLDS)})")
+    out: dict[str, float] = {}
+    for key, default in DEFAULT_THRESHOLDS.items():
+        v = _get(d, key, path, (int, float), default)
+        if v < 0:
+            raise SpecError(f"{path}.{key}", f"must be 0 or more, got {v}")
+        out[key] = v
+    if out["goodGbps"] < out["warnGbps"]:
+        raise SpecError(f"{path}.goodGbps", f"must be at least {path}.warnGbps ({out['goodGbps']} < "
+                                            f"{out['warnGbps']})")
+    if out["goodRttMs"] > out["warnRttMs"]:
+        raise SpecError(f"{path}.goodRttMs", f"must be at most {path}.warnRttMs ({out['goodRttMs']} > "
+                                             f"{out['warnRttMs']})")
+    return out
 
 
 def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkSpec:
@@ -294,7 +318,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if policy not in CONCURRENCY_POLICIES:
         raise SpecError(f"{path}.concurrencyPolicy",
                         f"must be one of {', '.join(CONCURRENCY_POLICIES)}, got {policy!r}")
-    thresholds = _get(d, "thresholds", path, dict, {})
+    thresholds = _thresholds(_get(d, "thresholds", path, dict, {}), f"{path}.thresholds")
 
     return BenchmarkSpec(
         schedule=schedule,
@@ -311,7 +335,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         destination=destination,
         timeout_seconds=_int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400),
         retries=_int(d, "retries", path, DEFAULT_RETRIES, 0, 10),
-        thresholds=dict(thresholds),
+        thresholds=thresholds,
         results=results,
         concurrency_policy=policy,
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),

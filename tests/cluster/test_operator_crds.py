@@ -35,6 +35,7 @@ def test_defaults_are_applied(api) -> None:
     assert spec["protocols"] == ["xrootd-https", "gridftp"]
     assert spec["pairs"] == {"mode": "fullMesh", "direction": "both"}
     assert spec["concurrencyPolicy"] == "Forbid"
+    assert spec["thresholds"] == {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
     # and the short names / printer columns exist
     ext = client.ApiextensionsV1Api(api.api_client)
     crd = ext.read_custom_resource_definition("transferbenchmarks.tpcmesh.io")
@@ -60,6 +61,11 @@ BAD = [
     ({"results": {"url": "dashboard"}}, "spec.results.url must be an http(s) URL"),
     ({"concurrencyPolicy": "Allow"}, "spec.concurrencyPolicy"),
     ({"protocols": [], "latency": {"enabled": False}}, "spec.protocols: nothing to measure"),
+    ({"thresholds": {"goodGbps": 5, "warnGbps": 10}}, "spec.thresholds.goodGbps must be at least"),
+    ({"thresholds": {"goodGbps": 5}}, "spec.thresholds.goodGbps must be at least"),  # the default warnGbps is 10
+    ({"thresholds": {"goodRttMs": 100, "warnRttMs": 50}}, "spec.thresholds.goodRttMs must be at most"),
+    ({"thresholds": {"warnGbps": -1}}, "spec.thresholds.warnGbps: Invalid value: -1"),
+    ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs in body must be of type number"),
 ]
 
 

@@ -70,7 +70,7 @@ def test_failed_and_rtt_rows_validate() -> None:
 
 
 def test_ingest_batch_validates() -> None:
-    spec = parse_spec({"thresholds": {"good": 5}})
+    spec = parse_spec({"thresholds": {"goodGbps": 5, "warnGbps": 1}})
     agents = [Agent("a", "127.0.1.1", labels={"tpcmesh.io/site": "X", "tpcmesh.io/nic-speed-gbps": "100"}),
               Agent("b", "127.0.1.2")]
     ex = RunExecutor(spec, RunInfo("default", "bench", "bench-1", str(uuid.uuid4())), StaticDirectory(agents),
@@ -80,3 +80,4 @@ def test_ingest_batch_validates() -> None:
     batch = ex._batch([measurement_from_record(record(), "a", "b")])
     validator("ingestBatch").validate(batch)
     assert batch["nodes"][0]["site"] == "X" and batch["nodes"][0]["nic_speed_gbps"] == 100.0
+    assert batch["benchmark"]["thresholds"] == {"goodGbps": 5, "warnGbps": 1, "goodRttMs": 20, "warnRttMs": 80}

@@ -819,7 +819,7 @@ class RunExecutor:
             })
         return {
             "benchmark": {"namespace": r.benchmark_namespace, "name": r.benchmark_name, "uid": r.benchmark_uid,
-                          "spec": to_dict(self.spec), "thresholds": dict(self.spec.thresholds)},  # the spec's, as the dashboard reads them
+                          "spec": to_dict(self.spec), "thresholds": dict(self.spec.thresholds)},
             "run": {"uid": r.run_uid, "name": r.run_name, "scheduled_at": r.scheduled_at,
                     "started_at": st.get("startTime"), "finished_at": st.get("completionTime"),
                     "state": st.get("phase", "Running"),

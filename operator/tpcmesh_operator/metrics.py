@@ -16,6 +16,8 @@ LAST_THROUGHPUT = Gauge(
     "Latest measured throughput of a pair (the 003 paper's definition), bit/s",
     ["source", "destination", "protocol", "streams"],
 )
+LOOPBACK = Gauge("tpcmesh_operator_loopback_bits_per_second", "Latest loopback ceiling of a node (against itself)",
+                 ["node", "protocol"])
 LAST_RTT = Gauge("tpcmesh_operator_last_rtt_seconds", "Latest median RTT of a pair", ["source", "destination"])
 UNDELIVERED = Gauge("tpcmesh_operator_undelivered_measurements", "Measurements not yet acknowledged by the dashboard")
 

@@ -268,8 +268,16 @@ def initial_status(agents: Sequence[Agent]) -> dict[str, Any]:
     }
 
 
+def loopback_entry(m: Mapping[str, Any]) -> dict[str, Any]:
+    """A loopback test's result as it waits in the outbox: not a measurement (the dashboard keeps pairs of two
+    nodes) but the node's `loopback_gbps`, sent in the batch's `nodes` (RunExecutor._batch)."""
+    keep = ("id", "source", "destination", "protocol", "streams", "status", "error", "started_at", "finished_at")
+    return {"kind": "loopback", **{k: m.get(k) for k in keep}, "loopback_gbps": m.get("throughput_gbps")}
+
+
 def book_test(status: dict[str, Any], key: str, m: Mapping[str, Any]) -> bool:
-    """Book one finished test and queue its measurement (pure). False if the key is already booked this round."""
+    """Book one finished test and queue its measurement (pure). False if the key is already booked this round.
+    A loopback test (source = destination) queues its figure only if it succeeded (loopback_entry)."""
     tests = status.setdefault("tests", {})
     if key in tests:
         return False
@@ -284,8 +292,11 @@ def book_test(status: dict[str, Any], key: str, m: Mapping[str, Any]) -> bool:
         recent.append({"key": key, "id": m["id"], "status": m["status"], "error": error,
                        "finishedAt": m.get("finished_at")})
         del recent[:-MAX_RECENT_FAILURES]
-    status.setdefault("outbox", []).append(m)
-    status["undelivered"] = len(status["outbox"])
+    if m["source"] != m["destination"]:
+        status.setdefault("outbox", []).append(m)
+    elif m["status"] == "succeeded":
+        status.setdefault("outbox", []).append(loopback_entry(m))
+    status["undelivered"] = len(status.setdefault("outbox", []))
     return True
 
 
@@ -362,12 +373,14 @@ class Room:
             self.outbox_bytes, self.outbox_items = sum(sizes), len(sizes)
             self.largest = max([self.largest, *sizes])
 
-    def booked(self, m: Mapping[str, Any]) -> None:
-        size = status_size_bytes(m) + 1
-        self.outbox_bytes += size
-        self.outbox_items += 1
+    def booked(self, entry: Mapping[str, Any] | None) -> None:
+        """A test was booked; `entry` is what it added to the outbox (None: nothing, e.g. a failed loopback)."""
         self.base_bytes += 300  # its `tests` entry (and maybe a recentFailures one); measured again each round
-        self.largest = max(self.largest, size)
+        if entry is not None:
+            size = status_size_bytes(entry) + 1
+            self.outbox_bytes += size
+            self.outbox_items += 1
+            self.largest = max(self.largest, size)
 
     def need(self) -> int:
         return max(self.min_test, self.largest + 300)
@@ -619,7 +632,9 @@ class RunExecutor:
             await self._save(force=True)
 
     async def _prepare_filesets(self) -> None:
-        if not any(p in TPC_PROTOCOLS for p in self.spec.protocols):
+        lb = self.spec.loopback
+        if not any(p in TPC_PROTOCOLS for p in self.spec.protocols) and not (lb.enabled and lb.protocol in
+                                                                              TPC_PROTOCOLS):
             return
         st = self.status
         todo = [a for n, a in self._frozen.items() if st["filesets"].get(n) != "ready"]
@@ -703,7 +718,8 @@ class RunExecutor:
             "test_id": tid, "protocol": proto, "source": {"host": src.address, "port": src.port(proto)},
             "file_set": self.spec.file_set.request(), "concurrency": self.spec.concurrency,
             "streams": test.setting.streams, "timeout_seconds": self.spec.timeout_seconds,
-            "destination": self.spec.destination,
+            # an agent's own ceiling: its files are read and discarded, never written over themselves
+            "destination": "sink" if test.setting.loopback else self.spec.destination,
         }
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
         unreachable_since: float | None = None
@@ -768,13 +784,16 @@ class RunExecutor:
         async with self._lock:
             st = self.status
             gbps = m.get("throughput_gbps")
+            waiting = len(st.get("outbox") or [])
             if not book_test(st, test.key, m):
                 log.warning("Test %s of %s was already booked; ignored a second result", test.key, self.run.run_name)
                 return
-            self._room.booked(m)
+            self._room.booked(st["outbox"][-1] if len(st["outbox"]) > waiting else None)
             self._recount()
             metrics.TESTS.labels(protocol=test.setting.protocol, status=m["status"]).inc()
-            if gbps is not None and test.setting.protocol != RTT:
+            if gbps is not None and test.setting.loopback:
+                metrics.LOOPBACK.labels(test.source, test.setting.protocol).set(gbps * 1e9)
+            elif gbps is not None and test.setting.protocol != RTT:
                 metrics.LAST_THROUGHPUT.labels(test.source, test.destination, test.setting.protocol,
                                                str(test.setting.streams)).set(gbps * 1e9)
             if m["status"] != "succeeded":
@@ -807,16 +826,22 @@ class RunExecutor:
 
     # -- delivery
 
-    def _batch(self, measurements: list[Mapping[str, Any]]) -> dict[str, Any]:
+    def _batch(self, entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+        """The ingest batch for some outbox entries: measurements, and loopback figures on their nodes."""
         st, r = self.status, self.run
+        loopback = {e["source"]: e["loopback_gbps"] for e in entries if e.get("kind") == "loopback"}
+        measurements = [e for e in entries if e.get("kind") != "loopback"]
         nodes = []
         for a in self._frozen.values():
             nic = a.labels.get("tpcmesh.io/nic-speed-gbps")
-            nodes.append({
+            node = {
                 "name": a.node, "address": a.address, "labels": dict(a.labels),
                 "site": a.labels.get("tpcmesh.io/site") or a.labels.get("topology.kubernetes.io/zone"),
                 "nic_speed_gbps": float(nic) if nic and nic.replace(".", "", 1).isdigit() else None,
-            })
+            }
+            if a.node in loopback:
+                node["loopback_gbps"] = loopback[a.node]
+            nodes.append(node)
         return {
             "benchmark": {"namespace": r.benchmark_namespace, "name": r.benchmark_name, "uid": r.benchmark_uid,
                           "spec": to_dict(self.spec), "thresholds": dict(self.spec.thresholds)},

@@ -19,6 +19,7 @@ PAIR_MODES = ("fullMesh", "explicit", "groups")
 DIRECTIONS = ("both", "aToB", "bToA")
 CONCURRENCY_POLICIES = ("Forbid", "Replace")
 DESTINATIONS = ("store", "sink")
+LOOPBACK_PROTOCOLS = ("iperf3", "builtin")
 
 DEFAULT_SCHEDULE = "@every 12h"
 DEFAULT_STREAMS = (8, 1)
@@ -117,6 +118,14 @@ class Results:
 
 
 @dataclass(frozen=True)
+class Loopback:
+    """Each agent measured against itself (the grid's diagonal): iperf3 is cheap (10 s), builtin moves the files."""
+
+    enabled: bool = True
+    protocol: str = "iperf3"
+
+
+@dataclass(frozen=True)
 class BenchmarkSpec:
     schedule: str = DEFAULT_SCHEDULE
     suspend: bool = False
@@ -126,6 +135,7 @@ class BenchmarkSpec:
     protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
     latency: bool = True
     latency_count: int = DEFAULT_LATENCY_COUNT
+    loopback: Loopback = field(default_factory=Loopback)
     streams: tuple[int, ...] = DEFAULT_STREAMS
     concurrency: int = DEFAULT_CONCURRENCY
     file_set: FileSet = field(default_factory=FileSet)
@@ -204,7 +214,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if not isinstance(d, Mapping):
         raise SpecError(path, f"expected an object, got {d!r}")
     known = {
-        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "streams",
+        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "streams",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit",
     }
@@ -235,6 +245,16 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         raise SpecError(f"{path}.latency", f"expected a boolean or {{enabled, count}}, got {lat!r}")
     if not protocols and not latency:
         raise SpecError(f"{path}.protocols", "nothing to measure: no protocol and latency off")
+
+    lb = _get(d, "loopback", path, dict, {})
+    unknown_lb = sorted(set(lb) - {"enabled", "protocol"})
+    if unknown_lb:
+        raise SpecError(f"{path}.loopback.{unknown_lb[0]}", "unknown field (known: enabled, protocol)")
+    loopback = Loopback(_get(lb, "enabled", f"{path}.loopback", bool, True),
+                        _get(lb, "protocol", f"{path}.loopback", str, "iperf3"))
+    if loopback.protocol not in LOOPBACK_PROTOCOLS:
+        raise SpecError(f"{path}.loopback.protocol",
+                        f"must be one of {', '.join(LOOPBACK_PROTOCOLS)}, got {loopback.protocol!r}")
 
     streams = _get(d, "streams", path, list, list(DEFAULT_STREAMS))
     if not streams:
@@ -329,6 +349,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         protocols=tuple(protocols),
         latency=latency,
         latency_count=latency_count,
+        loopback=loopback,
         streams=tuple(streams),
         concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
         file_set=file_set,
@@ -351,6 +372,7 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "pairs": {"mode": s.pairs.mode, "direction": s.pairs.direction},
         "protocols": list(s.protocols),
         "latency": {"enabled": s.latency, "count": s.latency_count},
+        "loopback": {"enabled": s.loopback.enabled, "protocol": s.loopback.protocol},
         "streams": list(s.streams),
         "concurrency": s.concurrency,
         "fileSet": {"dataset": s.file_set.dataset} if s.file_set.dataset

@@ -36,6 +36,7 @@ def test_defaults_are_applied(api) -> None:
     assert spec["pairs"] == {"mode": "fullMesh", "direction": "both"}
     assert spec["concurrencyPolicy"] == "Forbid"
     assert spec["thresholds"] == {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
+    assert spec["loopback"] == {"enabled": True, "protocol": "iperf3"}
     # and the short names / printer columns exist
     ext = client.ApiextensionsV1Api(api.api_client)
     crd = ext.read_custom_resource_definition("transferbenchmarks.tpcmesh.io")
@@ -66,6 +67,7 @@ BAD = [
     ({"thresholds": {"goodRttMs": 100, "warnRttMs": 50}}, "spec.thresholds.goodRttMs must be at most"),
     ({"thresholds": {"warnGbps": -1}}, "spec.thresholds.warnGbps: Invalid value: -1"),
     ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs in body must be of type number"),
+    ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol: Unsupported value"),
 ]
 
 

@@ -27,7 +27,7 @@ from tests.support.live_dashboard import LiveDashboard
 pytestmark = pytest.mark.cluster
 SLOW = {"builtin_max_rate": 2_000_000}  # 2 MB/s per connection: a 2 x 2 MB test takes ~1-2 s
 SPEC = {"protocols": ["builtin"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "2MB"},
-        "latency": {"enabled": False}, "timeoutSeconds": 60, "retries": 0}
+        "latency": {"enabled": False}, "loopback": {"enabled": False}, "timeoutSeconds": 60, "retries": 0}
 
 
 @pytest.fixture

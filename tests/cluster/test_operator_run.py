@@ -3,6 +3,7 @@ operator_support.py) and the real dashboard."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from kubernetes import client
 
@@ -42,7 +43,8 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     objs = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     spec = {"schedule": "@every 1h", "protocols": ["builtin"], "streams": [1], "concurrency": 2,
-            "fileSet": {"count": 2, "size": "1MB"}, "latency": {"enabled": True, "count": 2}, "timeoutSeconds": 30,
+            "fileSet": {"count": 2, "size": "1MB"}, "latency": {"enabled": True, "count": 2},
+            "loopback": {"enabled": True, "protocol": "builtin"}, "timeoutSeconds": 30,
             "retries": 0, "successfulRunsHistoryLimit": 2,
             "results": {"url": dashboard.url, "tokenSecret": token_secret}}
     args = [*OPERATOR_ARGS, "--namespace", ns]
@@ -79,6 +81,7 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     assert runner.exception is None, runner.stdout
     assert runner.exit_code == 0
     rows = [m for m in dashboard.measurements() if m["run"] == run["metadata"]["uid"]]
+    dashboard_nodes = httpx.get(f"{dashboard.url}/api/v1/nodes/?limit=100", timeout=10).json()["results"]
     dashboard.stop()
 
     st = run["status"]
@@ -86,20 +89,22 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     assert run["metadata"]["ownerReferences"][0]["kind"] == "TransferBenchmark"
     assert run["spec"]["benchmark"]["protocols"] == ["builtin"]  # frozen copy
     assert st["phase"] == "Succeeded", st.get("message")
-    assert (st["planned"], st["succeeded"], st["failed"]) == (12, 12, 0)
-    assert st["progress"] == "12/12"
+    assert (st["planned"], st["succeeded"], st["failed"]) == (15, 15, 0)  # 3 loopback, 6 pairs x (rtt + builtin)
+    assert st["progress"] == "15/15"
     assert {a["node"] for a in st["agents"]} == nodes
     assert {a["address"] for a in st["agents"]} == {h.address for h in handles}
     # every measurement acknowledged by the real dashboard, stored once, under the Kubernetes node names
-    assert st["outbox"] == [] and st["undelivered"] == 0 and st["delivered"] == 12
+    assert st["outbox"] == [] and st["undelivered"] == 0 and st["delivered"] == 15
     assert len(rows) == 12 and len({r["id"] for r in rows}) == 12 and st["tests"] == {}
     assert {(m["source"], m["destination"]) for m in rows} == {(a, b) for a in nodes for b in nodes if a != b}
     assert len({r["benchmark"] for r in rows}) == 1
+    loopback = {n["name"]: n["loopback_gbps"] for n in dashboard_nodes}
+    assert all(loopback[n] > 0 for n in nodes)  # the grid's diagonal
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Succeeded"]["status"] == "True" and conds["Progressing"]["status"] == "False"
 
     ts = tb["status"]
-    assert ts["lastRun"]["succeeded"] == 12 and ts["lastRun"]["name"] == run["metadata"]["name"]
+    assert ts["lastRun"]["succeeded"] == 15 and ts["lastRun"]["name"] == run["metadata"]["name"]
     assert ts["nextRunTime"] and ts["lastScheduleTime"]
     tconds = {c["type"]: c for c in ts["conditions"]}
     assert tconds["Ready"]["status"] == "True" and tconds["Degraded"]["status"] == "False"
@@ -122,6 +127,7 @@ def test_operator_restarted_mid_run_resumes_without_redoing_pairs(control_plane,
     operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file)
     objs = client.CustomObjectsApi(api)
     spec = {"protocols": ["builtin"], "streams": [2, 1], "concurrency": 2, "latency": {"enabled": False},
+            "loopback": {"enabled": False},
             "fileSet": {"count": 2, "size": "4MB"}, "timeoutSeconds": 30, "retries": 0}
     objs.create_namespaced_custom_object(G, V, ns, "transferbenchmarks", {
         "apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "mesh"}, "spec": spec})

@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client import REGISTRY
 from tpcmesh_operator.agents import Agent, AgentsClient
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=5.0)
 SPEC = {"protocols": ["builtin"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "1MB"},
-        "latency": {"enabled": True, "count": 2}, "timeoutSeconds": 30, "retries": 0}
+        "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": False}, "timeoutSeconds": 30, "retries": 0}
 
 
 @pytest.fixture
@@ -271,3 +272,24 @@ async def test_a_stopped_run_cancels_its_running_test_and_keeps_what_it_measured
     logs = "\n".join(h.log() for h in handles)
     assert f"Started transfer {m['id']}" in logs
     assert any(e[1] == "StopRequested" for e in events)
+
+
+@pytest.mark.parametrize("protocol", ["builtin", "iperf3"])
+async def test_loopback_round_gives_each_node_its_own_ceiling(mesh, shared_token, tpcmesh_pki, dashboard,
+                                                              protocol) -> None:
+    handles, agents = mesh(3, protocols=("builtin", "iperf3"), run_user="nobody")
+    info = run_info()
+    spec = {**SPEC, "latency": {"enabled": False}, "loopback": {"enabled": True, "protocol": protocol},
+            "timeoutSeconds": 4}
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                      dashboard.token) as rc:
+        st = await executor(spec, agents, ac, rc, MemoryStatusStore(), run=info).execute()
+    assert st["phase"] == "Succeeded" and st["failed"] == 0, st.get("recentFailures")
+    assert (st["planned"], st["done"], st["totalRounds"]) == (3 + 6, 9, 1 + 6)
+    assert st["outbox"] == [] and st["delivered"] == 9
+    rows = stored(dashboard, info)
+    assert len(rows) == 6 and all(r["source"] != r["destination"] for r in rows)  # the pairs, as measurements
+    nodes = {n["name"]: n for n in httpx.get(f"{dashboard.url}/api/v1/nodes/?limit=100", timeout=10).json()["results"]}
+    for h in handles:
+        assert nodes[h.name]["loopback_gbps"] > 0, nodes[h.name]
+        assert f"from {h.address}:" in h.log()  # it pulled from itself

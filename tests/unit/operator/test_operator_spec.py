@@ -19,6 +19,7 @@ def test_defaults_are_the_papers() -> None:
     assert s.latency is True
     assert s.pairs.mode == "fullMesh"
     assert s.thresholds == {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
+    assert (s.loopback.enabled, s.loopback.protocol) == (True, "iperf3")
 
 
 @pytest.mark.parametrize("text,value", [
@@ -32,6 +33,7 @@ def test_sizes(text, value) -> None:
 def test_round_trip() -> None:
     raw = {"schedule": "0 */6 * * *", "protocols": ["builtin", "iperf3"], "streams": [4],
            "fileSet": {"count": 4, "size": "64MiB"}, "latency": {"enabled": True, "count": 3},
+           "loopback": {"enabled": True, "protocol": "builtin"},
            "pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "b"}]},
            "results": {"url": "http://dash:8000/", "tokenSecret": {"name": "tok"}}, "agentSelector": {
                "matchLabels": {"app": "agent"}}}
@@ -68,6 +70,10 @@ def test_round_trip() -> None:
     ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs"),
     ({"thresholds": {"goodGbps": True}}, "spec.thresholds.goodGbps"),
     ({"thresholds": {"good": 5}}, "spec.thresholds.good"),
+    ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol"),
+    ({"loopback": {"enabled": "yes"}}, "spec.loopback.enabled"),
+    ({"loopback": True}, "spec.loopback"),
+    ({"loopback": {"streams": 8}}, "spec.loopback.streams"),
 ])
 def test_errors_name_the_field(raw, field) -> None:
     with pytest.raises(SpecError) as e:

@@ -45,6 +45,23 @@ def _ensure_peering(name: str, namespaces: list[str], logger: logging.Logger) ->
                 raise
 
 
+def _check_crds(logger: logging.Logger) -> None:
+    """Our kinds must be served when we start: kopf does not watch for CRDs installed later (no scanning, so the
+    operator needs no cluster-wide rights on CRDs or namespaces). Failing here restarts the pod until they are."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        served = {r.name for r in client.CustomObjectsApi().get_api_resources(GROUP, VERSION).resources}
+    except ApiException as e:
+        served, why = set(), f"{e.status} {e.reason}"
+    missing = sorted({BENCHMARKS, RUNS} - served)
+    if missing:
+        raise kopf.PermanentError(f"{GROUP}/{VERSION} does not serve {', '.join(missing)}: install the CRDs "
+                                  f"(manifests/crds/) before the operator" + (f" ({why})" if not served else ""))
+    logger.info("Found the CRDs of %s/%s: %s, %s", GROUP, VERSION, BENCHMARKS, RUNS)
+
+
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
     """In-cluster, else $KUBECONFIG read now (not when the kubernetes package was imported)."""
@@ -73,6 +90,8 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any)
     settings.peering.name = SETTINGS.peering or "tpcmesh"
     settings.peering.standalone = not SETTINGS.peering
     settings.peering.mandatory = False
+    settings.scanning.disabled = True  # named namespaces, CRDs installed first: no cluster-wide observation
+    _check_crds(logger)
     if SETTINGS.peering:
         _ensure_peering(SETTINGS.peering, [n for n in SETTINGS.namespaces.split(",") if n], logger)
     if SETTINGS.metrics_port:

@@ -16,6 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .agents import DEFAULT_PORTS, Agent
+from .config import Settings
+from .spec import BenchmarkSpec
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,13 @@ class KubeAgentDirectory:
             out[node_name] = Agent(node=node_name, address=pod.status.pod_ip, ports=_ports(pod), labels=labels,
                                    name=pod.metadata.name)
         return list(out.values())
+
+
+def agent_directory(spec: BenchmarkSpec, namespace: str, settings: Settings) -> KubeAgentDirectory:
+    """Where a benchmark (in `namespace`) finds its agents: its selectors, else the operator's."""
+    return KubeAgentDirectory(settings.agent_namespace or namespace,
+                              selector_string(spec.agent_selector) if spec.agent_selector else settings.agent_selector,
+                              spec.node_selector)
 
 
 async def read_secret_key(namespace: str, name: str, key: str) -> str:

@@ -13,10 +13,12 @@ from prometheus_client import start_http_server
 from . import (
     certs,  # noqa: F401  (registers the CSR approver/signer handlers)
     controller,
+    kube,
     rundriver,
 )
 from .config import Settings
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
+from .spec import BenchmarkSpec
 
 SETTINGS = Settings.from_env()
 
@@ -116,8 +118,12 @@ async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kop
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
 
+    async def agents(spec: BenchmarkSpec) -> frozenset[str]:
+        found = await kube.agent_directory(spec, namespace, Settings.from_env()).agents()
+        return frozenset(a.node for a in found)
+
     out = await controller.tick_benchmark(name, namespace, dict(body), dt.datetime.now(dt.UTC),
-                                          lambda m: kopf.adopt(m, owner=body), event)
+                                          lambda m: kopf.adopt(m, owner=body), event, agents)
     patch.status.update(out)
 
 

@@ -144,11 +144,7 @@ async def drive_run(name: str, namespace: str, uid: str, body: Mapping[str, Any]
     if prepared is None:
         return
     spec, results = prepared.spec, prepared.results
-    directory = kube.KubeAgentDirectory(
-        settings.agent_namespace or namespace,
-        kube.selector_string(spec.agent_selector) if spec.agent_selector else settings.agent_selector,
-        spec.node_selector,
-    )
+    directory = kube.agent_directory(spec, namespace, settings)
     options = ExecutorOptions(poll_interval=settings.poll_interval, unreachable_grace=settings.unreachable_grace,
                               delivery_max_seconds=settings.delivery_max_seconds,
                               status_budget_bytes=settings.status_budget_bytes)

@@ -451,6 +451,10 @@ class RunExecutor:
         self._room = Room(self.options.status_budget_bytes, min_test_bytes(spec))
 
     @property
+    def _bench_key(self) -> str:
+        return f"{self.run.benchmark_namespace}/{self.run.benchmark_name}"
+
+    @property
     def _names(self) -> tuple[str, ...]:
         return self.plan.agents if self.plan else ()
 
@@ -508,7 +512,7 @@ class RunExecutor:
                     f"{len(self._frozen)} agents, {p.num_rounds} rounds")
         if len(self._frozen) < 2 and not p.skipped:
             return await self._finish("NotEnoughAgents", f"{len(self._frozen)} Ready agent(s): a mesh needs two")
-        t0 = time.monotonic()
+        metrics.mesh_changed(self._bench_key, p.agents)  # series of nodes that left the mesh go
         if resumed:  # what waits for the dashboard first: a status near its size limit must not grow on resume
             await self._flush_once()
         if int(st.get("currentRound", 0)) == 0:  # pairs left out are booked with round 0 (its keys say which)
@@ -533,7 +537,6 @@ class RunExecutor:
                 await self._save(force=True)
             self._progress()
             await self._flush_once()
-        metrics.RUN_DURATION.observe(time.monotonic() - t0)
         if self.stopping:
             return await self._finish(*self._stop_reason)
         return await self._finish(None, "")
@@ -580,6 +583,9 @@ class RunExecutor:
         set_condition(st, "Succeeded", ok, reason, message)
         set_condition(st, "Failed", not ok, reason, message)
         metrics.RUNS.labels(outcome=st["phase"].lower()).inc()
+        if st.get("startTime"):  # the whole run, also across operator restarts
+            started = dt.datetime.fromisoformat(st["startTime"].replace("Z", "+00:00"))
+            metrics.RUN_DURATION.observe((dt.datetime.now(dt.UTC) - started).total_seconds())
         metrics.PAIRS.labels(status="succeeded").set(st["succeeded"])
         metrics.PAIRS.labels(status="failed").set(st["failed"])
         await self._save(force=True)
@@ -682,7 +688,8 @@ class RunExecutor:
             m = rtt_measurement(tid, test, probe, started)
             if m["status"] == "succeeded":
                 put_rtt(self.status, self._names, test.source, test.destination, probe["median_ms"])
-                metrics.LAST_RTT.labels(test.source, test.destination).set((probe["median_ms"] or 0) / 1000)
+                metrics.set_series(metrics.LAST_RTT, (test.source, test.destination), (test.source, test.destination),
+                                   self._bench_key, (probe["median_ms"] or 0) / 1000)
             await self._record(test, m)
             return
         if test.setting.protocol in TPC_PROTOCOLS:
@@ -792,10 +799,12 @@ class RunExecutor:
             self._recount()
             metrics.TESTS.labels(protocol=test.setting.protocol, status=m["status"]).inc()
             if gbps is not None and test.setting.loopback:
-                metrics.LOOPBACK.labels(test.source, test.setting.protocol).set(gbps * 1e9)
+                metrics.set_series(metrics.LOOPBACK, (test.source, test.setting.protocol), (test.source,),
+                                   self._bench_key, gbps * 1e9)
             elif gbps is not None and test.setting.protocol != RTT:
-                metrics.LAST_THROUGHPUT.labels(test.source, test.destination, test.setting.protocol,
-                                               str(test.setting.streams)).set(gbps * 1e9)
+                metrics.set_series(metrics.LAST_THROUGHPUT, (test.source, test.destination, test.setting.protocol,
+                                                             str(test.setting.streams)),
+                                   (test.source, test.destination), self._bench_key, gbps * 1e9)
             if m["status"] != "succeeded":
                 self._event("Warning", "TestFailed", f"Test {test.key} failed: {m.get('error')}")
             await self._save()

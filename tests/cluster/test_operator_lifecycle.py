@@ -1,12 +1,13 @@
-"""A TransferRun's end of life with the operator (KopfRunner) on a real kube-apiserver, REAL agents and the REAL
-dashboard: deleted mid-run, deleted while the operator is down, replaced by concurrencyPolicy Replace. In every
-case each measurement an agent started reaches the dashboard."""
+"""A TransferRun's faults and end of life with the operator (KopfRunner) on a real kube-apiserver, REAL agents and
+the REAL dashboard: deleted mid-run, deleted while the operator is down, replaced by concurrencyPolicy Replace, the
+dashboard down mid-run while the operator restarts. In every case each measurement reaches the dashboard, once."""
 
 from __future__ import annotations
 
 import logging
 import re
 
+import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -162,3 +163,40 @@ def test_replace_stops_the_old_run_and_keeps_its_measurements(control_plane, age
     assert new["status"]["succeeded"] == 6
     # the old run stays (history) and its measurements are all in the dashboard; no run was deleted
     assert not gone(objs, ns, "mesh-old")
+
+
+def test_a_dashboard_outage_mid_run_with_an_operator_restart_delivers_every_measurement_once(
+        control_plane, agent_pods, tpcmesh_pki, monkeypatch, dashboard) -> None:
+    from kopf.testing import KopfRunner
+
+    ns = "op-outage"
+    api = control_plane.client()
+    apply_crds(api)
+    agent_pods(ns, 3, **SLOW)
+    spec = {**SPEC, "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": True, "protocol": "builtin"},
+            "results": {"url": dashboard.url, "tokenSecret": results_secret(api, ns, dashboard.token)}}
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, DELIVERY_MAX_SECONDS="1")
+    objs = client.CustomObjectsApi(api)
+    args = [*OPERATOR_ARGS, "--namespace", ns]
+    run = objs.create_namespaced_custom_object(G, V, ns, "transferruns", run_manifest("outage", {"benchmark": spec}))
+    with KopfRunner(args, timeout=120) as first:
+        wait_for("a first delivery", lambda: run_status(objs, ns, "outage").get("delivered", 0) >= 1, timeout=60,
+                 interval=0.1)
+        dashboard.stop()
+        down = wait_for("measurements waiting", lambda: len((s := run_status(objs, ns, "outage")).get("outbox") or [])
+                        >= 2 and s, timeout=60, interval=0.1)
+    assert first.exception is None, first.stdout  # the operator stops while the dashboard is down
+    with KopfRunner(args, timeout=120) as second:
+        wait_for("a test after the restart", lambda: run_status(objs, ns, "outage").get("done", 0) > down["done"],
+                 timeout=60, interval=0.1)
+        dashboard.start()
+        st = wait_for("every measurement delivered", lambda: (s := run_status(objs, ns, "outage")).get(
+            "phase") == "Succeeded" and not s.get("outbox") and s, timeout=120)
+    assert second.exception is None, second.stdout
+    assert (st["planned"], st["succeeded"], st["delivered"], st["rejectedCount"]) == (15, 15, 15, 0)
+    rows = [m for m in dashboard.measurements() if m["run"] == run["metadata"]["uid"]]
+    assert len(rows) == 12 and len({m["id"] for m in rows}) == 12  # 6 pairs x (rtt + builtin), each once
+    assert len({(m["source"], m["destination"], m["protocol"]) for m in rows}) == 12
+    assert all(m["status"] == "succeeded" for m in rows)
+    nodes = httpx.get(f"{dashboard.url}/api/v1/nodes/?limit=100", timeout=10).json()["results"]
+    assert sum(1 for n in nodes if n["name"].startswith("op-outage") and n["loopback_gbps"]) == 3

@@ -84,6 +84,10 @@ class KubeStatusStore:
 
     async def save(self, status: dict[str, Any]) -> None:
         body = json.loads(json.dumps(compact({**status, **self.extra})))
+        if body.get("compacted") and not (self._last or {}).get("compacted"):
+            log.warning("Status of TransferRun %s/%s is over %d bytes: the per-file details of its %d waiting "
+                        "measurements are left out of the status (their totals stay)", self.namespace, self.name,
+                        MAX_STATUS_BYTES, len(body.get("outbox") or []))
         if self._last is not None:
             body = {**{k: v for k, v in self._last.items() if k == "kopf"}, **body}
         ops = status_patch(self._last, body)

@@ -145,11 +145,13 @@ class AgentsClient:
     async def get_transfer(self, agent: Agent, test_id: str) -> dict[str, Any]:
         return await self._call(agent, "GET", f"/api/v1/transfers/{test_id}")
 
-    async def cancel_transfer(self, agent: Agent, test_id: str) -> None:
+    async def cancel_transfer(self, agent: Agent, test_id: str) -> dict[str, Any] | None:
+        """DELETE /api/v1/transfers/{id}: the agent stops the test and answers with its record (None: unknown)."""
         try:
-            await self._call(agent, "DELETE", f"/api/v1/transfers/{test_id}")
+            rec = await self._call(agent, "DELETE", f"/api/v1/transfers/{test_id}")
         except AgentRejected:
-            pass
+            return None
+        return rec if isinstance(rec, dict) else None
 
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict[str, Any]:
         return await self._call(agent, "POST", "/api/v1/probes/rtt", {"host": host, "port": port, "count": count})

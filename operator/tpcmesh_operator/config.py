@@ -22,6 +22,8 @@ class Settings:
     poll_interval: float = 2.0  # seconds between polls of a running test
     unreachable_grace: float = 30.0
     delivery_max_seconds: float = 60.0
+    deletion_delivery_seconds: float = 60.0  # a deleted run's last try to deliver its outbox
+    status_budget_bytes: int = 800_000  # a run's status; no new test starts while its measurement might not fit
     metrics_port: int = 8080  # 0: no metrics server
     metrics_address: str = "0.0.0.0"
     peering: str = "tpcmesh"  # kopf peering name (one active operator); empty: standalone

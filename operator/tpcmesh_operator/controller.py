@@ -1,11 +1,10 @@
 """What the kopf handlers do (main.py only registers them). Thin: parse, call the domain, write status.
 
 - `reconcile_benchmark`: TransferBenchmark create/update/resume -> observedGeneration, nextRunTime, Ready.
-- `tick_benchmark`: the timer -> create the due TransferRun (deterministic name, owned by the benchmark, frozen
-  spec; AlreadyExists after a restart is success), apply concurrencyPolicy, prune by history limits, summarise
-  the last run (lastRun, Degraded).
-- `drive_run`: the TransferRun daemon -> the run executor with the TransferRun status as its store, then keeps
-  delivering the outbox with backoff until the dashboard has everything.
+- `tick_benchmark`: the timer -> `plan_tick` (pure: the due TransferRun with a deterministic name and a frozen spec,
+  concurrencyPolicy against the benchmark's own runs and any other run on its agents, history limits, the last run's
+  summary: lastRun, Degraded), then its API calls (AlreadyExists after a restart is success).
+TransferRuns are driven by rundriver.py.
 """
 
 from __future__ import annotations
@@ -13,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from . import kube, schedule
-from .agents import AgentsClient
-from .config import Settings
-from .results import ResultsClient
-from .runs import TERMINAL, ExecutorOptions, RunExecutor, RunInfo, now_iso, set_condition
+from .rundriver import STOP_ANNOTATION
+from .runs import TERMINAL, set_condition
 from .spec import BenchmarkSpec, SpecError, parse_spec, to_dict
 
 log = logging.getLogger(__name__)
@@ -91,146 +89,129 @@ def runs_to_prune(runs: Sequence[Mapping[str, Any]], keep_ok: int, keep_failed: 
     return [r["metadata"]["name"] for r in finished("Succeeded")[keep_ok:] + finished("Failed")[keep_failed:]]
 
 
-async def _list_runs(namespace: str, benchmark: str) -> list[dict[str, Any]]:
-    res: Any = await asyncio.to_thread(kube.custom().list_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace,
-                                  kube.RUNS, label_selector=f"{BENCHMARK_LABEL}={benchmark}")
-    return list(res.get("items") or [])
+def _summary(patch: dict[str, Any], own: Sequence[Mapping[str, Any]]) -> None:
+    """lastRun and Degraded from the benchmark's latest finished run (pure)."""
+    done = [r for r in own if (r.get("status") or {}).get("phase") in TERMINAL]
+    if not done:
+        return
+    last = max(done, key=lambda r: (r["status"].get("completionTime") or "", r["metadata"]["name"]))
+    ls = last["status"]
+    patch["lastRunTime"] = ls.get("completionTime")
+    patch["lastRunName"] = last["metadata"]["name"]
+    patch["lastRun"] = {"name": last["metadata"]["name"], "phase": ls.get("phase"),
+                        "succeeded": ls.get("succeeded", 0), "failed": ls.get("failed", 0),
+                        "planned": ls.get("planned", 0), "undelivered": ls.get("undelivered", 0),
+                        "rejected": ls.get("rejectedCount", 0)}
+    bad = ls.get("phase") == "Failed" or ls.get("failed", 0) > 0
+    refused = ls.get("rejectedCount", 0)
+    reason = "TestsFailed" if bad else "MeasurementsRejected" if refused else "AllTestsSucceeded"
+    message = f"Last run {last['metadata']['name']}: {ls.get('message', '')}"
+    if refused:
+        message += f"; the dashboard refused {refused} measurement(s) (its status.rejected)"
+    set_condition(patch, "Degraded", bad or refused > 0, reason, message)
+
+
+def _active(r: Mapping[str, Any]) -> bool:
+    return (r.get("status") or {}).get("phase") not in TERMINAL
+
+
+def _own(r: Mapping[str, Any], benchmark: str) -> bool:
+    return ((r.get("metadata") or {}).get("labels") or {}).get(BENCHMARK_LABEL) == benchmark
+
+
+@dataclass
+class TickPlan:
+    """What one timer tick of a TransferBenchmark does (`plan_tick`, pure); `tick_benchmark` carries it out."""
+
+    patch: dict[str, Any]  # the benchmark's status
+    create: dict[str, Any] | None = None  # the TransferRun to create (before its owner is set)
+    stop: list[str] = field(default_factory=list)  # runs to stop (Replace), by annotation
+    prune: list[str] = field(default_factory=list)  # finished runs beyond the history limits
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    needs_agents: bool = False  # decide again with the benchmark's agents (other runs are active)
+
+
+def plan_tick(name: str, body: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], now: dt.datetime,
+              agents: frozenset[str] | None = None) -> TickPlan:
+    """One tick (pure). `runs`: every TransferRun of the namespace. A due run is skipped while one of the
+    benchmark's own runs is active (Forbid) or while another run (by hand, or another benchmark's) is active on any
+    of the benchmark's agents (`agents`, the nodes it would measure now; asked for with `needs_agents`); with Replace
+    the benchmark's own active runs are stopped instead. A run that has not frozen its agents yet counts as on all."""
+    status = body.get("status") or {}
+    plan = TickPlan(reconcile_benchmark(body.get("spec") or {}, body["metadata"], status, now))
+    own = [r for r in runs if _own(r, name)]
+    _summary(plan.patch, own)
+    plan.patch["active"] = sorted(r["metadata"]["name"] for r in own if _active(r))
+    try:
+        spec = parse_spec(body.get("spec") or {})
+    except SpecError:
+        return plan
+    plan.prune = runs_to_prune(own, spec.successful_runs_history_limit, spec.failed_runs_history_limit)
+    if spec.suspend:
+        return plan
+    sch = schedule.parse_schedule(spec.schedule)
+    anchor = _time(body["metadata"].get("creationTimestamp")) or now
+    tick = schedule.due(sch, now, anchor, _time(status.get("lastScheduleTime")))
+    if tick is None:
+        return plan
+    run_name = schedule.run_name(name, tick)
+    mine = [r["metadata"]["name"] for r in own if _active(r) and r["metadata"]["name"] != run_name]
+    others = [r for r in runs if _active(r) and not _own(r, name)]
+    if others and agents is None:
+        return TickPlan(plan.patch, needs_agents=True)
+    busy = [r["metadata"]["name"] for r in others
+            if not (st := r.get("status") or {}).get("agents") or (agents or frozenset()) & {
+                a["node"] for a in st["agents"]}]
+    if mine and spec.concurrency_policy == "Forbid":
+        plan.events.append(("Normal", "SkippedRun", f"Skipped the run due at {_iso(tick)}: {mine[0]} is still "
+                                                    "running (Forbid)"))
+    elif busy:
+        plan.events.append(("Normal", "SkippedRun", f"Skipped the run due at {_iso(tick)}: TransferRun {busy[0]} "
+                                                    "is running on its agents"))
+    else:
+        plan.stop = mine  # Replace (Forbid has none): stop them, keep them (and their outboxes) until pruned
+        plan.events += [("Normal", "ReplacedRun", f"Stopped {r} to start {run_name} (Replace)") for r in mine]
+        plan.create = build_run(run_name, name, spec, tick)
+        plan.patch["active"] = sorted({*plan.patch["active"], run_name})
+    plan.patch["lastScheduleTime"] = _iso(tick)
+    plan.patch["nextRunTime"] = _iso(sch.next_tick(now, anchor))
+    return plan
 
 
 async def tick_benchmark(
     name: str, namespace: str, body: Mapping[str, Any], now: dt.datetime,
     adopt: Callable[[dict[str, Any]], None], event: Callable[[str, str, str], None],
+    agents: Callable[[BenchmarkSpec], Awaitable[frozenset[str]]],
 ) -> dict[str, Any]:
-    """One timer tick of a TransferBenchmark; returns its status patch."""
-    status = body.get("status") or {}
-    patch = reconcile_benchmark(body.get("spec") or {}, body["metadata"], status, now)
-    runs = await _list_runs(namespace, name)
-    active = [r for r in runs if (r.get("status") or {}).get("phase") not in TERMINAL]
-    done = [r for r in runs if (r.get("status") or {}).get("phase") in TERMINAL]
-    if done:
-        last = max(done, key=lambda r: (r["status"].get("completionTime") or "", r["metadata"]["name"]))
-        ls = last["status"]
-        patch["lastRunTime"] = ls.get("completionTime")
-        patch["lastRunName"] = last["metadata"]["name"]
-        patch["lastRun"] = {"name": last["metadata"]["name"], "phase": ls.get("phase"),
-                            "succeeded": ls.get("succeeded", 0), "failed": ls.get("failed", 0),
-                            "planned": ls.get("planned", 0), "undelivered": ls.get("undelivered", 0)}
-        bad = ls.get("phase") == "Failed" or ls.get("failed", 0) > 0
-        set_condition(patch, "Degraded", bad, "TestsFailed" if bad else "AllTestsSucceeded",
-                      f"Last run {last['metadata']['name']}: {ls.get('message', '')}")
-    patch["active"] = sorted(r["metadata"]["name"] for r in active)
-    try:
-        spec = parse_spec(body.get("spec") or {})
-    except SpecError:
-        return patch
-    if not spec.suspend:
-        sch = schedule.parse_schedule(spec.schedule)
-        anchor = _time(body["metadata"].get("creationTimestamp")) or now
-        tick = schedule.due(sch, now, anchor, _time(status.get("lastScheduleTime")))
-        if tick is not None:
-            run_name = schedule.run_name(name, tick)
-            others = [r for r in active if r["metadata"]["name"] != run_name]
-            if others and spec.concurrency_policy == "Forbid":
-                event("Normal", "SkippedRun", f"Skipped the run due at {_iso(tick)}: "
-                                              f"{others[0]['metadata']['name']} is still running (Forbid)")
-            else:
-                for r in others:  # Replace
-                    await asyncio.to_thread(kube.custom().delete_namespaced_custom_object, kube.GROUP, kube.VERSION,
-                                            namespace, kube.RUNS, r["metadata"]["name"])
-                    event("Normal", "ReplacedRun", f"Deleted {r['metadata']['name']} to start {run_name} (Replace)")
-                manifest = build_run(run_name, name, spec, tick)
-                adopt(manifest)
-                try:
-                    await asyncio.to_thread(kube.custom().create_namespaced_custom_object, kube.GROUP, kube.VERSION,
-                                            namespace, kube.RUNS, manifest)
-                    event("Normal", "CreatedRun", f"Created TransferRun {run_name} for {_iso(tick)}")
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
-                patch["active"] = sorted({*patch["active"], run_name})
-            patch["lastScheduleTime"] = _iso(tick)
-            patch["nextRunTime"] = _iso(sch.next_tick(now, anchor))
-    for victim in runs_to_prune(runs, spec.successful_runs_history_limit, spec.failed_runs_history_limit):
+    """One timer tick of a TransferBenchmark (plan_tick, then its API calls); returns its status patch.
+    `agents(spec)`: the nodes the benchmark would measure now."""
+    res: Any = await asyncio.to_thread(kube.custom().list_namespaced_custom_object, kube.GROUP, kube.VERSION,
+                                       namespace, kube.RUNS)
+    runs = list(res.get("items") or [])
+    plan = plan_tick(name, body, runs, now)
+    if plan.needs_agents:
+        plan = plan_tick(name, body, runs, now, await agents(parse_spec(body.get("spec") or {})))
+    for run in plan.stop:
+        note = f"Replaced by {plan.create['metadata']['name'] if plan.create else '?'} (concurrencyPolicy Replace)"
+        await asyncio.to_thread(kube.custom().patch_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace,
+                                kube.RUNS, run, {"metadata": {"annotations": {STOP_ANNOTATION: note}}})
+    if plan.create is not None:
+        adopt(plan.create)
+        try:
+            await asyncio.to_thread(kube.custom().create_namespaced_custom_object, kube.GROUP, kube.VERSION,
+                                    namespace, kube.RUNS, plan.create)
+            plan.events.append(("Normal", "CreatedRun", f"Created TransferRun {plan.create['metadata']['name']} "
+                                                        f"for {plan.create['spec']['scheduledTime']}"))
+        except ApiException as e:
+            if e.status != 409:  # created before a restart: the same tick, the same name
+                raise
+    for ev in plan.events:
+        event(*ev)
+    for victim in plan.prune:
         try:
             await asyncio.to_thread(kube.custom().delete_namespaced_custom_object, kube.GROUP, kube.VERSION,
                                     namespace, kube.RUNS, victim)
         except ApiException as e:
             if e.status != 404:
                 raise
-    return patch
-
-
-async def _frozen_spec(namespace: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """The spec to run: spec.benchmark, else the one frozen in status, else the referenced benchmark's now."""
-    spec = body.get("spec") or {}
-    if spec.get("benchmark") is not None:
-        return spec["benchmark"], "spec.benchmark"
-    frozen = (body.get("status") or {}).get("benchmarkSpec")
-    if frozen is not None:
-        return frozen, "status.benchmarkSpec"
-    ref = (spec.get("benchmarkRef") or {}).get("name")
-    if not ref:
-        raise SpecError("spec.benchmarkRef.name", "required when spec.benchmark is absent")
-    try:
-        tb: Any = await asyncio.to_thread(kube.custom().get_namespaced_custom_object, kube.GROUP, kube.VERSION,
-                                          namespace, kube.BENCHMARKS, ref)
-    except ApiException as e:
-        raise SpecError("spec.benchmarkRef.name", f"TransferBenchmark {namespace}/{ref}: {e.reason}") from None
-    return dict(tb.get("spec") or {}), "benchmarkRef"
-
-
-async def drive_run(
-    name: str, namespace: str, uid: str, body: Mapping[str, Any], settings: Settings,
-    event: Callable[[str, str, str], None], stopped: Any,
-) -> None:
-    """The TransferRun daemon: execute (or resume) the run, then deliver until the outbox is empty."""
-    status = dict(body.get("status") or {})
-    if status.get("phase") in TERMINAL and not status.get("outbox"):
-        return
-    try:
-        raw, where = await _frozen_spec(namespace, body)
-        spec = parse_spec(raw, "spec.benchmark" if where == "spec.benchmark" else "spec")
-    except SpecError as e:
-        store = kube.KubeStatusStore(namespace, name)
-        failed = {"phase": "Failed", "message": str(e), "completionTime": now_iso(), **_conditions(status)}
-        set_condition(failed, "Failed", True, "InvalidSpec", str(e))
-        set_condition(failed, "Succeeded", False, "InvalidSpec", str(e))
-        await store.save(failed)
-        event("Warning", "InvalidSpec", f"TransferRun {name} cannot run: {e}")
-        return
-    store = kube.KubeStatusStore(namespace, name, extra={"benchmarkSpec": to_dict(spec)})
-    bench = ((body.get("spec") or {}).get("benchmarkRef") or {}).get("name") or name
-    refs = body["metadata"].get("ownerReferences") or []
-    owner: Mapping[str, Any] = next((o for o in refs if o.get("kind") == "TransferBenchmark"), {})
-    info = RunInfo(benchmark_namespace=namespace, benchmark_name=bench, run_name=name, run_uid=uid,
-                   benchmark_uid=owner.get("uid"), scheduled_at=(body.get("spec") or {}).get("scheduledTime"))
-    directory = kube.KubeAgentDirectory(
-        settings.agent_namespace or namespace,
-        kube.selector_string(spec.agent_selector) if spec.agent_selector else settings.agent_selector,
-        spec.node_selector,
-    )
-    results: ResultsClient | None = None
-    if spec.results:
-        token = None
-        if spec.results.token_secret:
-            try:
-                token = await kube.read_secret_key(namespace, spec.results.token_secret.name,
-                                                   spec.results.token_secret.key)
-            except LookupError as e:
-                event("Warning", "ResultsTokenMissing", f"{e}: measurements stay in the status until it exists")
-        results = ResultsClient(spec.results.url, token)
-    options = ExecutorOptions(poll_interval=settings.poll_interval, unreachable_grace=settings.unreachable_grace,
-                              delivery_max_seconds=settings.delivery_max_seconds)
-    try:
-        async with AgentsClient(settings.agent_token(), settings.ca()) as agents_client:
-            ex = RunExecutor(spec, info, directory, agents_client, results, store, options=options, on_event=event)
-            await ex.execute()
-            delay = 5.0
-            while ex.status.get("outbox") and results is not None and not stopped:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 300.0)
-                if not await ex.deliver(settings.delivery_max_seconds):
-                    event("Normal", "Delivered", f"Delivered every measurement of {name} to the dashboard")
-    finally:
-        if results is not None:
-            await results.aclose()
+    return plan.patch

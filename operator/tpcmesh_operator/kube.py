@@ -16,6 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .agents import DEFAULT_PORTS, Agent
+from .config import Settings
+from .spec import BenchmarkSpec
 
 log = logging.getLogger(__name__)
 
@@ -46,41 +48,52 @@ def compact(status: dict[str, Any], limit: int = MAX_STATUS_BYTES) -> dict[str, 
     return out
 
 
-def merge_patch(old: Any, new: Any) -> Any:
-    """The JSON merge patch (RFC 7386) that turns `old` into `new` (pure): keys gone at any depth are sent as null
-    (a merge patch merges objects, so `{"tests": {}}` alone would remove nothing)."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
-    patch: dict[str, Any] = {k: None for k in old if k not in new}
-    for k, v in new.items():
-        patch[k] = merge_patch(old[k], v) if k in old else v
-    return patch
+def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch (RFC 6902) that turns status `old` into `new` (pure), key by key at the top: changed keys are
+    sent whole, dropped ones removed. Not a merge patch: a merge patch drops every null it carries (a file's
+    `error: null` would vanish from a waiting measurement, and the dashboard requires the key). `old` None (not
+    known) replaces the whole status."""
+    if old is None:
+        return [{"op": "add", "path": "/status", "value": dict(new)}]
+
+    def path(key: str) -> str:
+        return "/status/" + key.replace("~", "~0").replace("/", "~1")
+
+    ops: list[dict[str, Any]] = [{"op": "remove", "path": path(k)} for k in old if k not in new]
+    ops += [{"op": "add", "path": path(k), "value": v} for k, v in new.items() if k not in old or old[k] != v]
+    return ops
 
 
 class KubeStatusStore:
-    """Loads and saves a TransferRun's status (status subresource, JSON merge patch).
-
-    Keys present in the last saved status and absent now (at any depth) are sent as null, so they are removed."""
+    """Loads and saves a TransferRun's status (status subresource, JSON Patch of what changed since the last load
+    or save; the whole status when that is not known)."""
 
     def __init__(self, namespace: str, name: str, extra: Mapping[str, Any] | None = None) -> None:
         self.namespace = namespace
         self.name = name
         self.extra = dict(extra or {})
-        self._last: dict[str, Any] = {}
+        self._last: dict[str, Any] | None = None
 
     async def load(self) -> dict[str, Any] | None:
         obj: Any = await asyncio.to_thread(custom().get_namespaced_custom_object, GROUP, VERSION, self.namespace, RUNS,
                                       self.name)
         status = dict(obj.get("status") or {})
+        self._last = None if obj.get("status") is None else json.loads(json.dumps(status))  # a copy
         status.pop("kopf", None)
-        self._last = json.loads(json.dumps(status))  # a copy: the executor changes `status` in place
         return status if status.get("agents") is not None or status.get("phase") else None
 
     async def save(self, status: dict[str, Any]) -> None:
         body = json.loads(json.dumps(compact({**status, **self.extra})))
-        patch = merge_patch(self._last, body)
-        await asyncio.to_thread(custom().patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, RUNS,
-                                self.name, {"status": patch})
+        if body.get("compacted") and not (self._last or {}).get("compacted"):
+            log.warning("Status of TransferRun %s/%s is over %d bytes: the per-file details of its %d waiting "
+                        "measurements are left out of the status (their totals stay)", self.namespace, self.name,
+                        MAX_STATUS_BYTES, len(body.get("outbox") or []))
+        if self._last is not None:
+            body = {**{k: v for k, v in self._last.items() if k == "kopf"}, **body}
+        ops = status_patch(self._last, body)
+        if ops:
+            await asyncio.to_thread(custom().patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
+                                    RUNS, self.name, ops, _content_type="application/json-patch+json")
         self._last = body
 
 
@@ -132,6 +145,13 @@ class KubeAgentDirectory:
             out[node_name] = Agent(node=node_name, address=pod.status.pod_ip, ports=_ports(pod), labels=labels,
                                    name=pod.metadata.name)
         return list(out.values())
+
+
+def agent_directory(spec: BenchmarkSpec, namespace: str, settings: Settings) -> KubeAgentDirectory:
+    """Where a benchmark (in `namespace`) finds its agents: its selectors, else the operator's."""
+    return KubeAgentDirectory(settings.agent_namespace or namespace,
+                              selector_string(spec.agent_selector) if spec.agent_selector else settings.agent_selector,
+                              spec.node_selector)
 
 
 async def read_secret_key(namespace: str, name: str, key: str) -> str:

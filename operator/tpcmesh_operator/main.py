@@ -13,9 +13,12 @@ from prometheus_client import start_http_server
 from . import (
     certs,  # noqa: F401  (registers the CSR approver/signer handlers)
     controller,
+    kube,
+    rundriver,
 )
 from .config import Settings
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
+from .spec import BenchmarkSpec
 
 SETTINGS = Settings.from_env()
 
@@ -42,6 +45,23 @@ def _ensure_peering(name: str, namespaces: list[str], logger: logging.Logger) ->
         except ApiException as e:
             if e.status not in (409, 403, 404):
                 raise
+
+
+def _check_crds(logger: logging.Logger) -> None:
+    """Our kinds must be served when we start: kopf does not watch for CRDs installed later (no scanning, so the
+    operator needs no cluster-wide rights on CRDs or namespaces). Failing here restarts the pod until they are."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        served = {r.name for r in client.CustomObjectsApi().get_api_resources(GROUP, VERSION).resources}
+    except ApiException as e:
+        served, why = set(), f"{e.status} {e.reason}"
+    missing = sorted({BENCHMARKS, RUNS} - served)
+    if missing:
+        raise kopf.PermanentError(f"{GROUP}/{VERSION} does not serve {', '.join(missing)}: install the CRDs "
+                                  f"(manifests/crds/) before the operator" + (f" ({why})" if not served else ""))
+    logger.info("Found the CRDs of %s/%s: %s, %s", GROUP, VERSION, BENCHMARKS, RUNS)
 
 
 @kopf.on.login()
@@ -72,6 +92,8 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any)
     settings.peering.name = SETTINGS.peering or "tpcmesh"
     settings.peering.standalone = not SETTINGS.peering
     settings.peering.mandatory = False
+    settings.scanning.disabled = True  # named namespaces, CRDs installed first: no cluster-wide observation
+    _check_crds(logger)
     if SETTINGS.peering:
         _ensure_peering(SETTINGS.peering, [n for n in SETTINGS.namespaces.split(",") if n], logger)
     if SETTINGS.metrics_port:
@@ -96,15 +118,33 @@ async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kop
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
 
+    async def agents(spec: BenchmarkSpec) -> frozenset[str]:
+        found = await kube.agent_directory(spec, namespace, Settings.from_env()).agents()
+        return frozenset(a.node for a in found)
+
     out = await controller.tick_benchmark(name, namespace, dict(body), dt.datetime.now(dt.UTC),
-                                          lambda m: kopf.adopt(m, owner=body), event)
+                                          lambda m: kopf.adopt(m, owner=body), event, agents)
     patch.status.update(out)
 
 
-@kopf.daemon(GROUP, VERSION, RUNS, cancellation_timeout=10.0)  # type: ignore[arg-type]
-async def run_daemon(body: kopf.Body, name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped,
-                     **_: Any) -> None:
+def _run_events(body: kopf.Body) -> rundriver.EventFn:
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1000])
+    return event
 
-    await controller.drive_run(name, namespace, uid, dict(body), Settings.from_env(), event, stopped)
+
+# On deletion the daemon gets a minute to cancel its tests and book them before kopf cancels it.
+@kopf.daemon(GROUP, VERSION, RUNS, cancellation_backoff=60.0, cancellation_timeout=10.0)  # type: ignore[arg-type]
+async def run_daemon(body: kopf.Body, name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped,
+                     **_: Any) -> None:
+    def deleted() -> bool:
+        return bool(stopped.reason and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason)
+
+    await rundriver.drive_run(name, namespace, uid, body, Settings.from_env(), _run_events(body),
+                              rundriver.Stopped(stopped, deleted))
+
+
+# No finalizer of its own: a run with an outbox has a daemon, whose finalizer kopf keeps until this is done too.
+@kopf.on.delete(GROUP, VERSION, RUNS, optional=True)  # type: ignore[arg-type]
+async def run_deleted(body: kopf.Body, name: str, namespace: str, uid: str, **_: Any) -> None:
+    await rundriver.deliver_deleted_run(name, namespace, uid, body, Settings.from_env(), _run_events(body))

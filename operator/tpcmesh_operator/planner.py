@@ -9,6 +9,8 @@ Rules:
   the circle method (1-factorization of K_N, a bye for odd N) gives N-1 (N even) or N (N odd) rounds of
   unordered pairs; each is played once in each direction. Other pair selections (explicit lists, groups) are
   coloured greedily (first fit), which is within the usual bounds and deterministic.
+- Loopback (spec.loopback): one round first in which every agent of the plan tests against itself (its own
+  ceiling, the grid's diagonal): all at once, each agent in exactly one test.
 - Deterministic: the same agents (in any order) and spec give the same plan.
 
 A `Plan` is compact: the pair rounds (index pairs) are computed once and shared by every setting, and tests are
@@ -29,10 +31,12 @@ RTT = "rtt"
 class Setting:
     protocol: str
     streams: int | None = None  # None for rtt
+    loopback: bool = False  # each agent against itself
 
     @property
     def key(self) -> str:
-        return self.protocol if self.streams is None else f"{self.protocol}/{self.streams}"
+        key = self.protocol if self.streams is None else f"{self.protocol}/{self.streams}"
+        return f"loopback/{key}" if self.loopback else key
 
 
 @dataclass(frozen=True)
@@ -56,14 +60,20 @@ class Plan:
     settings: tuple[Setting, ...]
     pair_rounds: tuple[tuple[tuple[int, int], ...], ...]
     skipped: tuple[tuple[str, str, str], ...] = field(default=())  # (source, destination, reason)
+    loopback: Setting | None = None  # round 0 tests each of loopback_agents against itself
+    loopback_agents: tuple[int, ...] = ()
 
     @property
     def rounds_per_setting(self) -> int:
         return len(self.pair_rounds)
 
     @property
+    def loopback_rounds(self) -> int:
+        return 1 if self.loopback is not None and self.loopback_agents else 0
+
+    @property
     def num_rounds(self) -> int:
-        return len(self.settings) * len(self.pair_rounds)
+        return self.loopback_rounds + len(self.settings) * len(self.pair_rounds)
 
     @property
     def num_pairs(self) -> int:
@@ -71,14 +81,18 @@ class Plan:
 
     @property
     def num_tests(self) -> int:
-        return len(self.settings) * self.num_pairs
+        return len(self.loopback_agents) * self.loopback_rounds + len(self.settings) * self.num_pairs
 
     def round(self, index: int) -> list[Test]:
         if not 0 <= index < self.num_rounds:
             raise IndexError(index)
-        setting = self.settings[index // len(self.pair_rounds)]
         names = self.agents
-        return [Test(index, setting, names[s], names[d]) for s, d in self.pair_rounds[index % len(self.pair_rounds)]]
+        if index < self.loopback_rounds:
+            assert self.loopback is not None
+            return [Test(index, self.loopback, names[a], names[a]) for a in self.loopback_agents]
+        i = index - self.loopback_rounds
+        setting = self.settings[i // len(self.pair_rounds)]
+        return [Test(index, setting, names[s], names[d]) for s, d in self.pair_rounds[i % len(self.pair_rounds)]]
 
     def rounds(self) -> Iterator[list[Test]]:
         for i in range(self.num_rounds):
@@ -182,9 +196,15 @@ def plan(
         # interleave by offset so the greedy colouring spreads load (deterministic)
         ordered = sorted(pairs_set, key=lambda p: ((p[1] - p[0]) % max(len(names), 1), p))
         rounds = color_pairs(ordered)
+    loopback = None
+    if spec.loopback.enabled:
+        loopback = Setting(spec.loopback.protocol, max(spec.streams), loopback=True)
+    involved = range(len(names)) if mode == "fullMesh" else sorted({i for r in rounds for p in r for i in p})
     return Plan(
         agents=names,
         settings=settings,
         pair_rounds=tuple(tuple(r) for r in rounds),
         skipped=tuple(skipped),
+        loopback=loopback,
+        loopback_agents=tuple(involved) if loopback is not None and rounds else (),
     )

@@ -17,15 +17,21 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
     )
     status = await executor.execute()   # plan, prepare file sets, probe RTT, run rounds, deliver; returns the status
     left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
+    executor.request_stop(reason, message)   # (from another task) cancel running tests, book them, finish as Failed
+    await executor.load()   # without execute(): the stored status, for a delivery-only executor
 
 The status dict is the whole state (JSON, camelCase keys, stored as the TransferRun status): `phase`, `agents`
 (frozen at the start so a resumed run plans the same rounds), `planned`, `done`, `succeeded`, `failed` (integer
 counts), `currentRound` (every test of the rounds before it is finished), `totalRounds`, `tests` (key -> {status, id,
 gbps, error} for the finished tests of the current round only), `recentFailures` (the latest failed tests with their
 reasons, for people), `rttMs` (each pair's median RTT, a row per source agent, for the measurements that follow),
-`filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected`, `conditions`, times.
+`filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected` (the latest measurements the
+dashboard refused, with its reason; outbox.py) and `rejectedCount`, `conditions`, times.
 SIZE: nothing grows with the finished tests but the counts; `agents` is O(N), `rttMs` ~7 bytes a pair (~70 kB for
-100 agents), the outbox O(measurements the dashboard has not acknowledged); see test_operator_run_status.py.
+100 agents), the outbox O(measurements the dashboard has not acknowledged); see test_operator_run_status.py. The
+status is one Kubernetes object: a test starts only when its measurement fits in `status_budget_bytes` next to what
+waits (`Room`); otherwise tests wait, with the DeliveryBacklog condition, while the outbox is delivered (a resumed
+run delivers first). See test_operator_status_budget.py.
 RESUME: a new executor on the same store starts at `currentRound`, skips the tests of that round already in `tests`,
 and re-posts running ones with the same test_id (the agent answers 200 with the same record), so no finished pair is
 redone and no test runs twice.
@@ -36,26 +42,30 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import functools
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from . import metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
+from .outbox import describe, migrate, settle
+from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
-from .results import BatchRejected, DeliveryFailed, batches, deliver_with_backoff
+from .results import MAX_BATCH, BatchTooLarge, DeliveryFailed, Outcome, deliver_with_backoff, post_bisecting
 from .spec import TPC_PROTOCOLS, BenchmarkSpec, to_dict
 
 log = logging.getLogger(__name__)
 
 TEST_ID_NAMESPACE = uuid.UUID("6f0c7a52-4c8e-4d0e-9a51-0d6a2b1f3c11")
 TERMINAL = ("Succeeded", "Failed")
+FINAL = ("succeeded", "failed", "cancelled")  # an agent's test that has its record
 _MEASUREMENT_FIELDS = (
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "started_at", "finished_at",
@@ -79,7 +89,7 @@ class AgentsAPI(Protocol):
     async def prepare_fileset(self, agent: Agent, request: Mapping[str, Any], timeout: float = ...) -> dict: ...
     async def start_transfer(self, agent: Agent, request: Mapping[str, Any]) -> dict: ...
     async def get_transfer(self, agent: Agent, test_id: str) -> dict: ...
-    async def cancel_transfer(self, agent: Agent, test_id: str) -> None: ...
+    async def cancel_transfer(self, agent: Agent, test_id: str) -> dict | None: ...
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict: ...
 
 
@@ -151,6 +161,10 @@ class ExecutorOptions:
     fileset_timeout: float = 3600.0
     delivery_max_seconds: float = 60.0  # backoff budget at the end of execute(); the rest waits for deliver()
     save_every: float = 0.0  # min seconds between status saves while tests finish (0: after every test)
+    # The status is one Kubernetes object (etcd refuses ~1.5 MiB; kube.compact trims from 1 MB): no new test starts
+    # while its measurement might not fit next to what waits for the dashboard (DeliveryBacklog).
+    status_budget_bytes: int = 800_000
+    backlog_retry_seconds: float = 30.0  # each delivery attempt while new tests wait for room
 
 
 @dataclass
@@ -198,12 +212,14 @@ def measurement_from_record(
 
 
 def failed_measurement(
-    mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None
+    mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None,
+    status: str = "failed",
 ) -> dict[str, Any]:
-    """A test that produced no agent record (agent vanished, unreachable, file set missing): a failed row."""
+    """A test that produced no agent record (agent vanished, unreachable, file set missing, cancelled before the
+    agent had one): a failed (or cancelled) row."""
     m: dict[str, Any] = {
         "id": mid, "source": test.source, "destination": test.destination, "protocol": test.setting.protocol,
-        "streams": test.setting.streams, "status": "failed", "error": error,
+        "streams": test.setting.streams, "status": status, "error": error,
         "started_at": started_at, "finished_at": now_iso(),
     }
     if test.setting.protocol != RTT:
@@ -246,13 +262,22 @@ def initial_status(agents: Sequence[Agent]) -> dict[str, Any]:
         "phase": "Running", "startTime": now_iso(),
         "agents": [a.to_dict() for a in sorted(agents, key=lambda a: a.node)],
         "tests": {}, "rttMs": [None] * n, "filesets": {}, "outbox": [],
-        "recentFailures": [], "done": 0, "succeeded": 0, "failed": 0, "delivered": 0, "rejected": 0,
+        "recentFailures": [], "done": 0, "succeeded": 0, "failed": 0, "delivered": 0, "rejected": [],
+        "rejectedCount": 0,
         "currentRound": 0,
     }
 
 
+def loopback_entry(m: Mapping[str, Any]) -> dict[str, Any]:
+    """A loopback test's result as it waits in the outbox: not a measurement (the dashboard keeps pairs of two
+    nodes) but the node's `loopback_gbps`, sent in the batch's `nodes` (RunExecutor._batch)."""
+    keep = ("id", "source", "destination", "protocol", "streams", "status", "error", "started_at", "finished_at")
+    return {"kind": "loopback", **{k: m.get(k) for k in keep}, "loopback_gbps": m.get("throughput_gbps")}
+
+
 def book_test(status: dict[str, Any], key: str, m: Mapping[str, Any]) -> bool:
-    """Book one finished test and queue its measurement (pure). False if the key is already booked this round."""
+    """Book one finished test and queue its measurement (pure). False if the key is already booked this round.
+    A loopback test (source = destination) queues its figure only if it succeeded (loopback_entry)."""
     tests = status.setdefault("tests", {})
     if key in tests:
         return False
@@ -267,8 +292,11 @@ def book_test(status: dict[str, Any], key: str, m: Mapping[str, Any]) -> bool:
         recent.append({"key": key, "id": m["id"], "status": m["status"], "error": error,
                        "finishedAt": m.get("finished_at")})
         del recent[:-MAX_RECENT_FAILURES]
-    status.setdefault("outbox", []).append(m)
-    status["undelivered"] = len(status["outbox"])
+    if m["source"] != m["destination"]:
+        status.setdefault("outbox", []).append(m)
+    elif m["status"] == "succeeded":
+        status.setdefault("outbox", []).append(loopback_entry(m))
+    status["undelivered"] = len(status.setdefault("outbox", []))
     return True
 
 
@@ -318,9 +346,55 @@ def migrate_status(status: dict[str, Any], agents: Sequence[str]) -> None:
         status.setdefault(k, 0)
 
 
-def status_size_bytes(status: Mapping[str, Any]) -> int:
-    """The status as the API server stores it (compact JSON), in bytes."""
-    return len(json.dumps(status, separators=(",", ":")).encode())
+def min_test_bytes(spec: BenchmarkSpec) -> int:
+    """What one test adds to the status at least: its measurement (with a row per file) and its `tests` entry."""
+    files = spec.file_set.count if spec.file_set.count is not None else 10  # a dataset has up to 10 files
+    return 1000 + 200 * files
+
+
+class Room:
+    """Bytes of the status: what it holds (`measure`, `booked`), what the tests in flight will add (`reserve`,
+    `release`), against the budget. Pure bookkeeping, no I/O."""
+
+    def __init__(self, budget: int, min_test: int) -> None:
+        self.budget = budget
+        self.min_test = min_test
+        self.base_bytes = 0  # the status without its outbox
+        self.outbox_bytes = 0
+        self.outbox_items = 0
+        self.reserved = 0
+        self.largest = 0  # the largest measurement seen
+
+    def measure(self, status: Mapping[str, Any], outbox: bool = True) -> None:
+        """Measure the status (without the outbox when `outbox` is False: it is counted as it grows)."""
+        self.base_bytes = status_size_bytes({k: v for k, v in status.items() if k != "outbox"})
+        if outbox:
+            sizes = [status_size_bytes(m) + 1 for m in status.get("outbox") or []]
+            self.outbox_bytes, self.outbox_items = sum(sizes), len(sizes)
+            self.largest = max([self.largest, *sizes])
+
+    def booked(self, entry: Mapping[str, Any] | None) -> None:
+        """A test was booked; `entry` is what it added to the outbox (None: nothing, e.g. a failed loopback)."""
+        self.base_bytes += 300  # its `tests` entry (and maybe a recentFailures one); measured again each round
+        if entry is not None:
+            size = status_size_bytes(entry) + 1
+            self.outbox_bytes += size
+            self.outbox_items += 1
+            self.largest = max(self.largest, size)
+
+    def need(self) -> int:
+        return max(self.min_test, self.largest + 300)
+
+    def reserve(self, need: int) -> bool:
+        """Room for one more test? With nothing waiting and nothing in flight there always is (a run must move)."""
+        if self.base_bytes + self.outbox_bytes + self.reserved + need > self.budget and (
+                self.outbox_items or self.reserved):
+            return False
+        self.reserved += need
+        return True
+
+    def release(self, need: int) -> None:
+        self.reserved -= need
 
 
 def set_condition(status: dict[str, Any], type_: str, value: bool, reason: str, message: str = "") -> None:
@@ -371,6 +445,14 @@ class RunExecutor:
         self._flush_lock = asyncio.Lock()
         self._flush_after = 0.0  # during the run, after a failed delivery, wait (backoff) before trying again
         self._flush_backoff = 5.0
+        self._batch_size = MAX_BATCH
+        self._stopping = asyncio.Event()
+        self._stop_reason = ("", "")
+        self._room = Room(self.options.status_budget_bytes, min_test_bytes(spec))
+
+    @property
+    def _bench_key(self) -> str:
+        return f"{self.run.benchmark_namespace}/{self.run.benchmark_name}"
 
     @property
     def _names(self) -> tuple[str, ...]:
@@ -378,16 +460,44 @@ class RunExecutor:
 
     # -- public
 
-    async def execute(self) -> dict[str, Any]:
+    async def load(self) -> dict[str, Any]:
+        """Load the status from the store (an older format migrated) and the agents frozen in it. `execute` does
+        this first; alone, it prepares a delivery-only executor (`deliver`) for a run that is not executed here."""
         self.status = await self.store.load() or {}
-        st = self.status
+        if "agents" in self.status:
+            self._frozen = {a["node"]: Agent.from_dict(a) for a in self.status["agents"]}
+        migrate(self.status)
+        self._room.measure(self.status)
+        return self.status
+
+    def request_stop(self, reason: str, message: str) -> None:
+        """Stop the run (it was replaced or deleted): no new test starts, the running ones are cancelled on their
+        agents and booked with what the agents measured, and the run finishes as Failed with `reason`.
+        `execute()` returns once that is saved; the outbox is kept for `deliver()`."""
+        if not self._stopping.is_set():
+            self._stop_reason = (reason, message)
+            self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake up at once when the run is stopped."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def execute(self) -> dict[str, Any]:
+        st = await self.load()
         if st.get("phase") in TERMINAL:
             await self.deliver(self.options.delivery_max_seconds)
             return self.status
         resumed = "agents" in st
         if not resumed:
             st.update(initial_status(await self.directory.agents()))
-        self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
+            self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
         self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec)
         p = self.plan
         migrate_status(st, p.agents)
@@ -402,26 +512,33 @@ class RunExecutor:
                     f"{len(self._frozen)} agents, {p.num_rounds} rounds")
         if len(self._frozen) < 2 and not p.skipped:
             return await self._finish("NotEnoughAgents", f"{len(self._frozen)} Ready agent(s): a mesh needs two")
-        t0 = time.monotonic()
+        metrics.mesh_changed(self._bench_key, p.agents)  # series of nodes that left the mesh go
+        if resumed:  # what waits for the dashboard first: a status near its size limit must not grow on resume
+            await self._flush_once()
         if int(st.get("currentRound", 0)) == 0:  # pairs left out are booked with round 0 (its keys say which)
             for s, d, reason in p.skipped:
                 for setting in p.settings:
                     t = Test(-1, setting, s, d)
                     if t.key not in st["tests"]:
-                        await self._record_failure(t, test_id(self.run.run_uid, t.key, 0), reason, now_iso())
+                        await self._with_room(functools.partial(
+                            self._record_failure, t, test_id(self.run.run_uid, t.key, 0), reason, now_iso()))
         await self._prepare_filesets()
         for i in range(int(st.get("currentRound", 0)), p.num_rounds):
+            if self.stopping:
+                break
             st["currentRound"] = i
             self._current = {a.node: a for a in await self._directory_safe()}
+            self._room.measure(st, outbox=False)
             pending = [t for t in p.round(i) if t.key not in st["tests"]]
             if pending:
-                await asyncio.gather(*(self._run_test(t) for t in pending))
+                await asyncio.gather(*(self._with_room(functools.partial(self._run_test, t)) for t in pending))
             async with self._lock:
                 finish_round(st, i)
                 await self._save(force=True)
             self._progress()
             await self._flush_once()
-        metrics.RUN_DURATION.observe(time.monotonic() - t0)
+        if self.stopping:
+            return await self._finish(*self._stop_reason)
         return await self._finish(None, "")
 
     async def deliver(self, max_seconds: float) -> int:
@@ -458,6 +575,7 @@ class RunExecutor:
             message = f"{st['succeeded']} of {st['planned']} tests succeeded, {st['failed']} failed"
         else:
             ok = False
+            message = f"{message}: {st['done']} of {st['planned']} tests done"
         st["phase"] = "Succeeded" if ok else "Failed"
         st["completionTime"] = now_iso()
         st["message"] = message
@@ -465,6 +583,9 @@ class RunExecutor:
         set_condition(st, "Succeeded", ok, reason, message)
         set_condition(st, "Failed", not ok, reason, message)
         metrics.RUNS.labels(outcome=st["phase"].lower()).inc()
+        if st.get("startTime"):  # the whole run, also across operator restarts
+            started = dt.datetime.fromisoformat(st["startTime"].replace("Z", "+00:00"))
+            metrics.RUN_DURATION.observe((dt.datetime.now(dt.UTC) - started).total_seconds())
         metrics.PAIRS.labels(status="succeeded").set(st["succeeded"])
         metrics.PAIRS.labels(status="failed").set(st["failed"])
         await self._save(force=True)
@@ -473,8 +594,53 @@ class RunExecutor:
         await self.deliver(self.options.delivery_max_seconds)
         return self.status
 
+    async def _with_room(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run one test (`work()`) once there is room in the status for its measurement; while there is none, deliver.
+        Without a results endpoint nothing can make room: the run stops (OutboxFull) rather than lose anything."""
+        need = self._room.need()
+        while not self._room.reserve(need):
+            if self.stopping:
+                break
+            if self.results_client is None:
+                self.request_stop("OutboxFull", "the status holds as many measurements as it can and the run has no "
+                                                "results endpoint (spec.results) to deliver them to")
+                break
+            await self._backlog(True)
+            if self._flush_lock.locked():  # another test of the round is delivering
+                await self._pause(self.options.poll_interval)
+            else:
+                await self.deliver(self.options.backlog_retry_seconds)
+        if self.stopping:
+            return
+        await self._backlog(False)
+        try:
+            await work()
+        finally:
+            self._room.release(need)
+
+    async def _backlog(self, waiting: bool) -> None:
+        """The DeliveryBacklog condition: True while new tests wait for the dashboard to take measurements."""
+        now = next((c["status"] == "True" for c in self.status.get("conditions") or []
+                    if c["type"] == "DeliveryBacklog"), False)
+        if now == waiting:
+            return
+        async with self._lock:
+            n = len(self.status.get("outbox") or [])
+            if waiting:
+                msg = (f"{n} measurements ({self._room.outbox_bytes // 1000} kB) wait for the dashboard; new tests "
+                       f"start when it has taken them (status budget {self._room.budget // 1000} kB)")
+                set_condition(self.status, "DeliveryBacklog", True, "StatusFull", msg)
+                self._event("Warning", "DeliveryBacklog", f"Run {self.run.run_name}: {msg}")
+            else:
+                msg = f"{n} measurements wait for the dashboard"
+                set_condition(self.status, "DeliveryBacklog", False, "Flowing", msg)
+                self._event("Normal", "DeliveryResumed", f"Run {self.run.run_name}: new tests start again ({msg})")
+            await self._save(force=True)
+
     async def _prepare_filesets(self) -> None:
-        if not any(p in TPC_PROTOCOLS for p in self.spec.protocols):
+        lb = self.spec.loopback
+        if not any(p in TPC_PROTOCOLS for p in self.spec.protocols) and not (lb.enabled and lb.protocol in
+                                                                              TPC_PROTOCOLS):
             return
         st = self.status
         todo = [a for n, a in self._frozen.items() if st["filesets"].get(n) != "ready"]
@@ -491,10 +657,18 @@ class RunExecutor:
                                                         f"{e.message}")
 
         if todo:
-            await asyncio.gather(*(one(a) for a in todo))
+            work: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(one(a) for a in todo)))
+            stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not work.done():  # stopped while the agents write their files: they finish them on their own
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
             await self._save(force=True)
 
     async def _run_test(self, test: Test) -> None:
+        if self.stopping:
+            return
         started = now_iso()
         key = test.key
         rtt = get_rtt(self.status, self._names, test.source, test.destination)
@@ -514,7 +688,8 @@ class RunExecutor:
             m = rtt_measurement(tid, test, probe, started)
             if m["status"] == "succeeded":
                 put_rtt(self.status, self._names, test.source, test.destination, probe["median_ms"])
-                metrics.LAST_RTT.labels(test.source, test.destination).set((probe["median_ms"] or 0) / 1000)
+                metrics.set_series(metrics.LAST_RTT, (test.source, test.destination), (test.source, test.destination),
+                                   self._bench_key, (probe["median_ms"] or 0) / 1000)
             await self._record(test, m)
             return
         if test.setting.protocol in TPC_PROTOCOLS:
@@ -533,14 +708,14 @@ class RunExecutor:
             record, error, final = await self._transfer(test, src, dst, tid)
             if record is not None and record.get("status") == "succeeded":
                 break
-            if final:
+            if final or self.stopping:
                 break
             if attempt < self.spec.retries:
                 self._event("Normal", "Retrying", f"Retrying {key} (attempt {attempt + 2}): {error}")
         if record is not None:
             await self._record(test, measurement_from_record(record, test.source, test.destination, rtt))
         else:
-            await self._record_failure(test, tid, error, started, rtt)
+            await self._record_failure(test, tid, error, started, rtt, "cancelled" if self.stopping else "failed")
 
     async def _transfer(self, test: Test, src: Agent, dst: Agent, tid: str) -> tuple[dict | None, str, bool]:
         """One attempt. Returns (final record or None, error, final: no point retrying)."""
@@ -550,13 +725,18 @@ class RunExecutor:
             "test_id": tid, "protocol": proto, "source": {"host": src.address, "port": src.port(proto)},
             "file_set": self.spec.file_set.request(), "concurrency": self.spec.concurrency,
             "streams": test.setting.streams, "timeout_seconds": self.spec.timeout_seconds,
-            "destination": self.spec.destination,
+            # an agent's own ceiling: its files are read and discarded, never written over themselves
+            "destination": "sink" if test.setting.loopback else self.spec.destination,
         }
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
         unreachable_since: float | None = None
         started = False
         try:
             while True:
+                if self.stopping:
+                    message = f"cancelled: {self._stop_reason[1]}"
+                    rec = await self._cancel(dst, tid) if started else None
+                    return (rec if rec and rec.get("status") in FINAL else None), message, True
                 if time.monotonic() > deadline:
                     await self._cancel(dst, tid)
                     return None, f"timed out after {self.spec.timeout_seconds} s", False
@@ -568,7 +748,7 @@ class RunExecutor:
                         rec = await self.agents_client.get_transfer(dst, tid)
                     unreachable_since = None
                 except AgentBusy:
-                    await asyncio.sleep(o.poll_interval)
+                    await self._pause(o.poll_interval)
                     continue
                 except AgentRejected as e:
                     if started and e.status == 404:
@@ -582,41 +762,49 @@ class RunExecutor:
                         if dst.node not in live:
                             return None, f"agent {dst.node} vanished during the test", True
                         return None, f"agent {dst.node} unreachable for {o.unreachable_grace:g} s: {e.message}", True
-                    await asyncio.sleep(o.poll_interval)
+                    await self._pause(o.poll_interval)
                     continue
-                if rec.get("status") in ("succeeded", "failed", "cancelled"):
+                if rec.get("status") in FINAL:
                     return rec, rec.get("error") or "", False
                 gbps = (rec.get("progress") or {}).get("gbps")
                 self._live[test.key] = float(gbps or 0.0)
                 self._progress()
-                await asyncio.sleep(o.poll_interval)
+                await self._pause(o.poll_interval)
         finally:
             self._live.pop(test.key, None)
 
-    async def _cancel(self, agent: Agent, tid: str) -> None:
+    async def _cancel(self, agent: Agent, tid: str) -> dict | None:
+        """DELETE the test on its agent; the agent's final record of it, if it answered with one."""
         try:
-            await self.agents_client.cancel_transfer(agent, tid)
-        except AgentUnavailable:
-            pass
+            return await self.agents_client.cancel_transfer(agent, tid)
+        except AgentUnavailable as e:
+            log.warning("Cancelling test %s on %s failed: %s", tid, agent.node, e.message)
+            return None
 
     # -- bookkeeping
 
     async def _record_failure(self, test: Test, tid: str, error: str, started: str,
-                              rtt: Mapping[str, Any] | None = None) -> None:
-        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt))
+                              rtt: Mapping[str, Any] | None = None, status: str = "failed") -> None:
+        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt, status))
 
     async def _record(self, test: Test, m: dict[str, Any]) -> None:
         async with self._lock:
             st = self.status
             gbps = m.get("throughput_gbps")
+            waiting = len(st.get("outbox") or [])
             if not book_test(st, test.key, m):
                 log.warning("Test %s of %s was already booked; ignored a second result", test.key, self.run.run_name)
                 return
+            self._room.booked(st["outbox"][-1] if len(st["outbox"]) > waiting else None)
             self._recount()
             metrics.TESTS.labels(protocol=test.setting.protocol, status=m["status"]).inc()
-            if gbps is not None and test.setting.protocol != RTT:
-                metrics.LAST_THROUGHPUT.labels(test.source, test.destination, test.setting.protocol,
-                                               str(test.setting.streams)).set(gbps * 1e9)
+            if gbps is not None and test.setting.loopback:
+                metrics.set_series(metrics.LOOPBACK, (test.source, test.setting.protocol), (test.source,),
+                                   self._bench_key, gbps * 1e9)
+            elif gbps is not None and test.setting.protocol != RTT:
+                metrics.set_series(metrics.LAST_THROUGHPUT, (test.source, test.destination, test.setting.protocol,
+                                                             str(test.setting.streams)),
+                                   (test.source, test.destination), self._bench_key, gbps * 1e9)
             if m["status"] != "succeeded":
                 self._event("Warning", "TestFailed", f"Test {test.key} failed: {m.get('error')}")
             await self._save()
@@ -647,16 +835,22 @@ class RunExecutor:
 
     # -- delivery
 
-    def _batch(self, measurements: list[Mapping[str, Any]]) -> dict[str, Any]:
+    def _batch(self, entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+        """The ingest batch for some outbox entries: measurements, and loopback figures on their nodes."""
         st, r = self.status, self.run
+        loopback = {e["source"]: e["loopback_gbps"] for e in entries if e.get("kind") == "loopback"}
+        measurements = [e for e in entries if e.get("kind") != "loopback"]
         nodes = []
         for a in self._frozen.values():
             nic = a.labels.get("tpcmesh.io/nic-speed-gbps")
-            nodes.append({
+            node = {
                 "name": a.node, "address": a.address, "labels": dict(a.labels),
                 "site": a.labels.get("tpcmesh.io/site") or a.labels.get("topology.kubernetes.io/zone"),
                 "nic_speed_gbps": float(nic) if nic and nic.replace(".", "", 1).isdigit() else None,
-            })
+            }
+            if a.node in loopback:
+                node["loopback_gbps"] = loopback[a.node]
+            nodes.append(node)
         return {
             "benchmark": {"namespace": r.benchmark_namespace, "name": r.benchmark_name, "uid": r.benchmark_uid,
                           "spec": to_dict(self.spec), "thresholds": dict(self.spec.thresholds)},
@@ -669,23 +863,41 @@ class RunExecutor:
         }
 
     async def _post_next_batch(self, post: Callable[[dict[str, Any]], Any]) -> None:
-        batch_ms = batches(self.status["outbox"])[0]
-        ids = {m["id"] for m in batch_ms}
+        """Post the head of the outbox (bisecting around measurements the dashboard refuses) and settle what it
+        acknowledged or refused; a 413 halves the batch size for the next attempts."""
+        ms = list(self.status["outbox"][:self._batch_size])
+        outcome = Outcome()
         try:
-            await post(self._batch(batch_ms))
-        except BatchRejected as e:
-            self.status["rejected"] = self.status.get("rejected", 0) + len(ids)
-            self.status["deliveryError"] = str(e)[:1000]
-            self._event("Warning", "DeliveryRejected", f"Dashboard rejected {len(ids)} measurements: {e}"[:1000])
-        else:
-            self.status["delivered"] = self.status.get("delivered", 0) + len(ids)
-            self.status.pop("deliveryError", None)
+            await post_bisecting(post, self._batch, ms, outcome)
+        except BatchTooLarge as e:
+            if len(ms) == 1:
+                raise DeliveryFailed(f"{e} (a single measurement)") from e
+            self._batch_size = max(1, len(ms) // 2)
+            log.warning("Dashboard refused a batch of %d measurements of %s as too large; trying %d at a time",
+                        len(ms), self.run.run_name, self._batch_size)
+        finally:
+            if outcome:
+                await self._settle(outcome)
+
+    async def _settle(self, outcome: Outcome) -> None:
+        for m, reason in outcome.rejected:
+            metrics.REJECTED.labels(protocol=str(m.get("protocol"))).inc()
+            log.warning("Dashboard refused measurement %s of run %s: %s; set aside in status.rejected, the record: %s",
+                        describe(m), self.run.run_name, reason, json.dumps(m, separators=(",", ":")))
+        if outcome.rejected:
+            self._event("Warning", "MeasurementsRejected",
+                        f"Dashboard refused {len(outcome.rejected)} measurement(s), set aside in status.rejected: "
+                        + "; ".join(f"{describe(m)}: {r}" for m, r in outcome.rejected[:3])[:900])
         async with self._lock:
-            self.status["outbox"] = [m for m in self.status["outbox"] if m["id"] not in ids]
+            settle(self.status, outcome, now_iso())
+            self._room.measure(self.status)
             self._recount()
             if not self.status["outbox"]:
                 set_condition(self.status, "Delivered", True, "Acknowledged",
-                              f"{self.status['delivered']} measurements acknowledged by the dashboard")
+                              f"{self.status['delivered']} measurements acknowledged by the dashboard"
+                              + (f", {self.status['rejectedCount']} refused (status.rejected)"
+                                 if self.status.get("rejectedCount") else ""))
+            self.status.pop("deliveryError", None)
             await self._save(force=True)
 
     async def _flush_once(self) -> None:
@@ -708,6 +920,17 @@ class RunExecutor:
         self.status["deliveryError"] = str(e)[:1000]
         set_condition(self.status, "Delivered", False, "DashboardUnavailable", f"{n} measurements waiting: {e}"[:1000])
         log.warning("Delivery of %d measurements failed, keeping them: %s", n, e)
+
+    def report_undelivered(self, why: str) -> None:
+        """The outbox is about to be lost (`why`): every measurement in it is logged in full at WARNING, and an
+        Event says how many."""
+        waiting = self.status.get("outbox") or []
+        for m in waiting:
+            log.warning("Measurement %s of run %s was not delivered (%s); the record: %s", describe(m),
+                        self.run.run_name, why, json.dumps(m, separators=(",", ":")))
+        if waiting:
+            self._event("Warning", "Undelivered", f"{len(waiting)} measurement(s) of {self.run.run_name} were not "
+                                                  f"delivered ({why}); the operator's log holds each record")
 
     # -- reporting
 

@@ -1,8 +1,10 @@
 """When runs are due. Pure code, like the CronJob controller.
 
-A schedule is a cron expression (via croniter, also `@hourly`, `@daily`) or an interval (`@every 12h`, `12h`,
-`1h30m`, `90s`, `2d`). Interval ticks are anchored at the benchmark's creation time (the first run starts right
-away); cron ticks are the expression's times at or after the anchor.
+A schedule is a 5-field cron expression (via croniter; also `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`)
+or an interval of at least a minute (`@every 12h`, `12h`, `1h30m`, `90s`, `2d`: units w d h m s, largest first, each
+at most once). Runs are named by the minute, so finer schedules (croniter's 6th field, seconds) are refused; the
+CRD's CEL rules check the same. Interval ticks are anchored at the benchmark's creation time (the first run starts
+right away); cron ticks are the expression's times at or after the anchor.
 
 `due()` returns the one scheduled time to start now, or None: the LATEST tick at or before `now` that is later than
 the last scheduled run. Ticks missed while the operator was down collapse into that one catch-up run (older
@@ -20,7 +22,10 @@ from dataclasses import dataclass
 from croniter import croniter
 
 _PART = re.compile(r"(\d+)([smhdw])")
+_ANY_PARTS = re.compile(r"(\d+[smhdw])+")
+_ORDERED = re.compile(r"(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+CRON_KEYWORDS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 
 
 def parse_interval(text: str) -> dt.timedelta | None:
@@ -30,13 +35,16 @@ def parse_interval(text: str) -> dt.timedelta | None:
         t = t[len("@every"):].strip()
         if not t:
             raise ValueError("'@every' needs a duration such as '@every 12h'")
-    elif not re.fullmatch(r"(\d+[smhdw])+", t):
+    elif not _ANY_PARTS.fullmatch(t):
         return None
-    if not re.fullmatch(r"(\d+[smhdw])+", t):
+    if not _ANY_PARTS.fullmatch(t):
         raise ValueError(f"invalid interval {text!r}: expected a duration such as '12h', '30m' or '1h30m'")
+    if not _ORDERED.fullmatch(t):
+        raise ValueError(f"invalid interval {text!r}: give the units largest first, each once (w d h m s), "
+                         "e.g. '1h30m'")
     seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in _PART.findall(t))
     if seconds < 60:
-        raise ValueError(f"interval {text!r} is shorter than one minute")
+        raise ValueError(f"interval {text!r} is shorter than one minute (runs are named by the minute)")
     return dt.timedelta(seconds=seconds)
 
 
@@ -75,6 +83,10 @@ def parse_schedule(text: str) -> Schedule:
     interval = parse_interval(text)
     if interval is not None:
         return Schedule(text.strip(), interval)
+    fields = text.split()
+    if text.strip() not in CRON_KEYWORDS and len(fields) != 5:
+        raise ValueError(f"invalid schedule {text!r}: a cron expression has 5 fields (minute hour day-of-month month "
+                         f"day-of-week), not {len(fields)}; runs are named by the minute, so there is no seconds field")
     if not croniter.is_valid(text.strip()):
         raise ValueError(f"invalid schedule {text!r}: not a cron expression nor an interval like '@every 12h'")
     return Schedule(text.strip(), None)

@@ -19,6 +19,7 @@ PAIR_MODES = ("fullMesh", "explicit", "groups")
 DIRECTIONS = ("both", "aToB", "bToA")
 CONCURRENCY_POLICIES = ("Forbid", "Replace")
 DESTINATIONS = ("store", "sink")
+LOOPBACK_PROTOCOLS = ("iperf3", "builtin")
 
 DEFAULT_SCHEDULE = "@every 12h"
 DEFAULT_STREAMS = (8, 1)
@@ -29,6 +30,8 @@ DEFAULT_PROTOCOLS = ("xrootd-https", "gridftp")
 DEFAULT_TIMEOUT_SECONDS = 1800
 DEFAULT_RETRIES = 1
 DEFAULT_LATENCY_COUNT = 5
+# The grid's colours (the dashboard reads exactly these keys from the ingest batch's benchmark.thresholds).
+DEFAULT_THRESHOLDS: Mapping[str, float] = {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKMGT]i?B?|B)?\s*$")
 _UNITS = {
@@ -115,6 +118,14 @@ class Results:
 
 
 @dataclass(frozen=True)
+class Loopback:
+    """Each agent measured against itself (the grid's diagonal): iperf3 is cheap (10 s), builtin moves the files."""
+
+    enabled: bool = True
+    protocol: str = "iperf3"
+
+
+@dataclass(frozen=True)
 class BenchmarkSpec:
     schedule: str = DEFAULT_SCHEDULE
     suspend: bool = False
@@ -124,13 +135,14 @@ class BenchmarkSpec:
     protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
     latency: bool = True
     latency_count: int = DEFAULT_LATENCY_COUNT
+    loopback: Loopback = field(default_factory=Loopback)
     streams: tuple[int, ...] = DEFAULT_STREAMS
     concurrency: int = DEFAULT_CONCURRENCY
     file_set: FileSet = field(default_factory=FileSet)
     destination: str = "store"
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     retries: int = DEFAULT_RETRIES
-    thresholds: Mapping[str, Any] = field(default_factory=dict)
+    thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
     successful_runs_history_limit: int = 3
@@ -150,7 +162,8 @@ def _get(d: Mapping[str, Any], key: str, path: str, types: type | tuple[type, ..
 
 def _tname(types: type | tuple[type, ...]) -> str:
     ts = types if isinstance(types, tuple) else (types,)
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "a boolean"}
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number",
+             bool: "a boolean"}
     return " or ".join(names.get(t, t.__name__) for t in ts)
 
 
@@ -172,6 +185,27 @@ def _labels(v: Any, path: str) -> dict[str, str]:
     return dict(labels)
 
 
+def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
+    """{goodGbps, warnGbps, goodRttMs, warnRttMs}: numbers >= 0 (defaults for the missing ones), good >= warn for
+    throughput and good <= warn for RTT; the CRD checks the same."""
+    unknown = sorted(set(d) - set(DEFAULT_THRESHOLDS))
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(DEFAULT_THRESHOLDS)})")
+    out: dict[str, float] = {}
+    for key, default in DEFAULT_THRESHOLDS.items():
+        v = _get(d, key, path, (int, float), default)
+        if v < 0:
+            raise SpecError(f"{path}.{key}", f"must be 0 or more, got {v}")
+        out[key] = v
+    if out["goodGbps"] < out["warnGbps"]:
+        raise SpecError(f"{path}.goodGbps", f"must be at least {path}.warnGbps ({out['goodGbps']} < "
+                                            f"{out['warnGbps']})")
+    if out["goodRttMs"] > out["warnRttMs"]:
+        raise SpecError(f"{path}.goodRttMs", f"must be at most {path}.warnRttMs ({out['goodRttMs']} > "
+                                             f"{out['warnRttMs']})")
+    return out
+
+
 def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkSpec:
     """Validate a TransferBenchmark spec (as stored in Kubernetes or read from YAML)."""
     from .schedule import parse_schedule  # local import: schedule has no dependency on spec
@@ -180,7 +214,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if not isinstance(d, Mapping):
         raise SpecError(path, f"expected an object, got {d!r}")
     known = {
-        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "streams",
+        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "streams",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit",
     }
@@ -211,6 +245,16 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         raise SpecError(f"{path}.latency", f"expected a boolean or {{enabled, count}}, got {lat!r}")
     if not protocols and not latency:
         raise SpecError(f"{path}.protocols", "nothing to measure: no protocol and latency off")
+
+    lb = _get(d, "loopback", path, dict, {})
+    unknown_lb = sorted(set(lb) - {"enabled", "protocol"})
+    if unknown_lb:
+        raise SpecError(f"{path}.loopback.{unknown_lb[0]}", "unknown field (known: enabled, protocol)")
+    loopback = Loopback(_get(lb, "enabled", f"{path}.loopback", bool, True),
+                        _get(lb, "protocol", f"{path}.loopback", str, "iperf3"))
+    if loopback.protocol not in LOOPBACK_PROTOCOLS:
+        raise SpecError(f"{path}.loopback.protocol",
+                        f"must be one of {', '.join(LOOPBACK_PROTOCOLS)}, got {loopback.protocol!r}")
 
     streams = _get(d, "streams", path, list, list(DEFAULT_STREAMS))
     if not streams:
@@ -294,7 +338,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if policy not in CONCURRENCY_POLICIES:
         raise SpecError(f"{path}.concurrencyPolicy",
                         f"must be one of {', '.join(CONCURRENCY_POLICIES)}, got {policy!r}")
-    thresholds = _get(d, "thresholds", path, dict, {})
+    thresholds = _thresholds(_get(d, "thresholds", path, dict, {}), f"{path}.thresholds")
 
     return BenchmarkSpec(
         schedule=schedule,
@@ -305,13 +349,14 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         protocols=tuple(protocols),
         latency=latency,
         latency_count=latency_count,
+        loopback=loopback,
         streams=tuple(streams),
         concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
         file_set=file_set,
         destination=destination,
         timeout_seconds=_int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400),
         retries=_int(d, "retries", path, DEFAULT_RETRIES, 0, 10),
-        thresholds=dict(thresholds),
+        thresholds=thresholds,
         results=results,
         concurrency_policy=policy,
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
@@ -327,6 +372,7 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "pairs": {"mode": s.pairs.mode, "direction": s.pairs.direction},
         "protocols": list(s.protocols),
         "latency": {"enabled": s.latency, "count": s.latency_count},
+        "loopback": {"enabled": s.loopback.enabled, "protocol": s.loopback.protocol},
         "streams": list(s.streams),
         "concurrency": s.concurrency,
         "fileSet": {"dataset": s.file_set.dataset} if s.file_set.dataset

@@ -91,6 +91,106 @@ def test_defaults_render_the_agent_daemonset_as_specified():
             assert labels["app.kubernetes.io/part-of"] == "tpcmesh" and labels["helm.sh/chart"] == "tpcmesh-0.1.0"
 
 
+# Every API call the operator makes, (apiGroup, resource, verb, resourceName or None) -> where. The chart's RBAC
+# must grant exactly these: a verb not in the table is one the operator does not need.
+OPERATOR_IN_WATCHED_NAMESPACES = {
+    ("tpcmesh.io", "transferbenchmarks", "list", None): "kopf: the watch-stream's listing",
+    ("tpcmesh.io", "transferbenchmarks", "watch", None): "kopf",
+    ("tpcmesh.io", "transferbenchmarks", "patch", None): "kopf: finalizer and progress annotations",
+    ("tpcmesh.io", "transferbenchmarks", "get", None): "rundriver._frozen_spec: a run's benchmarkRef",
+    ("tpcmesh.io", "transferbenchmarks/status", "patch", None): "kopf: the status the handlers and timer return",
+    ("tpcmesh.io", "transferruns", "list", None): "kopf; controller._list_runs",
+    ("tpcmesh.io", "transferruns", "watch", None): "kopf",
+    ("tpcmesh.io", "transferruns", "patch", None): "kopf: finalizer, annotations; controller: Replace's stop",
+    ("tpcmesh.io", "transferruns", "get", None): "kube.KubeStatusStore.load",
+    ("tpcmesh.io", "transferruns", "create", None): "controller.tick_benchmark: a run on schedule",
+    ("tpcmesh.io", "transferruns", "delete", None): "controller.tick_benchmark: history limits",
+    ("tpcmesh.io", "transferruns/status", "patch", None): "kube.KubeStatusStore.save",
+    ("", "pods", "list", None): "kube.KubeAgentDirectory: the Ready agent pods",
+    ("", "events", "create", None): "kopf.event",
+    ("kopf.dev", "kopfpeerings", "list", None): "kopf peering",
+    ("kopf.dev", "kopfpeerings", "watch", None): "kopf peering",
+    ("kopf.dev", "kopfpeerings", "patch", None): "kopf peering: keep-alive",
+    ("", "secrets", "get", None): "kube.read_secret_key: results tokens; certs.ensure_ca",
+}
+
+
+def operator_ca_calls(ca_secret: str, bundle: str) -> dict:
+    """certs.ensure_ca in the release namespace (certificates.mode csr: the operator is the CA)."""
+    return {("", "secrets", "create", None): "the CA Secret on first start",
+            ("", "secrets", "update", ca_secret): "the CA renewed",
+            ("", "configmaps", "create", None): "the bundle published",
+            ("", "configmaps", "get", bundle): "the bundle read",
+            ("", "configmaps", "update", bundle): "the bundle replaced"}
+
+
+def operator_cluster_calls(signer: str, sign: bool) -> dict:
+    calls = {("", "nodes", "list", None): "kube.KubeAgentDirectory; certs.process: node addresses",
+             ("certificates.k8s.io", "certificatesigningrequests", "list", None): "kopf; certs.process_all",
+             ("certificates.k8s.io", "certificatesigningrequests", "watch", None): "kopf.on.event",
+             ("certificates.k8s.io", "certificatesigningrequests", "get", None): "certs.process",
+             ("certificates.k8s.io", "certificatesigningrequests/approval", "update", None): "certs.process",
+             ("certificates.k8s.io", "signers", "approve", signer): "certs.process"}
+    if sign:
+        calls |= {("certificates.k8s.io", "certificatesigningrequests/status", "update", None): "certs.process",
+                  ("certificates.k8s.io", "signers", "sign", signer): "certs.process"}
+    return calls
+
+
+AGENT_CLUSTER_CALLS = {
+    ("certificates.k8s.io", "certificatesigningrequests", "create", None): "tpcmesh_agent.csr.submit",
+    ("certificates.k8s.io", "certificatesigningrequests", "get", None): "tpcmesh_agent.csr.wait_for_certificate",
+}
+
+
+def granted(role: dict) -> set[tuple]:
+    return {(g, r, v, n) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+            for v in rule["verbs"] for n in rule.get("resourceNames") or [None]}
+
+
+def _rbac_mismatch(what: str, role: dict, calls: dict) -> list[str]:
+    got = granted(role)
+    return [f"{what} grants {t}, which the operator/agent never calls" for t in sorted(got - calls.keys(), key=str)] \
+        + [f"{what} lacks {t} ({calls[t]})" for t in sorted(calls.keys() - got, key=str)]
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "defaults")
+def test_rbac_grants_exactly_the_calls_the_code_makes(values) -> None:
+    ns = "tpcmesh"
+    docs = render(values, ns)
+    roles = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): d for d in docs
+             if d["kind"] in ("Role", "ClusterRole")}
+    deployment = next((d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")),
+                      None)
+    problems: list[str] = []
+    if deployment is not None:
+        env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+        watched = env["TPCMESH_OPERATOR_NAMESPACES"].split(",")
+        for name_ns in sorted({*watched, ns}):
+            role = roles.pop(("Role", "tpc-tpcmesh-operator", name_ns))
+            calls = dict(OPERATOR_IN_WATCHED_NAMESPACES)
+            if name_ns == ns and env.get("TPCMESH_OPERATOR_SIGN") == "true":
+                calls |= operator_ca_calls(env["TPCMESH_OPERATOR_CA_SECRET"],
+                                           env["TPCMESH_OPERATOR_CA_BUNDLE_CONFIGMAP"])
+            problems += _rbac_mismatch(f"Role in {name_ns}", role, calls)
+        signer = env.get("TPCMESH_OPERATOR_SIGNER_NAME")
+        cluster = roles.pop(("ClusterRole", "tpc-tpcmesh-operator", None))
+        calls = {k: v for k, v in operator_cluster_calls(signer or "", env.get("TPCMESH_OPERATOR_SIGN") == "true")
+                 .items() if signer or k[0] != "certificates.k8s.io"}
+        problems += _rbac_mismatch("operator ClusterRole", cluster, calls)
+    agent = roles.pop(("ClusterRole", "tpc-tpcmesh-agent", None), None)
+    if agent is not None:
+        problems += _rbac_mismatch("agent ClusterRole", agent, AGENT_CLUSTER_CALLS)
+    issuer_ref = roles.pop(("Role", "tpc-tpcmesh-agent-certmanager", ns), None)
+    if issuer_ref is not None:
+        # Not a call the agent makes: cert-manager's SubjectAccessReview for the CSR's requester before it signs.
+        issuer = next(d["metadata"]["name"] for d in docs if d["kind"] == "Issuer" and d["spec"].get("ca"))
+        problems += _rbac_mismatch("agent cert-manager Role", issuer_ref, {
+            ("cert-manager.io", "signers", "reference", issuer): "cert-manager: may the requester use the Issuer"})
+    assert not roles, f"roles the table does not cover: {sorted(roles)}"
+    assert not problems, "\n".join(problems)
+
+
 def _ensure_upstream_crds(api_client, docs: list[dict]) -> None:
     """The real CRDs (cert-manager, prometheus-operator releases) of every other project's kind in `docs`."""
     ext = client.ApiextensionsV1Api(api_client)
@@ -196,21 +296,28 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
             time.sleep(0.5)
         assert (ds.status.desired_number_scheduled, ds.status.number_ready) == (2, 2)
 
-        # RBAC of the chart's ServiceAccounts, asked as those accounts (real tokens, real authorizer).
+        # The installed RBAC as the real authorizer sees it (real tokens): what test_rbac_grants_exactly_the_calls_the
+        # _code_makes checks in the rendered rules, and that nothing else (cluster roles, aggregation) adds to it.
         op = control_plane.client(control_plane.kubeconfig_for("tpc-tpcmesh-operator", ns))
-        assert _can(op, "watch", "transferbenchmarks", "tpcmesh.io", ns)
-        assert _can(op, "patch", "transferruns", "tpcmesh.io", ns, subresource="status")
-        assert _can(op, "list", "pods", "", ns) and _can(op, "watch", "nodes")
-        assert _can(op, "create", "events", "", ns) and _can(op, "update", "leases", "coordination.k8s.io", ns)
-        assert _can(op, "get", "secrets", "", ns)
-        assert _can(op, "update", "certificatesigningrequests", "certificates.k8s.io", subresource="approval")
-        assert _can(op, "sign", "signers", "certificates.k8s.io", name="tpcmesh.io/agent")
+        for (group, resource, verb, name), _ in [*OPERATOR_IN_WATCHED_NAMESPACES.items(),
+                                                 *operator_cluster_calls("tpcmesh.io/agent", True).items()]:
+            res, _, sub = resource.partition("/")
+            namespaced = (group, resource, verb, name) in OPERATOR_IN_WATCHED_NAMESPACES
+            assert _can(op, verb, res, group, ns if namespaced else None, subresource=sub or None, name=name), \
+                (group, resource, verb, name)
+        for verb, res, group, where in [("update", "leases", "coordination.k8s.io", ns), ("list", "secrets", "", ns),
+                                        ("create", "transferbenchmarks", "tpcmesh.io", ns),
+                                        ("update", "transferruns", "tpcmesh.io", ns), ("list", "namespaces", "", None),
+                                        ("watch", "customresourcedefinitions", "apiextensions.k8s.io", None),
+                                        ("get", "nodes", "", None), ("get", "secrets", "", "kube-system"),
+                                        ("delete", "nodes", "", None), ("create", "pods", "", ns),
+                                        ("delete", "secrets", "", ns)]:
+            assert not _can(op, verb, res, group, where), (verb, res, where)
         assert not _can(op, "sign", "signers", "certificates.k8s.io", name="kubernetes.io/kube-apiserver-client")
-        assert not _can(op, "get", "secrets", "", "kube-system")
-        assert not _can(op, "delete", "nodes") and not _can(op, "create", "pods", "", ns)
-        assert not _can(op, "delete", "secrets", "", ns)
         agent = control_plane.client(control_plane.kubeconfig_for("tpc-tpcmesh-agent", ns))
         assert _can(agent, "create", "certificatesigningrequests", "certificates.k8s.io")
+        assert _can(agent, "get", "certificatesigningrequests", "certificates.k8s.io")
+        assert not _can(agent, "list", "certificatesigningrequests", "certificates.k8s.io")
         assert not _can(agent, "update", "certificatesigningrequests", "certificates.k8s.io", subresource="approval")
         assert not _can(agent, "get", "secrets", "", ns) and not _can(agent, "list", "pods", "", ns)
         # Real calls too, not only reviews.

@@ -35,6 +35,8 @@ def test_defaults_are_applied(api) -> None:
     assert spec["protocols"] == ["xrootd-https", "gridftp"]
     assert spec["pairs"] == {"mode": "fullMesh", "direction": "both"}
     assert spec["concurrencyPolicy"] == "Forbid"
+    assert spec["thresholds"] == {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
+    assert spec["loopback"] == {"enabled": True, "protocol": "iperf3"}
     # and the short names / printer columns exist
     ext = client.ApiextensionsV1Api(api.api_client)
     crd = ext.read_custom_resource_definition("transferbenchmarks.tpcmesh.io")
@@ -44,7 +46,11 @@ def test_defaults_are_applied(api) -> None:
 
 
 BAD = [
-    ({"schedule": "every day"}, "spec.schedule must be a cron expression"),
+    ({"schedule": "every day"}, "spec.schedule must be a 5-field cron expression"),
+    ({"schedule": "*/10 * * * * *"}, "spec.schedule must be a 5-field cron expression"),  # croniter's seconds
+    ({"schedule": "30m1h"}, "spec.schedule must be a 5-field cron expression"),
+    ({"schedule": "@every 10s"}, "spec.schedule: an interval must be at least one minute"),
+    ({"schedule": "0h30s"}, "spec.schedule: an interval must be at least one minute"),
     ({"protocols": ["ftp"]}, "spec.protocols[0]"),
     ({"streams": [0]}, "spec.streams[0]"),
     ({"streams": [8, 8]}, "spec.streams[1]: Duplicate value"),
@@ -60,6 +66,12 @@ BAD = [
     ({"results": {"url": "dashboard"}}, "spec.results.url must be an http(s) URL"),
     ({"concurrencyPolicy": "Allow"}, "spec.concurrencyPolicy"),
     ({"protocols": [], "latency": {"enabled": False}}, "spec.protocols: nothing to measure"),
+    ({"thresholds": {"goodGbps": 5, "warnGbps": 10}}, "spec.thresholds.goodGbps must be at least"),
+    ({"thresholds": {"goodGbps": 5}}, "spec.thresholds.goodGbps must be at least"),  # the default warnGbps is 10
+    ({"thresholds": {"goodRttMs": 100, "warnRttMs": 50}}, "spec.thresholds.goodRttMs must be at most"),
+    ({"thresholds": {"warnGbps": -1}}, "spec.thresholds.warnGbps: Invalid value: -1"),
+    ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs in body must be of type number"),
+    ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol: Unsupported value"),
 ]
 
 
@@ -69,6 +81,13 @@ def test_malformed_benchmarks_are_rejected_naming_the_field(api, spec, message) 
         api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb("bad", spec))
     assert e.value.status == 422, e.value.body
     assert message in e.value.body, e.value.body
+
+
+@pytest.mark.parametrize("schedule", ["@every 90s", "1h30m", "1w2d", "@daily", "*/5 * * * *", "0 0 1 1 *"])
+def test_minute_resolution_schedules_are_accepted(api, schedule) -> None:
+    name = "ok-" + "".join(c for c in schedule if c.isalnum()).lower()
+    api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb(name, {"schedule": schedule}))
+    api.delete_namespaced_custom_object(G, V, NS, "transferbenchmarks", name)
 
 
 def test_transfer_run_needs_a_benchmark_and_is_immutable(api) -> None:

@@ -1,66 +1,31 @@
-"""The operator (kopf.testing.KopfRunner) on a real kube-apiserver, driving REAL agents on loopback.
-
-Agents are tpcmesh-agent processes; each gets a fake Node (its address as InternalIP) and a Pod bound to it that
-the control-plane fixture marks Ready with podIP = the node address (hostNetwork), as a kubelet would.
-"""
+"""The operator (kopf.testing.KopfRunner) on a real kube-apiserver, driving REAL agents on loopback (see
+operator_support.py) and the real dashboard."""
 
 from __future__ import annotations
 
-import time
-import uuid
-
+import httpx
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from tests.cluster.operator_support import apply_crds, ensure_namespace
+from tests.cluster import operator_support
+from tests.cluster.operator_support import (
+    OPERATOR_ARGS,
+    G,
+    V,
+    apply_crds,
+    operator_env,
+    results_secret,
+    run_status,
+    wait_for,
+)
 from tests.support.live_dashboard import LiveDashboard
 
 pytestmark = pytest.mark.cluster
-G, V = "tpcmesh.io", "v1alpha1"
-AGENT_LABELS = {"app.kubernetes.io/name": "tpcmesh", "app.kubernetes.io/component": "agent"}
-
-
-def wait_for(what: str, fn, timeout: float = 60.0, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except ApiException as e:
-            last = e
-        if last and not isinstance(last, ApiException):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
 
 
 @pytest.fixture
 def agent_pods(control_plane, agent_factory, tmp_path):
-    """Start n real agents (shared token), each with a fake Node and a Ready Pod; returns (namespace, handles)."""
-    api = control_plane.client()
-    core = client.CoreV1Api(api)
-    token_file = tmp_path / "agent-token"
-    token_file.write_text(f"tok-{uuid.uuid4().hex}\n")
-
-    def start(namespace: str, n: int, **settings) -> list:
-        ensure_namespace(api, namespace)
-        handles = []
-        for _ in range(n):
-            h = agent_factory(token_file=token_file, **settings)
-            node = f"{namespace}-{h.address.replace('.', '-')}"
-            control_plane.create_node(node, h.address, {"tpcmesh.io/site": f"site-{len(handles)}"})
-            core.create_namespaced_pod(namespace, {
-                "metadata": {"name": f"agent-{node}", "labels": AGENT_LABELS},
-                "spec": {"nodeName": node, "hostNetwork": True, "automountServiceAccountToken": False,
-                         "containers": [{"name": "agent", "image": "example.invalid/tpcmesh-agent:0"}]}})
-            h.node = node
-            handles.append(h)
-        control_plane.play_kubelet(namespace, "app.kubernetes.io/component=agent")
-        return handles
-
-    start.token_file = token_file
-    return start
+    return operator_support.agent_pods(control_plane, agent_factory, tmp_path)
 
 
 def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcmesh_pki, monkeypatch,
@@ -73,20 +38,16 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     handles = agent_pods(ns, 3)
     dashboard = LiveDashboard(postgres_server, tmp_path)
     dashboard.start()
-    client.CoreV1Api(api).create_namespaced_secret(ns, {"metadata": {"name": "results-token"},
-                                                         "stringData": {"token": dashboard.token}})
-    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-    for k, v in {"AGENT_TOKEN_FILE": str(agent_pods.token_file), "CA_FILE": str(tpcmesh_pki.ca_file),
-                 "TIMER_INTERVAL": "1", "POLL_INTERVAL": "0.2", "UNREACHABLE_GRACE": "2", "METRICS_PORT": "0",
-                 "PEERING": "", "DELIVERY_MAX_SECONDS": "1"}.items():
-        monkeypatch.setenv(f"TPCMESH_OPERATOR_{k}", v)
+    token_secret = results_secret(api, ns, dashboard.token)
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, DELIVERY_MAX_SECONDS="1")
     objs = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     spec = {"schedule": "@every 1h", "protocols": ["builtin"], "streams": [1], "concurrency": 2,
-            "fileSet": {"count": 2, "size": "1MB"}, "latency": {"enabled": True, "count": 2}, "timeoutSeconds": 30,
+            "fileSet": {"count": 2, "size": "1MB"}, "latency": {"enabled": True, "count": 2},
+            "loopback": {"enabled": True, "protocol": "builtin"}, "timeoutSeconds": 30,
             "retries": 0, "successfulRunsHistoryLimit": 2,
-            "results": {"url": dashboard.url, "tokenSecret": {"name": "results-token"}}}
-    args = ["run", "--standalone", "--namespace", ns, "-m", "tpcmesh_operator.main"]
+            "results": {"url": dashboard.url, "tokenSecret": token_secret}}
+    args = [*OPERATOR_ARGS, "--namespace", ns]
     with KopfRunner(args, timeout=120) as runner:
         objs.create_namespaced_custom_object(G, V, ns, "transferbenchmarks", {
             "apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "mesh"}, "spec": spec})
@@ -120,6 +81,7 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     assert runner.exception is None, runner.stdout
     assert runner.exit_code == 0
     rows = [m for m in dashboard.measurements() if m["run"] == run["metadata"]["uid"]]
+    dashboard_nodes = httpx.get(f"{dashboard.url}/api/v1/nodes/?limit=100", timeout=10).json()["results"]
     dashboard.stop()
 
     st = run["status"]
@@ -127,20 +89,22 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     assert run["metadata"]["ownerReferences"][0]["kind"] == "TransferBenchmark"
     assert run["spec"]["benchmark"]["protocols"] == ["builtin"]  # frozen copy
     assert st["phase"] == "Succeeded", st.get("message")
-    assert (st["planned"], st["succeeded"], st["failed"]) == (12, 12, 0)
-    assert st["progress"] == "12/12"
+    assert (st["planned"], st["succeeded"], st["failed"]) == (15, 15, 0)  # 3 loopback, 6 pairs x (rtt + builtin)
+    assert st["progress"] == "15/15"
     assert {a["node"] for a in st["agents"]} == nodes
     assert {a["address"] for a in st["agents"]} == {h.address for h in handles}
     # every measurement acknowledged by the real dashboard, stored once, under the Kubernetes node names
-    assert st["outbox"] == [] and st["undelivered"] == 0 and st["delivered"] == 12
+    assert st["outbox"] == [] and st["undelivered"] == 0 and st["delivered"] == 15
     assert len(rows) == 12 and len({r["id"] for r in rows}) == 12 and st["tests"] == {}
     assert {(m["source"], m["destination"]) for m in rows} == {(a, b) for a in nodes for b in nodes if a != b}
     assert len({r["benchmark"] for r in rows}) == 1
+    loopback = {n["name"]: n["loopback_gbps"] for n in dashboard_nodes}
+    assert all(loopback[n] > 0 for n in nodes)  # the grid's diagonal
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Succeeded"]["status"] == "True" and conds["Progressing"]["status"] == "False"
 
     ts = tb["status"]
-    assert ts["lastRun"]["succeeded"] == 12 and ts["lastRun"]["name"] == run["metadata"]["name"]
+    assert ts["lastRun"]["succeeded"] == 15 and ts["lastRun"]["name"] == run["metadata"]["name"]
     assert ts["nextRunTime"] and ts["lastScheduleTime"]
     tconds = {c["type"]: c for c in ts["conditions"]}
     assert tconds["Ready"]["status"] == "True" and tconds["Degraded"]["status"] == "False"
@@ -160,13 +124,10 @@ def test_operator_restarted_mid_run_resumes_without_redoing_pairs(control_plane,
     api = control_plane.client()
     apply_crds(api)
     handles = agent_pods(ns, 3, builtin_max_rate=8_000_000)  # slow sources (~0.5 s a test): the stop lands mid-run
-    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-    for k, v in {"AGENT_TOKEN_FILE": str(agent_pods.token_file), "CA_FILE": str(tpcmesh_pki.ca_file),
-                 "TIMER_INTERVAL": "1", "POLL_INTERVAL": "0.2", "UNREACHABLE_GRACE": "2", "METRICS_PORT": "0",
-                 "PEERING": ""}.items():
-        monkeypatch.setenv(f"TPCMESH_OPERATOR_{k}", v)
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file)
     objs = client.CustomObjectsApi(api)
     spec = {"protocols": ["builtin"], "streams": [2, 1], "concurrency": 2, "latency": {"enabled": False},
+            "loopback": {"enabled": False},
             "fileSet": {"count": 2, "size": "4MB"}, "timeoutSeconds": 30, "retries": 0}
     objs.create_namespaced_custom_object(G, V, ns, "transferbenchmarks", {
         "apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "mesh"}, "spec": spec})
@@ -175,9 +136,9 @@ def test_operator_restarted_mid_run_resumes_without_redoing_pairs(control_plane,
         "spec": {"benchmarkRef": {"name": "mesh"}}})
 
     def status() -> dict:
-        return objs.get_namespaced_custom_object(G, V, ns, "transferruns", "by-hand").get("status") or {}
+        return run_status(objs, ns, "by-hand")
 
-    args = ["run", "--standalone", "--namespace", ns, "-m", "tpcmesh_operator.main"]
+    args = [*OPERATOR_ARGS, "--namespace", ns]
     with KopfRunner(args, timeout=60) as first:
         wait_for("some finished tests", lambda: status() if status().get("done", 0) >= 4 else None, timeout=60,
                  interval=0.05)

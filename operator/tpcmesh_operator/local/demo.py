@@ -162,7 +162,12 @@ def choose_protocols(spec: BenchmarkSpec, agents: list) -> tuple[BenchmarkSpec, 
             keep.append(proto)
     if not keep:
         raise DemoError(f"none of the benchmark's protocols {list(spec.protocols)} is available here: {left_out}")
-    return dataclasses.replace(spec, protocols=tuple(keep)), left_out
+    loopback = spec.loopback
+    missing = [a for a in agents if loopback.protocol not in a.available()]
+    if loopback.enabled and missing:  # the built-in mover is always there
+        left_out[f"loopback {loopback.protocol}"] = f"not available on {missing[0].node.name}: builtin instead"
+        loopback = dataclasses.replace(loopback, protocol="builtin")
+    return dataclasses.replace(spec, protocols=tuple(keep), loopback=loopback), left_out
 
 
 def demo(opts: DemoOptions) -> int:

@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client import REGISTRY
 from tpcmesh_operator.agents import Agent, AgentsClient
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=5.0)
 SPEC = {"protocols": ["builtin"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "1MB"},
-        "latency": {"enabled": True, "count": 2}, "timeoutSeconds": 30, "retries": 0}
+        "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": False}, "timeoutSeconds": 30, "retries": 0}
 
 
 @pytest.fixture
@@ -50,14 +51,6 @@ def mesh(agent_factory, shared_token):
                   for h in handles]
         return handles, agents
     return start
-
-
-@pytest.fixture(scope="module")
-def dashboard(postgres_server, tmp_path_factory):
-    d = LiveDashboard(postgres_server, tmp_path_factory.mktemp("dashboard"))
-    d.start()
-    yield d
-    d.stop()
 
 
 def stored(dashboard: LiveDashboard, run: RunInfo) -> list[dict]:
@@ -248,3 +241,55 @@ async def test_timeouts_fail_the_test_after_the_retries(mesh, shared_token, tpcm
     assert len(st["recentFailures"]) == 2
     for t in [*st["outbox"], *st["recentFailures"]]:
         assert t["error"], t
+
+
+async def test_a_stopped_run_cancels_its_running_test_and_keeps_what_it_measured(mesh, shared_token,
+                                                                                  tpcmesh_pki) -> None:
+    # 500 kB/s per connection, 2 x 4 MB: a test takes ~8 s, the stop lands in the first one
+    handles, agents = mesh(2, builtin_max_rate=500_000)
+    spec = {**SPEC, "latency": False, "fileSet": {"count": 2, "size": "4MB"}}
+    running = asyncio.Event()
+    events: list = []
+
+    def on_progress(p) -> None:
+        if p.running and p.gbps > 0:
+            running.set()
+
+    async with CountingClient(shared_token[0], tpcmesh_pki.ca_file) as ac:
+        ex = executor(spec, agents, ac, None, MemoryStatusStore(), on_progress=on_progress,
+                      on_event=lambda *e: events.append(e))
+        task = asyncio.create_task(ex.execute())
+        await asyncio.wait_for(running.wait(), 30)
+        ex.request_stop("StopRequested", "Replaced by it-bench-2")
+        st = await asyncio.wait_for(task, 30)
+    assert st["phase"] == "Failed" and (st["planned"], st["done"]) == (2, 1)  # the second test never started
+    assert len(ac.started) == 1
+    cond = {c["type"]: c for c in st["conditions"]}["Failed"]
+    assert cond["reason"] == "StopRequested" and "Replaced by it-bench-2: 1 of 2 tests done" in cond["message"]
+    (m,) = st["outbox"]
+    assert m["id"] in ac.started and m["status"] == "cancelled"
+    assert "cancelled by request after" in m["error"] and m["total_bytes"] is not None  # the agent's own record
+    logs = "\n".join(h.log() for h in handles)
+    assert f"Started transfer {m['id']}" in logs
+    assert any(e[1] == "StopRequested" for e in events)
+
+
+@pytest.mark.parametrize("protocol", ["builtin", "iperf3"])
+async def test_loopback_round_gives_each_node_its_own_ceiling(mesh, shared_token, tpcmesh_pki, dashboard,
+                                                              protocol) -> None:
+    handles, agents = mesh(3, protocols=("builtin", "iperf3"), run_user="nobody")
+    info = run_info()
+    spec = {**SPEC, "latency": {"enabled": False}, "loopback": {"enabled": True, "protocol": protocol},
+            "timeoutSeconds": 4}
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                      dashboard.token) as rc:
+        st = await executor(spec, agents, ac, rc, MemoryStatusStore(), run=info).execute()
+    assert st["phase"] == "Succeeded" and st["failed"] == 0, st.get("recentFailures")
+    assert (st["planned"], st["done"], st["totalRounds"]) == (3 + 6, 9, 1 + 6)
+    assert st["outbox"] == [] and st["delivered"] == 9
+    rows = stored(dashboard, info)
+    assert len(rows) == 6 and all(r["source"] != r["destination"] for r in rows)  # the pairs, as measurements
+    nodes = {n["name"]: n for n in httpx.get(f"{dashboard.url}/api/v1/nodes/?limit=100", timeout=10).json()["results"]}
+    for h in handles:
+        assert nodes[h.name]["loopback_gbps"] > 0, nodes[h.name]
+        assert f"from {h.address}:" in h.log()  # it pulled from itself

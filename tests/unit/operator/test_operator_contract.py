@@ -15,6 +15,7 @@ from tpcmesh_operator.runs import (
     RunInfo,
     StaticDirectory,
     failed_measurement,
+    loopback_entry,
     measurement_from_record,
     now_iso,
     rtt_measurement,
@@ -70,13 +71,17 @@ def test_failed_and_rtt_rows_validate() -> None:
 
 
 def test_ingest_batch_validates() -> None:
-    spec = parse_spec({"thresholds": {"good": 5}})
+    spec = parse_spec({"thresholds": {"goodGbps": 5, "warnGbps": 1}})
     agents = [Agent("a", "127.0.1.1", labels={"tpcmesh.io/site": "X", "tpcmesh.io/nic-speed-gbps": "100"}),
               Agent("b", "127.0.1.2")]
     ex = RunExecutor(spec, RunInfo("default", "bench", "bench-1", str(uuid.uuid4())), StaticDirectory(agents),
                      None, None, MemoryStatusStore())  # type: ignore[arg-type]
     ex._frozen = {a.node: a for a in agents}
     ex.status = {"phase": "Running", "startTime": now_iso(), "planned": 1, "done": 1}
-    batch = ex._batch([measurement_from_record(record(), "a", "b")])
+    loop = loopback_entry(measurement_from_record(record(protocol="iperf3", throughput_gbps=41.5), "b", "b"))
+    batch = ex._batch([measurement_from_record(record(), "a", "b"), loop])
     validator("ingestBatch").validate(batch)
+    assert [m["source"] for m in batch["measurements"]] == ["a"]  # a loopback result is no measurement ...
+    assert [n.get("loopback_gbps") for n in batch["nodes"]] == [None, 41.5]  # ... but its node's figure
     assert batch["nodes"][0]["site"] == "X" and batch["nodes"][0]["nic_speed_gbps"] == 100.0
+    assert batch["benchmark"]["thresholds"] == {"goodGbps": 5, "warnGbps": 1, "goodRttMs": 20, "warnRttMs": 80}

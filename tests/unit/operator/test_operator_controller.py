@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 
 from tpcmesh_operator.controller import build_run, reconcile_benchmark, runs_to_prune
-from tpcmesh_operator.kube import compact, merge_patch
+from tpcmesh_operator.kube import compact, status_patch
 from tpcmesh_operator.spec import parse_spec
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -61,36 +61,40 @@ def test_status_compaction_drops_file_details_only_when_too_big() -> None:
     assert big["compacted"] and all("files" not in x and x["throughput_gbps"] == 1.0 for x in big["outbox"])
 
 
-def test_status_merge_patch_removes_keys_at_any_depth() -> None:
-    old = {"tests": {"a": {"status": "succeeded", "error": None}, "b": {"status": "failed"}}, "done": 2, "gone": 1,
-           "rttMs": [[None, 1.0], None], "conditions": [{"type": "Progressing"}]}
-    new = {"tests": {}, "done": 3, "rttMs": [[None, 1.0], [2.0, None]], "conditions": [{"type": "Progressing"}],
-           "recentFailures": []}
-    patch = merge_patch(old, new)
-    assert patch == {"tests": {"a": None, "b": None}, "done": 3, "gone": None, "rttMs": [[None, 1.0], [2.0, None]],
-                     "conditions": [{"type": "Progressing"}], "recentFailures": []}
-    assert merge_patch({}, new) == new
+def test_status_patch_changes_only_what_changed_and_keeps_nulls() -> None:
+    old = {"tests": {"a": {"status": "succeeded", "error": None}}, "done": 2, "gone": 1, "rttMs": [[None, 1.0], None]}
+    new = {"tests": {}, "done": 3, "rttMs": [[None, 1.0], None], "a/b": 1,
+           "outbox": [{"id": "1", "files": [{"name": "f", "error": None}]}]}
+    ops = status_patch(old, new)
+    assert ops == [{"op": "remove", "path": "/status/gone"}, {"op": "add", "path": "/status/tests", "value": {}},
+                   {"op": "add", "path": "/status/done", "value": 3}, {"op": "add", "path": "/status/a~1b", "value": 1},
+                   {"op": "add", "path": "/status/outbox", "value": new["outbox"]}]
+    assert status_patch(None, new) == [{"op": "add", "path": "/status", "value": new}]
+    assert status_patch(new, dict(new)) == []
 
 
-def test_kube_status_store_sends_nulls_for_what_the_run_dropped(monkeypatch) -> None:
+def test_kube_status_store_patches_what_the_run_changed(monkeypatch) -> None:
     from tpcmesh_operator import kube
 
-    sent: list[dict] = []
+    sent: list[list] = []
 
     class Api:
         def get_namespaced_custom_object(self, *a):
             return {"status": {"kopf": {"x": 1}, "phase": "Running", "agents": [], "tests": {"k": {"id": "1"}}}}
 
-        def patch_namespaced_custom_object_status(self, *a):
-            sent.append(a[-1]["status"])
+        def patch_namespaced_custom_object_status(self, *a, _content_type=None):
+            assert _content_type == "application/json-patch+json"
+            sent.append(a[-1])
 
     monkeypatch.setattr(kube, "custom", Api)
     store = kube.KubeStatusStore("ns", "run")
     st = asyncio.run(store.load())
-    assert st is not None
+    assert st is not None and "kopf" not in st
     st["tests"].clear()  # the executor changes the loaded dict in place
     asyncio.run(store.save(st))
-    assert sent[-1]["tests"] == {"k": None} and "kopf" not in sent[-1]
-    st["tests"]["j"] = {"id": "2"}
+    assert sent[-1] == [{"op": "add", "path": "/status/tests", "value": {}}]  # kopf's key is left alone
+    st["tests"]["j"] = {"id": "2", "error": None}
     asyncio.run(store.save(st))
-    assert sent[-1]["tests"] == {"j": {"id": "2"}}
+    assert sent[-1] == [{"op": "add", "path": "/status/tests", "value": {"j": {"id": "2", "error": None}}}]
+    asyncio.run(store.save(st))
+    assert len(sent) == 2  # nothing changed, nothing sent

@@ -1,13 +1,15 @@
-"""Planner properties: no agent twice in a round, every pair once per setting, rounds = lower bound, determinism."""
+"""Planner properties: no agent twice in a round, every pair once per setting, rounds = lower bound (plus the
+loopback round), determinism."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tpcmesh_operator.planner import RTT, full_mesh_rounds, lower_bound, plan, settings_for
+from tpcmesh_operator.planner import RTT, Setting, full_mesh_rounds, lower_bound, plan, settings_for
 from tpcmesh_operator.spec import parse_spec
 
 SPEC = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [8, 1]})
@@ -21,8 +23,7 @@ def check_rounds(p) -> None:
     for rnd in p.rounds():
         busy = Counter()
         for t in rnd:
-            busy[t.source] += 1
-            busy[t.destination] += 1
+            busy.update({t.source, t.destination})  # a loopback test is one agent's one test
         assert not busy or max(busy.values()) == 1, "an agent is in two tests of one round"
 
 
@@ -30,17 +31,29 @@ def test_lower_bound_formula() -> None:
     assert [lower_bound(n) for n in (1, 2, 3, 4, 5, 10, 11)] == [0, 2, 6, 6, 10, 18, 22]
 
 
-@given(st.integers(min_value=2, max_value=60))
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("n", range(2, 61))  # every size, odd (a bye each round) and even
 def test_full_mesh_properties(n: int) -> None:
     p = plan(names(n), SPEC)
     assert p.rounds_per_setting == lower_bound(n)
-    assert p.num_rounds == lower_bound(n) * len(p.settings)
+    assert p.num_rounds == 1 + lower_bound(n) * len(p.settings)  # the loopback round first
     check_rounds(p)
-    per_setting = Counter((t.setting, t.source, t.destination) for t in p.tests())
+    assert [(t.source, t.destination) for t in p.round(0)] == [(a, a) for a in names(n)]  # all at once
+    assert {t.setting for t in p.round(0)} == {Setting("iperf3", 8, loopback=True)}
+    mesh = [t for t in p.tests() if not t.setting.loopback]
+    per_setting = Counter((t.setting, t.source, t.destination) for t in mesh)
     assert set(per_setting.values()) == {1}
     expected = {(s, a, b) for s in settings_for(SPEC) for a in names(n) for b in names(n) if a != b}
     assert set(per_setting) == expected
+    assert p.num_tests == n + len(mesh) == sum(len(r) for r in p.rounds())
+    assert len({t.key for t in p.tests()}) == p.num_tests
+
+
+def test_loopback_can_be_off_or_builtin() -> None:
+    off = plan(names(4), parse_spec({"loopback": {"enabled": False}}))
+    assert off.num_rounds == lower_bound(4) * len(off.settings) and not any(t.setting.loopback for t in off.tests())
+    builtin = plan(names(4), parse_spec({"loopback": {"protocol": "builtin"}, "streams": [2, 4]}))
+    assert [t.key for t in builtin.round(0)] == [f"loopback/builtin/4:{a}>{a}" for a in names(4)]
+    assert plan(["solo"], SPEC).num_tests == 0  # no mesh, no loopback either
 
 
 @given(st.lists(st.text("abcdefgh", min_size=1, max_size=6), min_size=2, max_size=15, unique=True), st.randoms())
@@ -69,9 +82,11 @@ def test_explicit_pairs_and_missing_agents() -> None:
     spec = parse_spec({"pairs": {"mode": "explicit", "explicit": [
         {"source": "a", "destination": "b"}, {"source": "b", "destination": "a"},
         {"source": "a", "destination": "c"}, {"source": "a", "destination": "zz"}]}})
-    p = plan(["a", "b", "c"], spec)
+    p = plan(["a", "b", "c", "d"], spec)
     check_rounds(p)
-    assert sorted({(t.source, t.destination) for t in p.tests()}) == [("a", "b"), ("a", "c"), ("b", "a")]
+    assert sorted({(t.source, t.destination) for t in p.tests() if not t.setting.loopback}) == [
+        ("a", "b"), ("a", "c"), ("b", "a")]
+    assert [t.source for t in p.round(0)] == ["a", "b", "c"]  # loopback: the agents in a pair (not d)
     assert p.rounds_per_setting == 3  # a is in all three pairs
     assert p.skipped == (("a", "zz", "no Ready agent on node zz"),)
 
@@ -84,6 +99,7 @@ def test_groups(na: int, nb: int, direction: str) -> None:
                                  "groupB": {"matchLabels": {"site": "B"}}, "direction": direction}})
     p = plan(labels, spec)
     check_rounds(p)
+    assert {t.source for t in p.round(0)} == set(labels)  # every agent is in a pair
     pairs = Counter((t.source, t.destination) for t in p.tests() if t.setting.protocol == RTT)
     assert set(pairs.values()) == {1}
     want = set()

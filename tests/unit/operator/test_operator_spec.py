@@ -18,6 +18,8 @@ def test_defaults_are_the_papers() -> None:
     assert s.file_set.name == "11x1000000000"
     assert s.latency is True
     assert s.pairs.mode == "fullMesh"
+    assert s.thresholds == {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
+    assert (s.loopback.enabled, s.loopback.protocol) == (True, "iperf3")
 
 
 @pytest.mark.parametrize("text,value", [
@@ -31,6 +33,7 @@ def test_sizes(text, value) -> None:
 def test_round_trip() -> None:
     raw = {"schedule": "0 */6 * * *", "protocols": ["builtin", "iperf3"], "streams": [4],
            "fileSet": {"count": 4, "size": "64MiB"}, "latency": {"enabled": True, "count": 3},
+           "loopback": {"enabled": True, "protocol": "builtin"},
            "pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "b"}]},
            "results": {"url": "http://dash:8000/", "tokenSecret": {"name": "tok"}}, "agentSelector": {
                "matchLabels": {"app": "agent"}}}
@@ -60,12 +63,29 @@ def test_round_trip() -> None:
     ({"suspend": "yes"}, "spec.suspend"),
     ({"protocols": [], "latency": False}, "spec.protocols"),
     ({"streamz": [1]}, "spec.streamz"),
+    ({"thresholds": {"goodGbps": 5, "warnGbps": 10}}, "spec.thresholds.goodGbps"),
+    ({"thresholds": {"goodGbps": 5}}, "spec.thresholds.goodGbps"),  # below the default warnGbps
+    ({"thresholds": {"goodRttMs": 100, "warnRttMs": 50}}, "spec.thresholds.goodRttMs"),
+    ({"thresholds": {"warnGbps": -1}}, "spec.thresholds.warnGbps"),
+    ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs"),
+    ({"thresholds": {"goodGbps": True}}, "spec.thresholds.goodGbps"),
+    ({"thresholds": {"good": 5}}, "spec.thresholds.good"),
+    ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol"),
+    ({"loopback": {"enabled": "yes"}}, "spec.loopback.enabled"),
+    ({"loopback": True}, "spec.loopback"),
+    ({"loopback": {"streams": 8}}, "spec.loopback.streams"),
 ])
 def test_errors_name_the_field(raw, field) -> None:
     with pytest.raises(SpecError) as e:
         parse_spec(raw)
     assert e.value.field == field
     assert str(e.value).startswith(field + ":")
+
+
+def test_thresholds_keep_the_numbers_given_and_fill_the_rest() -> None:
+    s = parse_spec({"thresholds": {"goodGbps": 12.5, "warnGbps": 0, "warnRttMs": 150}})
+    assert s.thresholds == {"goodGbps": 12.5, "warnGbps": 0, "goodRttMs": 20, "warnRttMs": 150}
+    assert to_dict(s)["thresholds"] == s.thresholds and parse_spec(to_dict(s)) == s
 
 
 def test_examples_parse() -> None:

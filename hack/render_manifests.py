@@ -27,6 +27,9 @@ HEADER = f"""\
 #   kubectl -n {NAMESPACE} create secret generic tpcmesh-dashboard-secret-key \\
 #     --from-literal=secret-key="$(openssl rand -hex 32)"
 #   kubectl -n {NAMESPACE} create secret generic tpcmesh-postgresql --from-literal=password="$(openssl rand -hex 16)"
+#   kubectl apply --server-side -f crds/      # the CRDs first: install.yaml also holds a KopfPeering object
+#   kubectl wait --for condition=established crd/kopfpeerings.kopf.dev crd/transferbenchmarks.tpcmesh.io \
+#     crd/transferruns.tpcmesh.io
 #   kubectl apply --server-side -f install.yaml
 # Then label the data-transfer nodes: kubectl label node <node> tpcmesh.io/fast-network=true
 """

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 CHECKSUM_RE = re.compile(r"^adler32:[0-9a-f]{8}$")
 HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
 MAX_TIMEOUT = 24 * 3600
+MAX_IPERF3_SECONDS = 300  # iperf3 -t: long enough for a slow-start over any WAN, short enough not to hog the pair
 KEEP_RECORDS = 1000
 SAMPLE_INTERVAL = 0.25
 TIMEOUT_GRACE = 2.0  # seconds a mover gets past the job timeout to end its files itself (with partial bytes)
@@ -161,6 +162,13 @@ class TransferRunner:
         timeout = body.get("timeout_seconds", 3600)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT:
             raise ApiError(422, f"timeout_seconds must be a number in (0, {MAX_TIMEOUT}], got {timeout!r}")
+        duration = body.get("duration_seconds")
+        if duration is not None:
+            if protocol != "iperf3":
+                raise ApiError(422, f"duration_seconds applies to iperf3 only, not {protocol!r}")
+            duration = _int(body, "duration_seconds", 0, 1, MAX_IPERF3_SECONDS)
+            if duration >= timeout:
+                raise ApiError(422, f"duration_seconds {duration} must be shorter than timeout_seconds {timeout:g}")
         destination = body.get("destination", "store")
         if destination not in ("store", "sink"):
             raise ApiError(422, f"destination must be 'store' or 'sink', got {destination!r}")
@@ -178,7 +186,8 @@ class TransferRunner:
             raise ApiError(422, "verify_checksums must be true or false")
         return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port), files=files,
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
-                           destination_dir=dest_dir, verify_checksums=verify)
+                           destination_dir=dest_dir, verify_checksums=verify,
+                           duration=float(duration) if duration is not None else None)
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:

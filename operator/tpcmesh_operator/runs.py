@@ -728,6 +728,8 @@ class RunExecutor:
             # an agent's own ceiling: its files are read and discarded, never written over themselves
             "destination": "sink" if test.setting.loopback else self.spec.destination,
         }
+        if proto == "iperf3":
+            request["duration_seconds"] = self.spec.iperf3_seconds
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
         unreachable_since: float | None = None
         started = False

@@ -30,6 +30,8 @@ DEFAULT_PROTOCOLS = ("xrootd-https", "gridftp")
 DEFAULT_TIMEOUT_SECONDS = 1800
 DEFAULT_RETRIES = 1
 DEFAULT_LATENCY_COUNT = 5
+DEFAULT_IPERF3_SECONDS = 10  # iperf3's own default -t
+MAX_IPERF3_SECONDS = 300
 # The grid's colours (the dashboard reads exactly these keys from the ingest batch's benchmark.thresholds).
 DEFAULT_THRESHOLDS: Mapping[str, float] = {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
 
@@ -136,6 +138,7 @@ class BenchmarkSpec:
     latency: bool = True
     latency_count: int = DEFAULT_LATENCY_COUNT
     loopback: Loopback = field(default_factory=Loopback)
+    iperf3_seconds: int = DEFAULT_IPERF3_SECONDS  # how long each iperf3 test (and an iperf3 loopback) sends
     streams: tuple[int, ...] = DEFAULT_STREAMS
     concurrency: int = DEFAULT_CONCURRENCY
     file_set: FileSet = field(default_factory=FileSet)
@@ -214,7 +217,8 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if not isinstance(d, Mapping):
         raise SpecError(path, f"expected an object, got {d!r}")
     known = {
-        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "streams",
+        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
+        "streams",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit",
     }
@@ -255,6 +259,12 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if loopback.protocol not in LOOPBACK_PROTOCOLS:
         raise SpecError(f"{path}.loopback.protocol",
                         f"must be one of {', '.join(LOOPBACK_PROTOCOLS)}, got {loopback.protocol!r}")
+
+    ip = _get(d, "iperf3", path, dict, {})
+    unknown_ip = sorted(set(ip) - {"durationSeconds"})
+    if unknown_ip:
+        raise SpecError(f"{path}.iperf3.{unknown_ip[0]}", "unknown field (known: durationSeconds)")
+    iperf3_seconds = _int(ip, "durationSeconds", f"{path}.iperf3", DEFAULT_IPERF3_SECONDS, 1, MAX_IPERF3_SECONDS)
 
     streams = _get(d, "streams", path, list, list(DEFAULT_STREAMS))
     if not streams:
@@ -340,6 +350,12 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
                         f"must be one of {', '.join(CONCURRENCY_POLICIES)}, got {policy!r}")
     thresholds = _thresholds(_get(d, "thresholds", path, dict, {}), f"{path}.thresholds")
 
+    timeout_seconds = _int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400)
+    uses_iperf3 = "iperf3" in protocols or (loopback.enabled and loopback.protocol == "iperf3")
+    if uses_iperf3 and iperf3_seconds >= timeout_seconds:
+        raise SpecError(f"{path}.iperf3.durationSeconds",
+                        f"{iperf3_seconds} s must be shorter than {path}.timeoutSeconds ({timeout_seconds} s)")
+
     return BenchmarkSpec(
         schedule=schedule,
         suspend=_get(d, "suspend", path, bool, False),
@@ -350,11 +366,12 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         latency=latency,
         latency_count=latency_count,
         loopback=loopback,
+        iperf3_seconds=iperf3_seconds,
         streams=tuple(streams),
         concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
         file_set=file_set,
         destination=destination,
-        timeout_seconds=_int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400),
+        timeout_seconds=timeout_seconds,
         retries=_int(d, "retries", path, DEFAULT_RETRIES, 0, 10),
         thresholds=thresholds,
         results=results,
@@ -373,6 +390,7 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "protocols": list(s.protocols),
         "latency": {"enabled": s.latency, "count": s.latency_count},
         "loopback": {"enabled": s.loopback.enabled, "protocol": s.loopback.protocol},
+        "iperf3": {"durationSeconds": s.iperf3_seconds},
         "streams": list(s.streams),
         "concurrency": s.concurrency,
         "fileSet": {"dataset": s.file_set.dataset} if s.file_set.dataset

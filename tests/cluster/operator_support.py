@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.support.paths import REPO
 
-CRDS = [REPO / "manifests/crds/transferbenchmarks.yaml", REPO / "manifests/crds/transferruns.yaml"]
+CRDS = sorted((REPO / "manifests" / "crds").glob("*.yaml"))  # transferbenchmarks, transferruns, kopfpeerings
 G, V = "tpcmesh.io", "v1alpha1"
 AGENT_LABELS = {"app.kubernetes.io/name": "tpcmesh", "app.kubernetes.io/component": "agent"}
 OPERATOR_ARGS = ["run", "--standalone", "-m", "tpcmesh_operator.main"]  # + ["--namespace", ns]

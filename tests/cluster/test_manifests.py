@@ -9,6 +9,7 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
+from tests.cluster.operator_support import apply_crds
 from tests.support.controlplane import binary
 from tests.support.paths import REPO
 
@@ -36,8 +37,12 @@ def test_install_yaml_and_rbac_are_up_to_date(helm, tmp_path):
 
 
 def test_install_yaml_applies_with_server_side_dry_run(control_plane):
+    """As install.yaml's header says: the CRDs (manifests/crds/) established first, then every object."""
     docs = [d for d in yaml.safe_load_all((REPO / "manifests" / "install.yaml").read_text()) if d]
+    header = (REPO / "manifests" / "install.yaml").read_text().split("\n---", 1)[0]
+    assert "kubectl apply --server-side -f crds/" in header and "condition=established" in header
     api = control_plane.client()
+    apply_crds(api)
     core = client.CoreV1Api(api)
     try:  # the header tells users to create the namespace (and Secrets) first
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="tpcmesh")))

@@ -72,6 +72,10 @@ BAD = [
     ({"thresholds": {"warnGbps": -1}}, "spec.thresholds.warnGbps: Invalid value: -1"),
     ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs in body must be of type number"),
     ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol: Unsupported value"),
+    ({"iperf3": {"durationSeconds": 0}}, "spec.iperf3.durationSeconds"),
+    ({"timeoutSeconds": 10}, "spec.iperf3.durationSeconds must be shorter than spec.timeoutSeconds"),  # loopback
+    ({"protocols": ["iperf3"], "loopback": {"enabled": False}, "timeoutSeconds": 5, "iperf3": {"durationSeconds": 5}},
+     "spec.iperf3.durationSeconds must be shorter than spec.timeoutSeconds"),
 ]
 
 

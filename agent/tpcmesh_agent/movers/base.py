@@ -48,6 +48,7 @@ class TransferJob:
     timeout: float  # seconds for the whole test
     destination_dir: Path | None  # None: sink (discard the bytes)
     verify_checksums: bool = True
+    duration: float | None = None  # seconds a timed test (iperf3) runs; None: the mover's default
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """iperf3: raw TCP capacity from the source to this agent (``iperf3 -c <source> -R -P <streams> -J``).
 
-``-R`` makes the source send, as in a pull. The test runs for ``duration`` seconds (half the job timeout, between
-1 and 10 s); the record carries one pseudo-file ``iperf3`` holding the bytes received and the measured interval, so
-throughput and aggregate are both the received rate, and the peak is the fastest of iperf3's 1 s intervals (the
-bytes are only known once iperf3 ends). The job's files are not moved.
+``-R`` makes the source send, as in a pull. The test runs for the request's ``duration_seconds`` (by default half the
+job timeout, between 1 and 10 s); the record carries one pseudo-file ``iperf3`` holding the bytes received and the
+measured interval, so throughput and aggregate are both the received rate, and the peak is the fastest of iperf3's
+1 s intervals (the bytes are only known once iperf3 ends). The job's files are not moved.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Iperf3Mover(Mover):
         why = self.available()
         if why:
             raise MoverUnavailable(why)
-        secs = duration_for(job.timeout)
+        secs = int(job.duration) if job.duration else duration_for(job.timeout)
         argv = ["iperf3", "-c", job.source.host, "-p", str(job.source.port), "-B", self.settings.address,
                 "-R", "-P", str(job.streams), "-t", str(secs), "-J"]
         progress.files_total = 1

@@ -96,6 +96,10 @@ def test_info(agent):
     ({"source": {"host": "127.0.0.1", "port": 0}}, 422, "port 0 is out of range"),
     ({"protocol": "iperf3"}, 422, "protocol iperf3 is unavailable on this agent: disabled by the protocols setting"),
     ({"file_set": {"count": 3, "size": 10**9}}, 422, "does not fit the budget"),
+    ({"duration_seconds": 2}, 422, "duration_seconds applies to iperf3 only, not 'builtin'"),
+    ({"protocol": "iperf3", "duration_seconds": 0}, 422, "duration_seconds 0 is out of range (1..300)"),
+    ({"protocol": "iperf3", "duration_seconds": 30, "timeout_seconds": 30}, 422,
+     "duration_seconds 30 must be shorter than timeout_seconds 30"),
 ])
 def test_bad_transfer_requests_are_refused_naming_the_field(agent, over, status, words):
     r = agent.post("/api/v1/transfers", json=_transfer_body(**over))

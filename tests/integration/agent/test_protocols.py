@@ -113,6 +113,16 @@ def test_iperf3_measures_the_received_rate(pair, streams, destination):
     assert time.monotonic() - t0 < 15
 
 
+def test_iperf3_runs_for_the_requested_duration(pair):
+    src, dst, _ = pair
+    rec = dst.transfer(protocol="iperf3", source={"host": src.address, "port": src.ports["iperf3_port"]},
+                       file_set={"count": 1, "size": 1000}, concurrency=1, streams=1, timeout_seconds=60,
+                       duration_seconds=2, timeout=30)
+    assert rec["status"] == "succeeded", rec
+    [f] = rec["files"]
+    assert 1.9 < f["seconds"] < 2.5  # not the default (half the 60 s timeout, at most 10 s)
+
+
 @pytest.mark.parametrize("protocol", ["xrootd-https", "xrootd-root"])
 def test_sink_is_refused_clearly_by_xrootd_movers(pair, protocol):
     src, dst, files = pair

@@ -216,7 +216,7 @@ async def test_every_protocol_through_the_executor(mesh, shared_token, tpcmesh_p
     protocols = ["builtin", "gridftp", "iperf3"]
     _, agents = mesh(2, protocols=tuple(protocols), run_user="nobody")
     spec = {**SPEC, "protocols": protocols, "streams": [2], "latency": {"enabled": True, "count": 2},
-            "timeoutSeconds": 4}
+            "timeoutSeconds": 4, "iperf3": {"durationSeconds": 1}}
     async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac:
         st = await executor(spec, agents, ac, None, MemoryStatusStore()).execute()
     bad = {(m["source"], m["protocol"]): m["error"] for m in st["outbox"] if m["status"] != "succeeded"}
@@ -227,6 +227,9 @@ async def test_every_protocol_through_the_executor(mesh, shared_token, tpcmesh_p
     for p in protocols:
         assert by_protocol[p]["throughput_gbps"] > 0, by_protocol[p]
         assert by_protocol[p]["rtt_ms"] is not None
+    # the spec's iperf3.durationSeconds reached iperf3 (the agent's default would be half the timeout, 2 s)
+    [iperf3_file] = by_protocol["iperf3"]["files"]
+    assert iperf3_file["bytes"] > 0 and 0.9 < iperf3_file["seconds"] < 1.6, iperf3_file
 
 
 async def test_timeouts_fail_the_test_after_the_retries(mesh, shared_token, tpcmesh_pki) -> None:
@@ -280,7 +283,7 @@ async def test_loopback_round_gives_each_node_its_own_ceiling(mesh, shared_token
     handles, agents = mesh(3, protocols=("builtin", "iperf3"), run_user="nobody")
     info = run_info()
     spec = {**SPEC, "latency": {"enabled": False}, "loopback": {"enabled": True, "protocol": protocol},
-            "timeoutSeconds": 4}
+            "timeoutSeconds": 4, "iperf3": {"durationSeconds": 2}}
     async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
                                                                                       dashboard.token) as rc:
         st = await executor(spec, agents, ac, rc, MemoryStatusStore(), run=info).execute()

@@ -20,6 +20,7 @@ def test_defaults_are_the_papers() -> None:
     assert s.pairs.mode == "fullMesh"
     assert s.thresholds == {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
     assert (s.loopback.enabled, s.loopback.protocol) == (True, "iperf3")
+    assert s.iperf3_seconds == 10
 
 
 @pytest.mark.parametrize("text,value", [
@@ -34,6 +35,7 @@ def test_round_trip() -> None:
     raw = {"schedule": "0 */6 * * *", "protocols": ["builtin", "iperf3"], "streams": [4],
            "fileSet": {"count": 4, "size": "64MiB"}, "latency": {"enabled": True, "count": 3},
            "loopback": {"enabled": True, "protocol": "builtin"},
+           "iperf3": {"durationSeconds": 3},
            "pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "b"}]},
            "results": {"url": "http://dash:8000/", "tokenSecret": {"name": "tok"}}, "agentSelector": {
                "matchLabels": {"app": "agent"}}}
@@ -74,6 +76,9 @@ def test_round_trip() -> None:
     ({"loopback": {"enabled": "yes"}}, "spec.loopback.enabled"),
     ({"loopback": True}, "spec.loopback"),
     ({"loopback": {"streams": 8}}, "spec.loopback.streams"),
+    ({"iperf3": {"durationSeconds": 0}}, "spec.iperf3.durationSeconds"),
+    ({"iperf3": {"seconds": 3}}, "spec.iperf3.seconds"),
+    ({"timeoutSeconds": 10}, "spec.iperf3.durationSeconds"),  # the iperf3 loopback would outlast its timeout
 ])
 def test_errors_name_the_field(raw, field) -> None:
     with pytest.raises(SpecError) as e:

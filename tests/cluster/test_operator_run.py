@@ -3,6 +3,9 @@ operator_support.py) and the real dashboard."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+
 import httpx
 import pytest
 from kubernetes import client
@@ -19,6 +22,7 @@ from tests.cluster.operator_support import (
     wait_for,
 )
 from tests.support.live_dashboard import LiveDashboard
+from tests.support.paths import VENV_BIN
 
 pytestmark = pytest.mark.cluster
 
@@ -116,11 +120,14 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     assert ("bad-run", "InvalidSpec") in reasons
 
 
-def test_operator_restarted_mid_run_resumes_without_redoing_pairs(control_plane, agent_pods, tpcmesh_pki,
-                                                                   monkeypatch) -> None:
+@pytest.mark.parametrize("stop", ["graceful", "sigkill"])
+def test_operator_stopped_mid_run_resumes_without_redoing_pairs(control_plane, agent_pods, tpcmesh_pki, monkeypatch,
+                                                                 tmp_path, stop) -> None:
+    """The first operator ends mid-run, gracefully (KopfRunner leaves) or killed outright (SIGKILL of a `kopf run`
+    process: no last status write); the second one finishes the run without starting any test twice."""
     from kopf.testing import KopfRunner
 
-    ns = "op-restart"
+    ns = f"op-restart-{stop}"
     api = control_plane.client()
     apply_crds(api)
     handles = agent_pods(ns, 3, builtin_max_rate=8_000_000)  # slow sources (~0.5 s a test): the stop lands mid-run
@@ -139,10 +146,24 @@ def test_operator_restarted_mid_run_resumes_without_redoing_pairs(control_plane,
         return run_status(objs, ns, "by-hand")
 
     args = [*OPERATOR_ARGS, "--namespace", ns]
-    with KopfRunner(args, timeout=60) as first:
+
+    def some_finished_tests():
         wait_for("some finished tests", lambda: status() if status().get("done", 0) >= 4 else None, timeout=60,
                  interval=0.05)
-    assert first.exception is None, first.stdout
+
+    if stop == "graceful":
+        with KopfRunner(args, timeout=60) as first:
+            some_finished_tests()
+        assert first.exception is None, first.stdout
+    else:
+        with open(tmp_path / "operator.log", "wb") as log:
+            proc = subprocess.Popen([str(VENV_BIN / "kopf"), *args], stdout=log, stderr=subprocess.STDOUT)
+            try:
+                some_finished_tests()
+            finally:
+                proc.kill()
+                proc.wait(10)
+        assert proc.returncode == -signal.SIGKILL, (tmp_path / "operator.log").read_text()[-3000:]
     before = status()
     assert before["phase"] == "Running" and 4 <= before["done"] < 12, before.get("progress")
     finished = {m["id"]: m for m in before["outbox"]}  # no results endpoint: every measurement waits there

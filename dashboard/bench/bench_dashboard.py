@@ -48,7 +48,7 @@ def generate(days: int) -> int:
     from results.models import Benchmark, Node, Run
 
     bench = Benchmark.objects.create(namespace="bench", name="mesh", uid="bench-uid",
-                                     thresholds={"throughput": {"ok": 30, "warning": 10}})
+                                     thresholds={"goodGbps": 30, "warnGbps": 10})
     Node.objects.bulk_create([
         Node(name=f"dtn{i:03d}", site=f"site{i % 17:02d}", address=f"10.0.{i // 250}.{i % 250}",
              nic_speed_gbps=100, loopback_gbps=40 + i % 20) for i in range(NODES)

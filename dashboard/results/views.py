@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from results import params, selectors
+from results import params, selectors, thresholds
 from results.models import Benchmark, Node, Run
 
 
@@ -70,7 +70,7 @@ def grid_page(request, namespace: str, name: str):
     if split == "streams" and low == high:
         split = "direction"
     data = selectors.grid(bench, protocol, streams=high if split == "direction" else None, mode=mode, window=window)
-    kind, unit, thresholds = data["kind"], data["unit"], data["thresholds"]
+    kind, unit, bounds = data["kind"], data["unit"], data["thresholds"]
     nodes = data["nodes"]
     if sort == "site":
         nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
@@ -81,12 +81,11 @@ def grid_page(request, namespace: str, name: str):
         c = cells.get((src, dst, st))
         if c is None:
             return "none", False, None
-        cls = selectors.classify(c["value"], c["status"], kind, thresholds)
         value = None if c["value"] is None else round(c["value"], 3)
         info = [value, int(c["finished_at"].timestamp())]
         if c["status"] != "succeeded":
             info += [c["status"], (c["error"] or "")[:200]]
-        return cls, c["stale"], info
+        return c["state"], c["stale"], info
 
     rows_html = []
     tips = []
@@ -102,7 +101,7 @@ def grid_page(request, namespace: str, name: str):
                     tds.append('<td class="diag"></td>')
                     tip_row.append(None)
                 else:
-                    cls = selectors.classify(value, "succeeded", kind, thresholds)
+                    cls = thresholds.classify(value, "succeeded", kind, bounds)
                     tds.append(f'<td class="diag a-{cls} b-{cls}"></td>')
                     tip_row.append({"loopback": value})
                 continue
@@ -133,7 +132,7 @@ def grid_page(request, namespace: str, name: str):
         "protocol": protocol,
         "kind": kind,
         "unit": unit,
-        "thresholds": thresholds,
+        "thresholds": bounds,
         "split": split,
         "sort": sort,
         "mode": mode,

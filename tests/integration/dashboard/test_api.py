@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from django.test import override_settings
-from results.models import FileTransfer, Measurement, Node, PairLatest
+from results.models import Benchmark, FileTransfer, Measurement, Node, PairLatest
 
 from tests.support.dashboard import batch, measurement
 
@@ -88,6 +88,73 @@ def test_ingest_validation_names_the_field(client, write_key, change, field):
     assert r.status_code == 400
     assert field in [e["field"] for e in r.json()["errors"]], r.json()
     assert Measurement.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "words"),
+    [
+        ({"good": 5}, "benchmark.thresholds.good", "unknown threshold"),
+        ({"throughput": {"ok": 30, "warning": 10}}, "benchmark.thresholds.throughput", "unknown threshold"),
+        ({"goodGbps": "30"}, "benchmark.thresholds.goodGbps", "must be a number"),
+        ({"warnRttMs": False}, "benchmark.thresholds.warnRttMs", "must be a number"),
+        ({"warnGbps": -2}, "benchmark.thresholds.warnGbps", "negative"),
+        ({"goodGbps": 5, "warnGbps": 10}, "benchmark.thresholds.goodGbps", "below warnGbps"),
+        ({"goodRttMs": 100, "warnRttMs": 80}, "benchmark.thresholds.goodRttMs", "above warnRttMs"),
+        ([30, 10], "benchmark.thresholds", "dictionary"),
+    ],
+)
+def test_ingest_thresholds_validation_names_the_field(client, write_key, given, field, words):
+    r = post(client, batch([measurement("a", "b")], thresholds=given), write_key)
+    assert r.status_code == 400, r.content
+    errors = {e["field"]: e["message"] for e in r.json()["errors"]}
+    assert field in errors and words in errors[field], errors
+    assert Measurement.objects.count() == 0
+
+
+def test_custom_thresholds_colour_the_grid_api(client, write_key):
+    ms = [measurement("a", "b", streams=8, gbps=45), measurement("b", "a", streams=8, gbps=5),
+          measurement("a", "c", streams=8, gbps=3), measurement("c", "a", streams=8, gbps=None, status="failed"),
+          measurement("a", "b", protocol="iperf3", gbps=45), measurement("a", "b", protocol="rtt", rtt_ms=90),
+          measurement("a", "c", protocol="rtt", rtt_ms=150), measurement("b", "c", protocol="rtt", rtt_ms=300)]
+    given = {"goodGbps": 50, "warnGbps": 4, "goodRttMs": 100, "warnRttMs": 200}
+    assert post(client, batch(ms, thresholds=given), write_key).status_code == 200
+    assert Benchmark.objects.get().thresholds == given
+
+    def states(protocol, **extra):
+        query = "&".join(f"{k}={v}" for k, v in {"protocol": protocol, **extra}.items())
+        g = client.get(f"/api/v1/grid/?benchmark=mesh/nightly&{query}").json()
+        return g["thresholds"], {(c["source"], c["destination"]): c["state"] for c in g["cells"]}
+
+    # With the defaults (30/10 Gbit/s, 20/80 ms) these would be ok, critical, critical, critical, critical.
+    throughput = ({"ok": 50, "warning": 4}, {("a", "b"): "warning", ("b", "a"): "warning", ("a", "c"): "critical",
+                                             ("c", "a"): "failed"})
+    assert states("xrootd-https") == throughput  # PostgreSQL builds these cells
+    assert states("xrootd-https", mode="median", window="1d") == throughput  # Python builds these
+    assert states("iperf3") == ({"ok": 50, "warning": 4}, {("a", "b"): "warning"})
+    latency = ({"ok": 100, "warning": 200}, {("a", "b"): "ok", ("a", "c"): "warning", ("b", "c"): "critical"})
+    assert states("rtt") == latency
+    assert states("rtt", mode="mean", window="1d") == latency
+    bench = client.get("/api/v1/benchmarks/").json()["results"][0]
+    assert bench["thresholds_effective"] == {"throughput": {"ok": 50, "warning": 4},
+                                             "latency": {"ok": 100, "warning": 200}}
+    # A later batch without thresholds leaves them; the operator's empty dict (spec without thresholds) resets.
+    assert post(client, batch([measurement("a", "b")]), write_key).status_code == 200
+    assert Benchmark.objects.get().thresholds == given
+    assert post(client, batch([measurement("a", "b")], thresholds={}), write_key).status_code == 200
+    assert states("rtt")[1][("a", "b")] == "critical"
+
+
+@pytest.mark.parametrize("junk", ["fast", [1], {"goodGbps": "x", "warnGbps": None}, {"throughput": {"ok": "a"}}])
+def test_stored_junk_thresholds_never_fail_a_read(client, write_key, junk):
+    post(client, batch([measurement("a", "b", gbps=20), measurement("a", "b", protocol="rtt", rtt_ms=50)]),
+         write_key)
+    Benchmark.objects.update(thresholds=junk)  # a hand-edited or pre-contract row
+    for url in ["/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https",
+                "/api/v1/grid/?benchmark=mesh/nightly&protocol=rtt&mode=median",
+                "/api/v1/benchmarks/", "/grid/mesh/nightly/?protocol=rtt", "/grid/mesh/nightly/", "/"]:
+        assert client.get(url).status_code == 200, url
+    g = client.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https").json()
+    assert g["thresholds"] == {"ok": 30, "warning": 10} and g["cells"][0]["state"] == "warning"
 
 
 def test_ingest_contract_check_catches_what_fields_do_not(client, write_key):

@@ -71,19 +71,6 @@ def test_latency_grid_uses_rtt(bench):
     assert cell(median, "a", "b", 0)["value"] == 12.5
 
 
-def test_classify_thresholds():
-    t = {"ok": 30, "warning": 10}
-    assert selectors.classify(30, "succeeded", "throughput", t) == "ok"
-    assert selectors.classify(10, "succeeded", "throughput", t) == "warning"
-    assert selectors.classify(9.9, "succeeded", "throughput", t) == "critical"
-    assert selectors.classify(None, None, "throughput", t) == "none"
-    assert selectors.classify(50, "failed", "throughput", t) == "failed"
-    lat = {"ok": 20, "warning": 80}
-    assert selectors.classify(5, "succeeded", "latency", lat) == "ok"
-    assert selectors.classify(50, "succeeded", "latency", lat) == "warning"
-    assert selectors.classify(81, "succeeded", "latency", lat) == "critical"
-
-
 def test_pair_history_files_errors_and_comparisons(bench):
     a, b = Node.objects.get(name="a"), Node.objects.get(name="b")
     history = selectors.pair_history(a, b, bench)

@@ -221,14 +221,32 @@ def test_filters_ordering_pagination(client, archive):
     assert [m["throughput_gbps"] for m in ordered] == [10, 12, 14, 40, 44]
     page = client.get("/api/v1/measurements/?limit=3&offset=3").json()
     assert page["count"] == 7 and len(page["results"]) == 3 and page["next"] and page["previous"]
-    big = client.get("/api/v1/measurements/?limit=5000").json()
-    assert "limit=1000" in (big["next"] or "limit=1000")  # capped at the maximum
     assert client.get("/api/v1/measurements/?protocol=warp").status_code == 400
     detail = client.get(f"/api/v1/measurements/{archive[0]['id']}/").json()
     assert detail["source"] == "a" and "files" in detail
     assert results(client.get("/api/v1/nodes/?site="))[0]["name"] == "a"
     assert results(client.get("/api/v1/runs/?benchmark=bench1"))[0]["name"] == "r1"
     assert results(client.get("/api/v1/benchmarks/"))[0]["thresholds_effective"]["throughput"]["ok"] == 30
+
+
+@pytest.fixture
+def many(client, write_key):
+    """1 001 measurements: more than one page at the maximum limit (1 000)."""
+    ms = [measurement(f"n{i % 40}", f"n{i % 40 + 1}", gbps=float(i), finished=T0 + timedelta(minutes=i))
+          for i in range(1001)]
+    assert post(client, batch(ms, run="many"), write_key).json()["created"] == 1001
+    return ms
+
+
+def test_pagination_default_and_maximum(client, many):
+    first = client.get("/api/v1/measurements/").json()
+    assert first["count"] == 1001 and len(first["results"]) == 100
+    big = client.get("/api/v1/measurements/?limit=5000").json()
+    assert len(big["results"]) == 1000  # capped at the maximum
+    assert "limit=1000" in big["next"] and "offset=1000" in big["next"]
+    rest = client.get(big["next"]).json()
+    assert len(rest["results"]) == 1 and rest["next"] is None
+    assert {m["id"] for m in big["results"] + rest["results"]} == {m["id"] for m in many}
 
 
 def test_csv_export(client, archive):

@@ -7,6 +7,7 @@ TPCMESH_DASHBOARD_* variables:
   READ_ACCESS    "open" (default): anyone may read; "token": reads need an API token too
   MAX_BODY_BYTES largest accepted request body in bytes (default 32 MiB); larger ingests get 413
   STALE_SECONDS  a grid cell older than this is drawn as stale (default 2 days)
+  CSV_MAX_ROWS   most rows one ?format=csv export streams (default 100 000); a last "# truncated" line says so
 DATABASE_URL: any dj-database-url URL (postgres://...); a SQLite file dashboard/db.sqlite3 when unset.
 """
 
@@ -34,6 +35,7 @@ if READ_ACCESS not in ("open", "token"):
     raise ValueError(f"TPCMESH_DASHBOARD_READ_ACCESS must be 'open' or 'token', not {READ_ACCESS!r}")
 MAX_BODY_BYTES = int(_env("MAX_BODY_BYTES", str(32 * 1024 * 1024)))
 STALE_SECONDS = int(_env("STALE_SECONDS", str(2 * 24 * 3600)))
+CSV_MAX_ROWS = int(_env("CSV_MAX_ROWS", "100000"))
 # The whole ingest body is read at once; Django's own limit must not refuse it before our 413 does.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES
 

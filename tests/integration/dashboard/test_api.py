@@ -1,6 +1,8 @@
 """The REST API against the suite's real PostgreSQL: ingest (idempotency, validation, auth, size), reads
 (filters, ordering, pagination, CSV), aggregates, schema, health and metrics."""
 
+import csv
+import io
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -249,14 +251,59 @@ def test_pagination_default_and_maximum(client, many):
     assert {m["id"] for m in big["results"] + rest["results"]} == {m["id"] for m in many}
 
 
-def test_csv_export(client, archive):
-    r = client.get("/api/v1/measurements/?format=csv&protocol=builtin&ordering=finished_at")
+def csv_rows(r) -> list[list[str]]:
     assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
-    lines = r.content.decode().strip().splitlines()
-    header = lines[0].split(",")
+    return list(csv.reader(io.StringIO(b"".join(r.streaming_content).decode())))
+
+
+def test_csv_export(client, archive):
+    rows = csv_rows(client.get("/api/v1/measurements/?format=csv&protocol=builtin&ordering=finished_at"))
+    header = rows[0]
     assert "throughput_gbps" in header and "files" not in header
-    assert len(lines) == 6
-    assert lines[1].split(",")[header.index("throughput_gbps")] == "10.0"
+    assert len(rows) == 6
+    assert [r[header.index("throughput_gbps")] for r in rows[1:]] == ["10.0", "40.0", "12.0", "44.0", "14.0"]
+    nodes = csv_rows(client.get("/api/v1/nodes/?format=csv"))
+    assert nodes[0][:3] == ["id", "name", "site"] and [r[1] for r in nodes[1:]] == ["a", "b"]
+    one = client.get(f"/api/v1/measurements/{archive[0]['id']}/?format=csv")
+    assert one.status_code == 200 and archive[0]["id"] in one.content.decode()
+
+
+def test_csv_export_streams_the_whole_filtered_set(client, many):
+    r = client.get("/api/v1/measurements/?format=csv&ordering=finished_at")
+    assert r.streaming and r["X-CSV-Max-Rows"] == "100000"
+    rows = csv_rows(r)
+    assert len(rows) == 1 + 1001 and not rows[-1][0].startswith("#")
+    gbps = rows[0].index("throughput_gbps")
+    assert [float(row[gbps]) for row in rows[1:]] == [float(i) for i in range(1001)]
+    filtered = csv_rows(client.get("/api/v1/measurements/?format=csv&source=n0"))
+    assert len(filtered) - 1 == sum(m["source"] == "n0" for m in many) == 26
+    assert len(csv_rows(client.get("/api/v1/measurements/?format=csv&offset=1000"))) == 2
+    assert len(csv_rows(client.get("/api/v1/measurements/?format=csv&limit=10"))) == 11  # asked for: no trailer
+    assert client.get("/api/v1/measurements/?format=csv&limit=-3").status_code == 400
+
+
+def test_csv_export_says_when_it_hits_the_cap(client, many):
+    with override_settings(CSV_MAX_ROWS=300):
+        r = client.get("/api/v1/measurements/?format=csv&ordering=finished_at")
+        assert r["X-CSV-Max-Rows"] == "300"
+        rows = csv_rows(r)
+        assert len(rows) == 1 + 300 + 1
+        assert rows[-1][0].startswith("# truncated: this export stops at 300 rows") and "offset=300" in rows[-1][0]
+        gbps = rows[0].index("throughput_gbps")
+        assert float(rows[300][gbps]) == 299
+        rest = csv_rows(client.get("/api/v1/measurements/?format=csv&ordering=finished_at&offset=900"))
+        assert [float(row[gbps]) for row in rest[1:]] == [float(i) for i in range(900, 1001)]  # no trailer
+
+
+def test_csv_cells_cannot_run_as_spreadsheet_formulas(client, write_key):
+    errors = ["=HYPERLINK(\"http://evil\",\"x\")", "+1+2", "-2+3", "@SUM(A1)", "plain = text"]
+    ms = [measurement("=cmd", "b", gbps=None, status="failed", error=e) for e in errors]
+    assert post(client, batch(ms), write_key).status_code == 200
+    rows = csv_rows(client.get("/api/v1/measurements/?format=csv"))
+    header = rows[0]
+    assert {r[header.index("error")] for r in rows[1:]} == {"'" + e for e in errors[:4]} | {"plain = text"}
+    assert {r[header.index("source")] for r in rows[1:]} == {"'=cmd"}
+    assert csv_rows(client.get("/api/v1/nodes/?format=csv&name=%3Dcmd"))[1][1] == "'=cmd"
 
 
 def test_aggregates(client, archive):

@@ -4,7 +4,8 @@ TPCMESH_DASHBOARD_* variables:
   SECRET_KEY     Django secret key (a fixed development key when unset; set it in production)
   DEBUG          "1" for debug pages
   ALLOWED_HOSTS  comma-separated host names (default "*")
-  READ_ACCESS    "open" (default): anyone may read; "token": reads need an API token too
+  READ_ACCESS    "open" (default): anyone may read; "token": the pages and the read API need a signed-in
+                 user (Django accounts, /accounts/login/) or an API token
   MAX_BODY_BYTES largest accepted request body in bytes (default 32 MiB); larger ingests get 413
   STALE_SECONDS  a grid cell older than this is drawn as stale (default 2 days)
   CSV_MAX_ROWS   most rows one ?format=csv export streams (default 100 000); a last "# truncated" line says so
@@ -97,6 +98,10 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "index"
+LOGOUT_REDIRECT_URL = "index"
+
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"  # collectstatic's target (images); whitenoise also serves from the finders
 try:  # whitenoise warns about a missing STATIC_ROOT; a read-only image has it from collectstatic
@@ -110,7 +115,10 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["results.api.authentication.TokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "results.api.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",  # reads by a user signed in on the pages
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["results.api.permissions.ReadAccess"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",

@@ -1,4 +1,5 @@
-"""Pages (grid, pair, comparison), /healthz and /metrics. Reads go through selectors."""
+"""Pages (grid, pair, comparison; read access as for the API), /healthz and /metrics (always open). Reads go
+through selectors."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from django.utils.safestring import mark_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from results import params, selectors, thresholds
+from results.access import read_access_required
 from results.models import Benchmark, Node, Run
 
 
@@ -31,6 +33,7 @@ def metrics(request):
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 
 
+@read_access_required
 def index(request):
     benchmarks = []
     for bench in Benchmark.objects.all():
@@ -49,6 +52,7 @@ def _fmt(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
 
 
+@read_access_required
 def grid_page(request, namespace: str, name: str):
     bench = _bench_or_404(namespace, name)
     available = selectors.benchmark_protocols(bench)
@@ -150,6 +154,7 @@ def grid_page(request, namespace: str, name: str):
     return render(request, "results/grid.html", context)
 
 
+@read_access_required
 def pair_page(request, source: str, destination: str):
     a = get_object_or_404(Node, name=source)
     b = get_object_or_404(Node, name=destination)
@@ -197,6 +202,7 @@ def pair_page(request, source: str, destination: str):
     return render(request, "results/pair.html", context)
 
 
+@read_access_required
 def compare_page(request, namespace: str, name: str):
     bench = _bench_or_404(namespace, name)
     try:

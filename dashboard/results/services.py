@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg2.extras import execute_values
 
 from results import metrics
 from results.models import ApiToken, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
@@ -83,37 +84,35 @@ def _upsert_nodes(described: list[dict[str, Any]], names: set[str]) -> dict[str,
     return existing
 
 
+LATEST_KEY = ["benchmark_id", "protocol", "streams", "source_id", "destination_id"]
+
+
 def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
+    """Point each grid cell the rows touch at its newest measurement, with one INSERT ... ON CONFLICT DO UPDATE
+    that only moves a cell forward in time: a concurrent ingest (or a late, older batch) can never put an older
+    measurement back. Rows go in key order, so two ingests lock shared cells in the same order (no deadlock)."""
     newest: dict[tuple, Row] = {}
     for m in rows:
         key = (m.protocol, m.streams or 0, m.source_id, m.destination_id)
         if key not in newest or m.finished_at > newest[key].finished_at:
             newest[key] = m
-    current = {
-        (p.protocol, p.streams, p.source_id, p.destination_id): p
-        for p in PairLatest.objects.filter(
-            benchmark=bench,
-            protocol__in={k[0] for k in newest},
-            source_id__in={k[2] for k in newest},
-            destination_id__in={k[3] for k in newest},
-        )
-    }
-    create, update = [], []
-    for key, m in newest.items():
-        copied = {"measurement_id": m.id, "finished_at": m.finished_at, "throughput_gbps": m.throughput_gbps,
-                  "rtt_ms": m.rtt_ms, "status": m.status, "error": (m.error or "")[:200] or None}
-        cell = current.get(key)
-        if cell is None:
-            create.append(PairLatest(benchmark=bench, protocol=key[0], streams=key[1], source_id=key[2],
-                                     destination_id=key[3], **copied))
-        elif m.finished_at >= cell.finished_at:
-            for k, v in copied.items():
-                setattr(cell, k, v)
-            update.append(cell)
-    # A concurrent ingest may have created the same cell since we looked: keep its row (ON CONFLICT DO NOTHING)
-    # rather than fail the whole batch; the next ingest of that cell sets it straight.
-    PairLatest.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
-    PairLatest.objects.bulk_update(update, LATEST_FIELDS, batch_size=2000)
+    columns = [*LATEST_KEY, *LATEST_FIELDS]
+    prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in columns]
+    values = [
+        [f(v, connection) for f, v in zip(prep, (bench.id, *key, m.id, m.finished_at, m.throughput_gbps, m.rtt_ms,
+                                                 m.status, (m.error or "")[:200] or None), strict=True)]
+        for key, m in sorted(newest.items())
+    ]
+    table = PairLatest._meta.db_table
+    upsert = (f"ON CONFLICT ({', '.join(LATEST_KEY)}) DO UPDATE SET "
+              + ", ".join(f"{c} = EXCLUDED.{c}" for c in LATEST_FIELDS)
+              + f" WHERE {table}.finished_at <= EXCLUDED.finished_at")
+    insert = f"INSERT INTO {table} ({', '.join(columns)}) VALUES"
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            execute_values(cur.cursor, f"{insert} %s {upsert}", values, page_size=1000)
+        else:  # SQLite (3.24+ has the same upsert)
+            cur.executemany(f"{insert} ({', '.join(['%s'] * len(columns))}) {upsert}", values)
 
 
 class Row(SimpleNamespace):
@@ -161,8 +160,9 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
            for r in rows))
     cols = ", ".join(MEASUREMENT_COLUMNS)
     with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ON CONFLICT (id) DO NOTHING "
-                    "RETURNING id")
+        # In id order: two ingests sharing ids wait for each other in the same order (no deadlock).
+        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ORDER BY id ON CONFLICT (id) "
+                    "DO NOTHING RETURNING id")
         created = {str(r[0]) for r in cur.fetchall()}
         cur.execute("DROP TABLE ingest_tmp")
     return created

@@ -378,4 +378,38 @@ def test_concurrent_ingest_of_the_same_batch_stores_once(write_key):
     assert sum(a["created"] for a in answers) == 200, answers
     assert all(a["created"] + a["duplicates"] == 200 for a in answers)
     assert Measurement.objects.count() == 200 and FileTransfer.objects.count() == 200
-    assert PairLatest.objects.count() == 200
+    cells = {(c.source.name, c.destination.name): (str(c.measurement_id), c.throughput_gbps)
+             for c in PairLatest.objects.select_related("source", "destination")}
+    assert cells == {(m["source"], m["destination"]): (m["id"], m["throughput_gbps"]) for m in body["measurements"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_ingest_never_moves_a_cell_back_in_time(write_key):
+    """Batches of the same cells, measured at different times, arrive at once (newest first): every cell must end
+    at the newest measurement, whatever order the transactions commit in."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+    from rest_framework.test import APIClient
+
+    pairs = [(f"n{i}", f"n{(i + 1 + i // 12) % 13}") for i in range(150)]
+    pairs = [(s, d) for s, d in dict.fromkeys(pairs) if s != d]
+
+    def send(body):
+        try:
+            r = post(APIClient(), body, write_key)
+            assert r.status_code == 200, r.content
+        finally:
+            connections.close_all()
+
+    for round_ in range(3):
+        bodies = [batch([measurement(s, d, gbps=float(10 * round_ + k), finished=T0 + timedelta(hours=10 * round_ + k))
+                         for s, d in pairs], run=f"r{round_}-{k}") for k in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(send, reversed(bodies)))
+        newest = {(m["source"], m["destination"]): m["id"] for m in bodies[-1]["measurements"]}
+        cells = {(c.source.name, c.destination.name): (str(c.measurement_id), c.throughput_gbps, c.finished_at)
+                 for c in PairLatest.objects.select_related("source", "destination")}
+        assert len(cells) == len(pairs)
+        assert {k: v[0] for k, v in cells.items()} == newest, f"round {round_}: a cell went back in time"
+        assert {v[1:] for v in cells.values()} == {(10.0 * round_ + 3, T0 + timedelta(hours=10 * round_ + 3))}

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from results import thresholds
-from results.models import TPC_PROTOCOLS, Benchmark, Measurement, Node, PairLatest
+from results.models import TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
 
 GRID_MODES = ("latest", "mean", "median")
 
@@ -178,20 +178,37 @@ def pair_history(
     return out
 
 
-def pair_latest_files(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
-    """Per-file durations of the newest measurement with files, per direction."""
+def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:
+    """Per-file durations of the latest run that has per-file results for this pair: one group per direction
+    and setting (protocol, streams) of that run, each with its files' seconds and a summary. None without any."""
+    qs = Measurement.objects.filter(_pair_q(a, b))
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    latest = qs.filter(files__isnull=False).order_by("-finished_at").values("run_id").first()
+    if latest is None:
+        return None
+    run = Run.objects.get(pk=latest["run_id"])
+    names = {a.id: a.name, b.id: b.name}
+    groups: dict[tuple, dict[str, Any]] = {}
+    files = FileTransfer.objects.filter(measurement__in=qs.filter(run=run)).order_by("name").values_list(
+        "measurement__source_id", "measurement__destination_id", "measurement__protocol", "measurement__streams",
+        "name", "seconds", "error")
+    for src, dst, protocol, streams, name, seconds, error in files:
+        g = groups.setdefault((names[src], names[dst], protocol, streams or 0), {
+            "source": names[src], "destination": names[dst], "protocol": protocol, "streams": streams,
+            "files": [], "failed": 0})
+        if seconds is None or error:
+            g["failed"] += 1
+        else:
+            g["files"].append({"name": name, "seconds": seconds})
     out = []
-    for src, dst in ((a, b), (b, a)):
-        qs = Measurement.objects.filter(source=src, destination=dst, files__isnull=False)
-        if bench is not None:
-            qs = qs.filter(benchmark=bench)
-        m = qs.order_by("-finished_at").first()
-        if m is None:
-            continue
-        files = list(m.files.order_by("name").values("name", "size", "bytes", "seconds", "error", "checksum_ok"))
-        out.append({"source": src.name, "destination": dst.name, "measurement": str(m.id), "protocol": m.protocol,
-                    "streams": m.streams, "finished_at": m.finished_at, "files": files})
-    return out
+    for _, g in sorted(groups.items()):
+        seconds = [f["seconds"] for f in g["files"]]
+        g["summary"] = {"n": len(seconds), "min": min(seconds, default=None), "max": max(seconds, default=None),
+                        "median": statistics.median(seconds) if seconds else None,
+                        "mean": statistics.fmean(seconds) if seconds else None}
+        out.append(g)
+    return {"run": run.name, "finished_at": run.finished_at, "groups": out}
 
 
 def pair_errors(a: Node, b: Node, bench: Benchmark | None = None, limit: int = 20) -> list[Measurement]:

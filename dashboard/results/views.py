@@ -182,20 +182,18 @@ def pair_page(request, source: str, destination: str):
             continue
         label = f'{p["protocol"]} ×{p["streams"] or 1} {direction}'
         series.setdefault(label, []).append([t, round(p["throughput_gbps"], 3)])
-    files = selectors.pair_latest_files(a, b, bench)
+    files = selectors.pair_latest_run_files(a, b, bench)
+    groups = files["groups"] if files else []
     plot = {
         "throughput": series,
         "rtt": rtt,
-        "files": [
-            {"label": f'{f["source"]} → {f["destination"]} ({f["protocol"]} ×{f["streams"] or 1}, '
-                      f'{f["finished_at"]:%Y-%m-%d %H:%M})',
-             "names": [x["name"] for x in f["files"]],
-             "seconds": [x["seconds"] for x in f["files"]]}
-            for f in files
-        ],
+        # The latest run's per-file seconds: a strip of points per direction and setting, with the median.
+        "files": [{"label": [f'{g["source"]} → {g["destination"]}', f'{g["protocol"]} ×{g["streams"] or 1}'],
+                   "points": [[f["seconds"], f["name"]] for f in g["files"]], "median": g["summary"]["median"]}
+                  for g in groups],
     }
     context = {
-        "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history),
+        "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
         "errors": selectors.pair_errors(a, b, bench),
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }

@@ -71,6 +71,7 @@ def seeded(transactional_db):
         measurement("n1", "n3", streams=8, gbps=15, finished=now - 5 * 24 * h),  # stale warning
         measurement("n3", "n1", streams=8, gbps=None, status="failed", error="TLS handshake failed", finished=now),
         measurement("n2", "n3", streams=8, gbps=25, finished=now - h),
+        measurement("n1", "n2", streams=1, gbps=20, finished=now - h, files=2),  # a second setting
     ]
     nodes = [{"name": "n1", "site": "s1", "loopback_gbps": 50}, {"name": "n2", "site": "s2"},
              {"name": "n3", "site": "s3"}, {"name": "n4", "site": "s4"}]
@@ -132,12 +133,22 @@ def test_grid_colours_hover_and_pair_page(page, live_server, seeded):
                    let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }"""
     )
     assert drawn > 2000, f"history canvas looks empty ({drawn} painted pixels)"
+    # The latest run's per-file times: a strip per direction and setting, each point named by its own file.
+    strips = page.evaluate("""() => Chart.getChart('files').data.datasets.map(
+        d => [d.label, d.data.length, d.data.map(p => p.name || null).filter(n => n).sort()[0] || null])""")
+    assert ["n1 → n2 xrootd-https ×1", 2, "f000"] in strips
+    assert ["n1 → n2 xrootd-https ×8", 24, "f000"] in strips  # 6 measurements × 4 files in the seeded run
+    assert ["median", 2, None] in strips
+    assert page.locator("#file-summary tr").count() == 3
     page.screenshot(path=str(ARTIFACTS / "pair.png"), full_page=True)
 
     page.goto(f"{live_server.url}/compare/mesh/nightly/")
     page.wait_for_function("() => window.Chart && Chart.getChart('rtt') && Chart.getChart('streams')")
-    points = page.evaluate("() => Chart.getChart('rtt').data.datasets.map(d => d.data.length)")
-    assert sum(points) == 2  # n1->n2 and n2->n1: the only pairs with an RTT measured (either direction)
+    sets = page.evaluate("""() => Chart.getChart('rtt').data.datasets.map(
+        d => [d.label, d.data.length, d.backgroundColor, d.pointStyle])""")
+    # n1->n2 and n2->n1: the only pairs with an RTT measured; the two stream settings told apart.
+    assert sorted((label, n) for label, n, _, _ in sets) == [("xrootd-https ×1", 1), ("xrootd-https ×8", 2)]
+    assert len({colour for _, _, colour, _ in sets}) == 2 and len({shape for _, _, _, shape in sets}) == 2
     page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
 
 

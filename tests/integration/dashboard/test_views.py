@@ -90,7 +90,11 @@ def test_pair_page(client, seeded):
     assert set(data["throughput"]) == {"xrootd-https ×8 n1 → n2", "xrootd-https ×8 n2 → n1",
                                        "xrootd-https ×1 n1 → n2"}
     assert list(data["rtt"]) == ["RTT n1 → n2"]
-    assert data["files"][0]["seconds"] == [1.0, 2.0, 3.0]
+    assert data["files"] == [{"label": ["n1 → n2", "xrootd-https ×8"], "median": 2.0,
+                              "points": [[1.0, "f000"], [2.0, "f001"], [3.0, "f002"]]}]
+    summary = re.search(r'<table class="list" id="file-summary">(.*?)</table>', body, re.S).group(1)
+    assert re.sub(r"<[^>]+>", " ", summary.split("</tr>")[1]).split() == [
+        "n1", "→", "n2", "xrootd-https", "×8", "3", "1.00", "2.00", "2.00", "3.00", "0"]
     assert "vendor/chart.umd.min.js" in body
     errors = client.get("/pair/n1/n3/").content.decode()
     assert "TLS handshake failed" in errors

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -243,7 +244,8 @@ def main() -> int:
         _, key = services.create_api_token("bench", write=True)
 
         port = free_port()
-        env = {**os.environ, "PYTHONPATH": f"{DASHBOARD}", "TPCMESH_DASHBOARD_MAX_BODY_BYTES": str(64 << 20)}
+        env = {**os.environ, "PYTHONPATH": f"{DASHBOARD}", "TPCMESH_DASHBOARD_MAX_BODY_BYTES": str(64 << 20),
+               "TPCMESH_DASHBOARD_SECRET_KEY": secrets.token_urlsafe(50)}
         gunicorn = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2",
              "--timeout", "300", "--log-level", "warning"], cwd=DASHBOARD, env=env)

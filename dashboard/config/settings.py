@@ -1,9 +1,10 @@
 """Settings of the tpcmesh dashboard, all from the environment (one module; tests use settings_test).
 
 TPCMESH_DASHBOARD_* variables:
-  SECRET_KEY     Django secret key (a fixed development key when unset; set it in production)
+  SECRET_KEY     Django secret key, required to serve: the server (config.wsgi: gunicorn, runserver) refuses
+                 to start without it; commands that sign nothing (migrate, collectstatic, ...) run without
   DEBUG          "1" for debug pages
-  ALLOWED_HOSTS  comma-separated host names (default "*")
+  ALLOWED_HOSTS  comma-separated host names (default "localhost,127.0.0.1,[::1]"; "*" for any)
   READ_ACCESS    "open" (default): anyone may read; "token": the pages and the read API need a signed-in
                  user (Django accounts, /accounts/login/) or an API token
   MAX_BODY_BYTES largest accepted request body in bytes (default 32 MiB); larger ingests get 413
@@ -27,9 +28,10 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"TPCMESH_DASHBOARD_{name}", default)
 
 
-SECRET_KEY = _env("SECRET_KEY", "tpcmesh-development-key-not-for-production")
+# No default: Django refuses to use an empty key (ImproperlyConfigured on first use); config.wsgi checks it first.
+SECRET_KEY = _env("SECRET_KEY", "")
 DEBUG = _env("DEBUG", "0") == "1"
-ALLOWED_HOSTS = [h.strip() for h in _env("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+ALLOWED_HOSTS = [h.strip() for h in _env("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
 
 READ_ACCESS = _env("READ_ACCESS", "open")
 if READ_ACCESS not in ("open", "token"):

@@ -48,7 +48,9 @@ print("SMOKE OK")
 
 def test_sqlite_quick_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=f"{REPO}:{REPO / 'dashboard'}")
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=f"{REPO}:{REPO / 'dashboard'}",
+               TPCMESH_DASHBOARD_ALLOWED_HOSTS="testserver",  # the host name Django's test client sends
+               TPCMESH_DASHBOARD_SECRET_KEY="smoke-test-key")
     # An explicit SQLite URL keeps the repository's dashboard/db.sqlite3 untouched; the unset default is
     # checked by the next test.
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'db.sqlite3'}"

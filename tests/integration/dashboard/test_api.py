@@ -160,11 +160,23 @@ def test_stored_junk_thresholds_never_fail_a_read(client, write_key, junk):
 
 
 def test_ingest_contract_check_catches_what_fields_do_not(client, write_key):
-    # A file name with a slash is valid for neither; a missing benchmark name is a field error.
-    body = batch([measurement("a", "b")])
+    # DRF's fields coerce "8" to 8, "35.5" to 35.5 and 5 to "5"; the contract wants an integer, a number, a
+    # string: only the JSON schema check refuses these.
+    m = measurement("a", "b")
+    m.update(streams="8", throughput_gbps="35.5")
+    body = batch([m])
+    body["run"]["state"] = 5
+    r = post(client, body, write_key)
+    assert r.status_code == 400, r.content
+    assert r.json()["detail"] == "Ingest batch violates measurement.v1.schema.json."
+    assert {e["field"] for e in r.json()["errors"]} == {"measurements[0].streams", "measurements[0].throughput_gbps",
+                                                        "run.state"}
+    assert Measurement.objects.count() == 0
+    # A missing benchmark name is already a field error; a body that is not JSON a parse error.
     del body["benchmark"]["name"]
     r = post(client, body, write_key)
     assert r.status_code == 400 and "benchmark.name" in [e["field"] for e in r.json()["errors"]]
+    assert r.json()["detail"] == "Invalid ingest batch."
     r = post(client, None, write_key, raw="{not json")
     assert r.status_code == 400
 

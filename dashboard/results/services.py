@@ -13,7 +13,6 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
-from psycopg2.extras import execute_values
 
 from results import metrics
 from results.models import ApiToken, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
@@ -85,34 +84,36 @@ def _upsert_nodes(described: list[dict[str, Any]], names: set[str]) -> dict[str,
 
 
 LATEST_KEY = ["benchmark_id", "protocol", "streams", "source_id", "destination_id"]
+LATEST_COLUMNS = [*LATEST_KEY, *LATEST_FIELDS]
+
+
+def _latest_upsert() -> str:
+    """The ON CONFLICT clause that keeps a grid cell (PairLatest) at its newest measurement: it only moves forward
+    in time, so a concurrent ingest (or a late, older batch) never puts an older measurement back. Both
+    storage paths use it."""
+    table = PairLatest._meta.db_table
+    return (f"ON CONFLICT ({', '.join(LATEST_KEY)}) DO UPDATE SET "
+            + ", ".join(f"{c} = EXCLUDED.{c}" for c in LATEST_FIELDS)
+            + f" WHERE {table}.finished_at <= EXCLUDED.finished_at")
 
 
 def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
-    """Point each grid cell the rows touch at its newest measurement, with one INSERT ... ON CONFLICT DO UPDATE
-    that only moves a cell forward in time: a concurrent ingest (or a late, older batch) can never put an older
-    measurement back. Rows go in key order, so two ingests lock shared cells in the same order (no deadlock)."""
+    """The portable path (SQLite 3.24+): the newest of the rows per cell, upserted in key order. PostgreSQL does
+    the same inside _copy_measurements' statement."""
     newest: dict[tuple, Row] = {}
     for m in rows:
         key = (m.protocol, m.streams or 0, m.source_id, m.destination_id)
         if key not in newest or m.finished_at > newest[key].finished_at:
             newest[key] = m
-    columns = [*LATEST_KEY, *LATEST_FIELDS]
-    prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in columns]
+    prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in LATEST_COLUMNS]
     values = [
         [f(v, connection) for f, v in zip(prep, (bench.id, *key, m.id, m.finished_at, m.throughput_gbps, m.rtt_ms,
                                                  m.status, (m.error or "")[:200] or None), strict=True)]
         for key, m in sorted(newest.items())
     ]
-    table = PairLatest._meta.db_table
-    upsert = (f"ON CONFLICT ({', '.join(LATEST_KEY)}) DO UPDATE SET "
-              + ", ".join(f"{c} = EXCLUDED.{c}" for c in LATEST_FIELDS)
-              + f" WHERE {table}.finished_at <= EXCLUDED.finished_at")
-    insert = f"INSERT INTO {table} ({', '.join(columns)}) VALUES"
     with connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            execute_values(cur.cursor, f"{insert} %s {upsert}", values, page_size=1000)
-        else:  # SQLite (3.24+ has the same upsert)
-            cur.executemany(f"{insert} ({', '.join(['%s'] * len(columns))}) {upsert}", values)
+        cur.executemany(f"INSERT INTO {PairLatest._meta.db_table} ({', '.join(LATEST_COLUMNS)}) VALUES "
+                        f"({', '.join(['%s'] * len(LATEST_COLUMNS))}) {_latest_upsert()}", values)
 
 
 class Row(SimpleNamespace):
@@ -146,8 +147,10 @@ MEASUREMENT_COLUMNS = ["id", "run_id", "benchmark_id", "source_id", "destination
 
 
 def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
-    """Insert the measurements whose id is not stored yet; returns the ids inserted. Safe against a concurrent
-    ingest of the same ids (ON CONFLICT DO NOTHING)."""
+    """PostgreSQL: insert the measurements whose id is not stored yet and move their grid cells forward, in one
+    statement; returns the ids inserted. Safe against a concurrent ingest of the same ids (ON CONFLICT DO NOTHING)
+    and of the same cells (_latest_upsert). Both inserts go in key order: two ingests sharing ids or cells wait
+    for each other in the same order (no deadlock)."""
     if not rows:
         return set()
     now = timezone.now()
@@ -159,10 +162,22 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
           ([r.id, run.id, run.benchmark_id, r.source_id, r.destination_id, *(f(r) for f in fields), now]
            for r in rows))
     cols = ", ".join(MEASUREMENT_COLUMNS)
+    cell = "protocol, COALESCE(streams, 0), source_id, destination_id"
     with connection.cursor() as cur:
-        # In id order: two ingests sharing ids wait for each other in the same order (no deadlock).
-        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ORDER BY id ON CONFLICT (id) "
-                    "DO NOTHING RETURNING id")
+        # The newest created measurement per cell, from the rows this very statement inserted (no second
+        # round trip of the batch): the SQL twin of _update_latest's loop.
+        cur.execute(f"""
+            WITH created AS (
+                INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ORDER BY id
+                ON CONFLICT (id) DO NOTHING RETURNING {cols}
+            ), cells AS (
+                INSERT INTO {PairLatest._meta.db_table} ({", ".join(LATEST_COLUMNS)})
+                SELECT DISTINCT ON ({cell}) benchmark_id, {cell}, id, finished_at, throughput_gbps, rtt_ms, status,
+                       left(error, 200)
+                FROM created ORDER BY {cell}, finished_at DESC
+                {_latest_upsert()}
+            )
+            SELECT id FROM created""")
         created = {str(r[0]) for r in cur.fetchall()}
         cur.execute("DROP TABLE ingest_tmp")
     return created
@@ -179,6 +194,17 @@ def _insert_measurements(run: Run, rows: list[Row]) -> set[str]:
         [Measurement(run=run, benchmark_id=run.benchmark_id, **vars(r)) for r in new], batch_size=500
     )
     return {str(r.id) for r in new}
+
+
+def _store_files(files: list[list[Any]]) -> None:
+    """Per-file results: [measurement_id, *FILE_FIELDS] rows."""
+    if connection.vendor == "postgresql":
+        _copy(FileTransfer._meta.db_table, ["measurement_id", *FILE_FIELDS], files)
+    else:
+        FileTransfer.objects.bulk_create(
+            [FileTransfer(measurement_id=f[0], **dict(zip(FILE_FIELDS, f[1:], strict=True))) for f in files],
+            batch_size=5000,
+        )
 
 
 @transaction.atomic
@@ -199,20 +225,12 @@ def ingest(batch: dict[str, Any]) -> IngestResult:
             **{k: m.get(k) for k in MEASUREMENT_FIELDS})
         for m in unique.values()
     ]
-    if connection.vendor == "postgresql":
-        created_ids = _copy_measurements(run, candidates)
-    else:
-        created_ids = _insert_measurements(run, candidates)
+    postgresql = connection.vendor == "postgresql"
+    created_ids = _copy_measurements(run, candidates) if postgresql else _insert_measurements(run, candidates)
     rows = [r for r in candidates if str(r.id) in created_ids]
-    files = [[r.id, *(f.get(k) for k in FILE_FIELDS)] for r in rows for f in unique[str(r.id)].get("files") or []]
-    if connection.vendor == "postgresql":
-        _copy(FileTransfer._meta.db_table, ["measurement_id", *FILE_FIELDS], files)
-    else:
-        FileTransfer.objects.bulk_create(
-            [FileTransfer(measurement_id=f[0], **dict(zip(FILE_FIELDS, f[1:], strict=True))) for f in files],
-            batch_size=5000,
-        )
-    if rows:
+    _store_files([[r.id, *(f.get(k) for k in FILE_FIELDS)] for r in rows for f in unique[str(r.id)].get("files")
+                  or []])
+    if rows and not postgresql:
         _update_latest(bench, rows)
 
     result = IngestResult(created=len(rows), duplicates=len(measurements) - len(rows), ids=[str(r.id) for r in rows])

@@ -62,11 +62,12 @@ def test_ingest_is_transactional(client, write_key, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    # Nodes, measurements and files are written before the grid summary: a failure there must undo them all.
-    monkeypatch.setattr(services, "_update_latest", fail)
+    # Nodes, measurements and (on PostgreSQL) their grid cells are written before the files: a failure there must
+    # undo them all.
+    monkeypatch.setattr(services, "_store_files", fail)
     with pytest.raises(RuntimeError, match="disk full"):
         post(client, batch([measurement("a", "b", files=2), measurement("b", "a")]), write_key)
-    assert Measurement.objects.count() == 0 and Node.objects.count() == 0 and FileTransfer.objects.count() == 0
+    assert Measurement.objects.count() == 0 and Node.objects.count() == 0 and PairLatest.objects.count() == 0
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -35,6 +36,10 @@ from tests.support.postgres import free_port, start_postgres  # noqa: E402
 NODES = 100
 SETTINGS = [("xrootd-https", 1), ("xrootd-https", 8), ("iperf3", 1), ("rtt", None)]
 GRID_GOAL_MS, INGEST_GOAL = 150.0, 5000.0
+# The requests judged against the grid goal (p95): the API for one setting and for every setting, and the page.
+GRID_ONE = "grid API, latest (100×100, one setting)"
+GRID_EVERY = "grid API, latest (100×100, every setting)"
+GRID_PAGE = "grid page, HTML 100×100"
 START, END = "<!-- bench-dashboard:start -->", "<!-- bench-dashboard:end -->"
 
 
@@ -48,7 +53,7 @@ def generate(days: int) -> int:
     from results.models import Benchmark, Node, Run
 
     bench = Benchmark.objects.create(namespace="bench", name="mesh", uid="bench-uid",
-                                     thresholds={"throughput": {"ok": 30, "warning": 10}})
+                                     thresholds={"goodGbps": 30, "warnGbps": 10})
     Node.objects.bulk_create([
         Node(name=f"dtn{i:03d}", site=f"site{i % 17:02d}", address=f"10.0.{i // 250}.{i % 250}",
              nic_speed_gbps=100, loopback_gbps=40 + i % 20) for i in range(NODES)
@@ -243,7 +248,8 @@ def main() -> int:
         _, key = services.create_api_token("bench", write=True)
 
         port = free_port()
-        env = {**os.environ, "PYTHONPATH": f"{DASHBOARD}", "TPCMESH_DASHBOARD_MAX_BODY_BYTES": str(64 << 20)}
+        env = {**os.environ, "PYTHONPATH": f"{DASHBOARD}", "TPCMESH_DASHBOARD_MAX_BODY_BYTES": str(64 << 20),
+               "TPCMESH_DASHBOARD_SECRET_KEY": secrets.token_urlsafe(50)}
         gunicorn = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2",
              "--timeout", "300", "--log-level", "warning"], cwd=DASHBOARD, env=env)
@@ -258,11 +264,10 @@ def main() -> int:
                 time.sleep(0.2)
         grid = f"{base}/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https&streams=8"
         results = {
-            "grid API, latest (100×100, one setting)": timings(grid, args.requests),
-            "grid API, latest (100×100, every setting)":
-                timings(f"{base}/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https", args.requests),
+            GRID_ONE: timings(grid, args.requests),
+            GRID_EVERY: timings(f"{base}/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https", args.requests),
             "grid API, median over 7 days": timings(grid + "&mode=median&window=7d", max(10, args.requests // 4)),
-            "grid page, HTML 100×100": timings(f"{base}/grid/bench/mesh/?protocol=xrootd-https", args.requests // 2),
+            GRID_PAGE: timings(f"{base}/grid/bench/mesh/?protocol=xrootd-https", args.requests // 2),
             f"pair history API ({days} days, both directions)":
                 timings(f"{base}/api/v1/pairs/history/?source=dtn003&destination=dtn042&benchmark=bench/mesh",
                         args.requests),
@@ -281,8 +286,10 @@ def main() -> int:
         server.stop()
         shutil.rmtree(base_dir, ignore_errors=True)
 
-    grid_p95 = results["grid API, latest (100×100, one setting)"]["p95"]
     rate = max(rate1, rate2)
+    grid_verdicts = "; ".join(
+        f"{label} **{'met' if results[name]['p95'] < GRID_GOAL_MS else 'NOT met'}** ({results[name]['p95']:.1f} ms)"
+        for label, name in (("API one setting", GRID_ONE), ("API every setting", GRID_EVERY), ("HTML page", GRID_PAGE)))
     lines = [
         "## Dashboard (`make bench-dashboard`)",
         "",
@@ -308,8 +315,7 @@ def main() -> int:
         f"1-minute load average after the reads {load_reads:.1f}, after ingest {load_ingest:.1f} on {os.cpu_count()} "
         "cores: the machine is shared with other work, so these numbers are upper bounds.",
         "",
-        f"Goals: grid p95 < {GRID_GOAL_MS:.0f} ms: **{'met' if grid_p95 < GRID_GOAL_MS else 'NOT met'}** "
-        f"({grid_p95:.1f} ms); ingest ≥ {INGEST_GOAL:,.0f}/s: "
+        f"Goals: grid p95 < {GRID_GOAL_MS:.0f} ms: {grid_verdicts}. Ingest ≥ {INGEST_GOAL:,.0f}/s: "
         f"**{'met' if rate >= INGEST_GOAL else 'NOT met'}** ({rate:,.0f}/s).",
     ]
     text = "\n".join(lines)

@@ -1,12 +1,15 @@
 """Settings of the tpcmesh dashboard, all from the environment (one module; tests use settings_test).
 
 TPCMESH_DASHBOARD_* variables:
-  SECRET_KEY     Django secret key (a fixed development key when unset; set it in production)
+  SECRET_KEY     Django secret key, required to serve: the server (config.wsgi: gunicorn, runserver) refuses
+                 to start without it; commands that sign nothing (migrate, collectstatic, ...) run without
   DEBUG          "1" for debug pages
-  ALLOWED_HOSTS  comma-separated host names (default "*")
-  READ_ACCESS    "open" (default): anyone may read; "token": reads need an API token too
+  ALLOWED_HOSTS  comma-separated host names (default "localhost,127.0.0.1,[::1]"; "*" for any)
+  READ_ACCESS    "open" (default): anyone may read; "token": the pages and the read API need a signed-in
+                 user (Django accounts, /accounts/login/) or an API token
   MAX_BODY_BYTES largest accepted request body in bytes (default 32 MiB); larger ingests get 413
   STALE_SECONDS  a grid cell older than this is drawn as stale (default 2 days)
+  CSV_MAX_ROWS   most rows one ?format=csv export streams (default 100 000); a last "# truncated" line says so
 DATABASE_URL: any dj-database-url URL (postgres://...); a SQLite file dashboard/db.sqlite3 when unset.
 """
 
@@ -25,15 +28,17 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"TPCMESH_DASHBOARD_{name}", default)
 
 
-SECRET_KEY = _env("SECRET_KEY", "tpcmesh-development-key-not-for-production")
+# No default: Django refuses to use an empty key (ImproperlyConfigured on first use); config.wsgi checks it first.
+SECRET_KEY = _env("SECRET_KEY", "")
 DEBUG = _env("DEBUG", "0") == "1"
-ALLOWED_HOSTS = [h.strip() for h in _env("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+ALLOWED_HOSTS = [h.strip() for h in _env("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
 
 READ_ACCESS = _env("READ_ACCESS", "open")
 if READ_ACCESS not in ("open", "token"):
     raise ValueError(f"TPCMESH_DASHBOARD_READ_ACCESS must be 'open' or 'token', not {READ_ACCESS!r}")
 MAX_BODY_BYTES = int(_env("MAX_BODY_BYTES", str(32 * 1024 * 1024)))
 STALE_SECONDS = int(_env("STALE_SECONDS", str(2 * 24 * 3600)))
+CSV_MAX_ROWS = int(_env("CSV_MAX_ROWS", "100000"))
 # The whole ingest body is read at once; Django's own limit must not refuse it before our 413 does.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES
 
@@ -95,6 +100,10 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "index"
+LOGOUT_REDIRECT_URL = "index"
+
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"  # collectstatic's target (images); whitenoise also serves from the finders
 try:  # whitenoise warns about a missing STATIC_ROOT; a read-only image has it from collectstatic
@@ -108,7 +117,10 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["results.api.authentication.TokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "results.api.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",  # reads by a user signed in on the pages
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["results.api.permissions.ReadAccess"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",

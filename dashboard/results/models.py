@@ -12,16 +12,11 @@ import uuid
 
 from django.db import models
 
+from results.thresholds import effective as effective_bounds
+
 PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3", "rtt"]
 TPC_PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp"]
 STATUSES = ["succeeded", "failed", "cancelled"]
-
-DEFAULT_THRESHOLDS = {
-    # Gbit/s, higher is better (the PRP grid's defaults).
-    "throughput": {"ok": 30.0, "warning": 10.0},
-    # milliseconds, lower is better.
-    "latency": {"ok": 20.0, "warning": 80.0},
-}
 
 
 class Node(models.Model):
@@ -46,7 +41,7 @@ class Benchmark(models.Model):
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
     spec = models.JSONField(default=dict, blank=True)
-    thresholds = models.JSONField(default=dict, blank=True)
+    thresholds = models.JSONField(default=dict, blank=True)  # spec.thresholds: goodGbps, warnGbps, goodRttMs, warnRttMs
     nodes = models.ManyToManyField(Node, related_name="benchmarks", blank=True, help_text="nodes in its results")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -59,12 +54,8 @@ class Benchmark(models.Model):
         return f"{self.namespace}/{self.name}"
 
     def effective_thresholds(self) -> dict[str, dict[str, float]]:
-        """The benchmark's thresholds over the defaults, per kind (throughput, latency)."""
-        out = {kind: dict(values) for kind, values in DEFAULT_THRESHOLDS.items()}
-        for kind, values in (self.thresholds or {}).items():
-            if kind in out and isinstance(values, dict):
-                out[kind].update({k: float(v) for k, v in values.items() if k in ("ok", "warning")})
-        return out
+        """The benchmark's thresholds over the defaults, per kind (throughput, latency); never fails on junk."""
+        return effective_bounds(self.thresholds)
 
 
 class Run(models.Model):

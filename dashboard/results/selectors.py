@@ -12,7 +12,8 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from results.models import TPC_PROTOCOLS, Benchmark, Measurement, Node, PairLatest
+from results import thresholds
+from results.models import TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
 
 GRID_MODES = ("latest", "mean", "median")
 
@@ -58,17 +59,19 @@ def grid(
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
     Each cell: source, destination, streams, value (Gbit/s or ms), finished_at, age_seconds, stale, status,
-    error, count. `streams=None` returns every stream setting.
+    error, count, state (ok / warning / critical / failed / none by the benchmark's thresholds).
+    `streams=None` returns every stream setting.
     """
     if mode not in GRID_MODES:
         raise ValueError(f"mode must be one of {', '.join(GRID_MODES)}, not {mode!r}")
     now = now or timezone.now()
-    metric = metric_for(protocol)
+    metric, kind = metric_for(protocol), kind_for(protocol)
+    bounds = bench.effective_thresholds()[kind]
     nodes = benchmark_nodes(bench)
     names = {n.id: n.name for n in nodes}
     cells: list[dict[str, Any]] = []
     if cells_json:
-        cells_text = grid_cells_json(bench, protocol, streams, now)
+        cells_text = grid_cells_json(bench, protocol, streams, now, bounds)
     elif mode == "latest":
         qs = PairLatest.objects.filter(benchmark=bench, protocol=protocol)
         if streams is not None:
@@ -98,19 +101,21 @@ def grid(
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
                           "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
                           "count": len(items)})
+    stale_after = settings.STALE_SECONDS  # a lazy settings lookup costs ~0.5 µs; there are 10 000 cells
     for cell in cells:
         age = (now - cell["finished_at"]).total_seconds()
         cell["age_seconds"] = round(age, 1)
-        cell["stale"] = age > settings.STALE_SECONDS
+        cell["stale"] = age > stale_after
+        cell["state"] = thresholds.classify(cell["value"], cell["status"], kind, bounds)
     out = {
         "benchmark": str(bench),
         "protocol": protocol,
-        "kind": kind_for(protocol),
+        "kind": kind,
         "metric": metric,
         "unit": "ms" if protocol == "rtt" else "Gbit/s",
         "mode": mode,
         "window_seconds": int(window.total_seconds()),
-        "thresholds": bench.effective_thresholds()[kind_for(protocol)],
+        "thresholds": bounds,
         "generated_at": now,
         "nodes": [{"name": n.name, "site": n.site, "loopback_gbps": n.loopback_gbps} for n in nodes],
         "cells": cells,
@@ -121,38 +126,37 @@ def grid(
     return out
 
 
-def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: datetime) -> str:
+def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: datetime,
+                    bounds: dict[str, float]) -> str:
     """PostgreSQL only: the latest grid's cells as one JSON array built by the database (same fields as
-    grid()["cells"]); spares Python ~10 µs per cell, which matters at 100×100."""
+    grid()["cells"]); spares Python ~10 µs per cell, which matters at 100×100.
+
+    json_agg over rows of named columns, not json_build_object per cell: the row's column names are looked up
+    once, not passed as 12 key arguments per cell; about 30 % less database time on 19 800 cells.
+    """
     metric = metric_for(protocol)
+    better = ">=" if thresholds.HIGHER_IS_BETTER[kind_for(protocol)] else "<="
     sql = f"""
-        SELECT COALESCE(json_agg(json_build_object(
-            'source', s.name, 'destination', d.name, 'streams', p.streams, 'value', p.{metric},
-            'finished_at', to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            'age_seconds', round(extract(epoch FROM (%(now)s - p.finished_at))::numeric, 1),
-            'stale', extract(epoch FROM (%(now)s - p.finished_at)) > %(stale)s,
-            'status', p.status, 'error', p.error, 'count', 1)), '[]')::text
-        FROM {PairLatest._meta.db_table} p
-        JOIN {Node._meta.db_table} s ON s.id = p.source_id
-        JOIN {Node._meta.db_table} d ON d.id = p.destination_id
-        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s
-          AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
+        SELECT COALESCE(json_agg(c), '[]')::text FROM (
+            SELECT s.name AS source, d.name AS destination, p.streams, p.{metric} AS value,
+                to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS finished_at,
+                round(age.seconds, 1) AS age_seconds, age.seconds > %(stale)s AS stale,
+                p.status, p.error, 1 AS count,
+                CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN p.{metric} IS NULL THEN 'none'
+                     WHEN p.{metric} {better} %(ok)s THEN 'ok' WHEN p.{metric} {better} %(warning)s THEN 'warning'
+                     ELSE 'critical' END AS state
+            FROM {PairLatest._meta.db_table} p
+            JOIN {Node._meta.db_table} s ON s.id = p.source_id
+            JOIN {Node._meta.db_table} d ON d.id = p.destination_id
+            CROSS JOIN LATERAL (SELECT extract(epoch FROM (%(now)s - p.finished_at)) AS seconds) age
+            WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s
+              AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
+        ) c
     """
     with connection.cursor() as cur:
         cur.execute(sql, {"now": now, "stale": settings.STALE_SECONDS, "bench": bench.id, "protocol": protocol,
-                          "streams": streams})
+                          "streams": streams, "ok": bounds["ok"], "warning": bounds["warning"]})
         return cur.fetchone()[0]
-
-
-def classify(value: float | None, status: str | None, kind: str, thresholds: dict[str, float]) -> str:
-    """ok / warning / critical / failed / none for a cell value."""
-    if status and status != "succeeded":
-        return "failed"
-    if value is None:
-        return "none"
-    if kind == "latency":
-        return "ok" if value <= thresholds["ok"] else "warning" if value <= thresholds["warning"] else "critical"
-    return "ok" if value >= thresholds["ok"] else "warning" if value >= thresholds["warning"] else "critical"
 
 
 def _pair_q(a: Node, b: Node) -> Q:
@@ -180,20 +184,37 @@ def pair_history(
     return out
 
 
-def pair_latest_files(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
-    """Per-file durations of the newest measurement with files, per direction."""
+def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:
+    """Per-file durations of the latest run that has per-file results for this pair: one group per direction
+    and setting (protocol, streams) of that run, each with its files' seconds and a summary. None without any."""
+    qs = Measurement.objects.filter(_pair_q(a, b))
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    latest = qs.filter(files__isnull=False).order_by("-finished_at").values("run_id").first()
+    if latest is None:
+        return None
+    run = Run.objects.get(pk=latest["run_id"])
+    names = {a.id: a.name, b.id: b.name}
+    groups: dict[tuple, dict[str, Any]] = {}
+    files = FileTransfer.objects.filter(measurement__in=qs.filter(run=run)).order_by("name").values_list(
+        "measurement__source_id", "measurement__destination_id", "measurement__protocol", "measurement__streams",
+        "name", "seconds", "error")
+    for src, dst, protocol, streams, name, seconds, error in files:
+        g = groups.setdefault((names[src], names[dst], protocol, streams or 0), {
+            "source": names[src], "destination": names[dst], "protocol": protocol, "streams": streams,
+            "files": [], "failed": 0})
+        if seconds is None or error:
+            g["failed"] += 1
+        else:
+            g["files"].append({"name": name, "seconds": seconds})
     out = []
-    for src, dst in ((a, b), (b, a)):
-        qs = Measurement.objects.filter(source=src, destination=dst, files__isnull=False)
-        if bench is not None:
-            qs = qs.filter(benchmark=bench)
-        m = qs.order_by("-finished_at").first()
-        if m is None:
-            continue
-        files = list(m.files.order_by("name").values("name", "size", "bytes", "seconds", "error", "checksum_ok"))
-        out.append({"source": src.name, "destination": dst.name, "measurement": str(m.id), "protocol": m.protocol,
-                    "streams": m.streams, "finished_at": m.finished_at, "files": files})
-    return out
+    for _, g in sorted(groups.items()):
+        seconds = [f["seconds"] for f in g["files"]]
+        g["summary"] = {"n": len(seconds), "min": min(seconds, default=None), "max": max(seconds, default=None),
+                        "median": statistics.median(seconds) if seconds else None,
+                        "mean": statistics.fmean(seconds) if seconds else None}
+        out.append(g)
+    return {"run": run.name, "finished_at": run.finished_at, "groups": out}
 
 
 def pair_errors(a: Node, b: Node, bench: Benchmark | None = None, limit: int = 20) -> list[Measurement]:

@@ -83,37 +83,37 @@ def _upsert_nodes(described: list[dict[str, Any]], names: set[str]) -> dict[str,
     return existing
 
 
+LATEST_KEY = ["benchmark_id", "protocol", "streams", "source_id", "destination_id"]
+LATEST_COLUMNS = [*LATEST_KEY, *LATEST_FIELDS]
+
+
+def _latest_upsert() -> str:
+    """The ON CONFLICT clause that keeps a grid cell (PairLatest) at its newest measurement: it only moves forward
+    in time, so a concurrent ingest (or a late, older batch) never puts an older measurement back. Both
+    storage paths use it."""
+    table = PairLatest._meta.db_table
+    return (f"ON CONFLICT ({', '.join(LATEST_KEY)}) DO UPDATE SET "
+            + ", ".join(f"{c} = EXCLUDED.{c}" for c in LATEST_FIELDS)
+            + f" WHERE {table}.finished_at <= EXCLUDED.finished_at")
+
+
 def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
+    """The portable path (SQLite 3.24+): the newest of the rows per cell, upserted in key order. PostgreSQL does
+    the same inside _copy_measurements' statement."""
     newest: dict[tuple, Row] = {}
     for m in rows:
         key = (m.protocol, m.streams or 0, m.source_id, m.destination_id)
         if key not in newest or m.finished_at > newest[key].finished_at:
             newest[key] = m
-    current = {
-        (p.protocol, p.streams, p.source_id, p.destination_id): p
-        for p in PairLatest.objects.filter(
-            benchmark=bench,
-            protocol__in={k[0] for k in newest},
-            source_id__in={k[2] for k in newest},
-            destination_id__in={k[3] for k in newest},
-        )
-    }
-    create, update = [], []
-    for key, m in newest.items():
-        copied = {"measurement_id": m.id, "finished_at": m.finished_at, "throughput_gbps": m.throughput_gbps,
-                  "rtt_ms": m.rtt_ms, "status": m.status, "error": (m.error or "")[:200] or None}
-        cell = current.get(key)
-        if cell is None:
-            create.append(PairLatest(benchmark=bench, protocol=key[0], streams=key[1], source_id=key[2],
-                                     destination_id=key[3], **copied))
-        elif m.finished_at >= cell.finished_at:
-            for k, v in copied.items():
-                setattr(cell, k, v)
-            update.append(cell)
-    # A concurrent ingest may have created the same cell since we looked: keep its row (ON CONFLICT DO NOTHING)
-    # rather than fail the whole batch; the next ingest of that cell sets it straight.
-    PairLatest.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
-    PairLatest.objects.bulk_update(update, LATEST_FIELDS, batch_size=2000)
+    prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in LATEST_COLUMNS]
+    values = [
+        [f(v, connection) for f, v in zip(prep, (bench.id, *key, m.id, m.finished_at, m.throughput_gbps, m.rtt_ms,
+                                                 m.status, (m.error or "")[:200] or None), strict=True)]
+        for key, m in sorted(newest.items())
+    ]
+    with connection.cursor() as cur:
+        cur.executemany(f"INSERT INTO {PairLatest._meta.db_table} ({', '.join(LATEST_COLUMNS)}) VALUES "
+                        f"({', '.join(['%s'] * len(LATEST_COLUMNS))}) {_latest_upsert()}", values)
 
 
 class Row(SimpleNamespace):
@@ -147,8 +147,10 @@ MEASUREMENT_COLUMNS = ["id", "run_id", "benchmark_id", "source_id", "destination
 
 
 def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
-    """Insert the measurements whose id is not stored yet; returns the ids inserted. Safe against a concurrent
-    ingest of the same ids (ON CONFLICT DO NOTHING)."""
+    """PostgreSQL: insert the measurements whose id is not stored yet and move their grid cells forward, in one
+    statement; returns the ids inserted. Safe against a concurrent ingest of the same ids (ON CONFLICT DO NOTHING)
+    and of the same cells (_latest_upsert). Both inserts go in key order: two ingests sharing ids or cells wait
+    for each other in the same order (no deadlock)."""
     if not rows:
         return set()
     now = timezone.now()
@@ -160,9 +162,22 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
           ([r.id, run.id, run.benchmark_id, r.source_id, r.destination_id, *(f(r) for f in fields), now]
            for r in rows))
     cols = ", ".join(MEASUREMENT_COLUMNS)
+    cell = "protocol, COALESCE(streams, 0), source_id, destination_id"
     with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ON CONFLICT (id) DO NOTHING "
-                    "RETURNING id")
+        # The newest created measurement per cell, from the rows this very statement inserted (no second
+        # round trip of the batch): the SQL twin of _update_latest's loop.
+        cur.execute(f"""
+            WITH created AS (
+                INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ORDER BY id
+                ON CONFLICT (id) DO NOTHING RETURNING {cols}
+            ), cells AS (
+                INSERT INTO {PairLatest._meta.db_table} ({", ".join(LATEST_COLUMNS)})
+                SELECT DISTINCT ON ({cell}) benchmark_id, {cell}, id, finished_at, throughput_gbps, rtt_ms, status,
+                       left(error, 200)
+                FROM created ORDER BY {cell}, finished_at DESC
+                {_latest_upsert()}
+            )
+            SELECT id FROM created""")
         created = {str(r[0]) for r in cur.fetchall()}
         cur.execute("DROP TABLE ingest_tmp")
     return created
@@ -179,6 +194,17 @@ def _insert_measurements(run: Run, rows: list[Row]) -> set[str]:
         [Measurement(run=run, benchmark_id=run.benchmark_id, **vars(r)) for r in new], batch_size=500
     )
     return {str(r.id) for r in new}
+
+
+def _store_files(files: list[list[Any]]) -> None:
+    """Per-file results: [measurement_id, *FILE_FIELDS] rows."""
+    if connection.vendor == "postgresql":
+        _copy(FileTransfer._meta.db_table, ["measurement_id", *FILE_FIELDS], files)
+    else:
+        FileTransfer.objects.bulk_create(
+            [FileTransfer(measurement_id=f[0], **dict(zip(FILE_FIELDS, f[1:], strict=True))) for f in files],
+            batch_size=5000,
+        )
 
 
 @transaction.atomic
@@ -199,20 +225,12 @@ def ingest(batch: dict[str, Any]) -> IngestResult:
             **{k: m.get(k) for k in MEASUREMENT_FIELDS})
         for m in unique.values()
     ]
-    if connection.vendor == "postgresql":
-        created_ids = _copy_measurements(run, candidates)
-    else:
-        created_ids = _insert_measurements(run, candidates)
+    postgresql = connection.vendor == "postgresql"
+    created_ids = _copy_measurements(run, candidates) if postgresql else _insert_measurements(run, candidates)
     rows = [r for r in candidates if str(r.id) in created_ids]
-    files = [[r.id, *(f.get(k) for k in FILE_FIELDS)] for r in rows for f in unique[str(r.id)].get("files") or []]
-    if connection.vendor == "postgresql":
-        _copy(FileTransfer._meta.db_table, ["measurement_id", *FILE_FIELDS], files)
-    else:
-        FileTransfer.objects.bulk_create(
-            [FileTransfer(measurement_id=f[0], **dict(zip(FILE_FIELDS, f[1:], strict=True))) for f in files],
-            batch_size=5000,
-        )
-    if rows:
+    _store_files([[r.id, *(f.get(k) for k in FILE_FIELDS)] for r in rows for f in unique[str(r.id)].get("files")
+                  or []])
+    if rows and not postgresql:
         _update_latest(bench, rows)
 
     result = IngestResult(created=len(rows), duplicates=len(measurements) - len(rows), ids=[str(r.id) for r in rows])

@@ -1,4 +1,5 @@
-"""Pages (grid, pair, comparison), /healthz and /metrics. Reads go through selectors."""
+"""Pages (grid, pair, comparison; read access as for the API), /healthz and /metrics (always open). Reads go
+through selectors."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from results import params, selectors
+from results import params, selectors, thresholds
+from results.access import read_access_required
 from results.models import Benchmark, Node, Run
 
 
@@ -31,6 +33,7 @@ def metrics(request):
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 
 
+@read_access_required
 def index(request):
     benchmarks = []
     for bench in Benchmark.objects.all():
@@ -49,6 +52,7 @@ def _fmt(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
 
 
+@read_access_required
 def grid_page(request, namespace: str, name: str):
     bench = _bench_or_404(namespace, name)
     available = selectors.benchmark_protocols(bench)
@@ -70,7 +74,7 @@ def grid_page(request, namespace: str, name: str):
     if split == "streams" and low == high:
         split = "direction"
     data = selectors.grid(bench, protocol, streams=high if split == "direction" else None, mode=mode, window=window)
-    kind, unit, thresholds = data["kind"], data["unit"], data["thresholds"]
+    kind, unit, bounds = data["kind"], data["unit"], data["thresholds"]
     nodes = data["nodes"]
     if sort == "site":
         nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
@@ -81,12 +85,11 @@ def grid_page(request, namespace: str, name: str):
         c = cells.get((src, dst, st))
         if c is None:
             return "none", False, None
-        cls = selectors.classify(c["value"], c["status"], kind, thresholds)
         value = None if c["value"] is None else round(c["value"], 3)
         info = [value, int(c["finished_at"].timestamp())]
         if c["status"] != "succeeded":
             info += [c["status"], (c["error"] or "")[:200]]
-        return cls, c["stale"], info
+        return c["state"], c["stale"], info
 
     rows_html = []
     tips = []
@@ -102,7 +105,7 @@ def grid_page(request, namespace: str, name: str):
                     tds.append('<td class="diag"></td>')
                     tip_row.append(None)
                 else:
-                    cls = selectors.classify(value, "succeeded", kind, thresholds)
+                    cls = thresholds.classify(value, "succeeded", kind, bounds)
                     tds.append(f'<td class="diag a-{cls} b-{cls}"></td>')
                     tip_row.append({"loopback": value})
                 continue
@@ -133,7 +136,7 @@ def grid_page(request, namespace: str, name: str):
         "protocol": protocol,
         "kind": kind,
         "unit": unit,
-        "thresholds": thresholds,
+        "thresholds": bounds,
         "split": split,
         "sort": sort,
         "mode": mode,
@@ -151,6 +154,7 @@ def grid_page(request, namespace: str, name: str):
     return render(request, "results/grid.html", context)
 
 
+@read_access_required
 def pair_page(request, source: str, destination: str):
     a = get_object_or_404(Node, name=source)
     b = get_object_or_404(Node, name=destination)
@@ -178,26 +182,25 @@ def pair_page(request, source: str, destination: str):
             continue
         label = f'{p["protocol"]} ×{p["streams"] or 1} {direction}'
         series.setdefault(label, []).append([t, round(p["throughput_gbps"], 3)])
-    files = selectors.pair_latest_files(a, b, bench)
+    files = selectors.pair_latest_run_files(a, b, bench)
+    groups = files["groups"] if files else []
     plot = {
         "throughput": series,
         "rtt": rtt,
-        "files": [
-            {"label": f'{f["source"]} → {f["destination"]} ({f["protocol"]} ×{f["streams"] or 1}, '
-                      f'{f["finished_at"]:%Y-%m-%d %H:%M})',
-             "names": [x["name"] for x in f["files"]],
-             "seconds": [x["seconds"] for x in f["files"]]}
-            for f in files
-        ],
+        # The latest run's per-file seconds: a strip of points per direction and setting, with the median.
+        "files": [{"label": [f'{g["source"]} → {g["destination"]}', f'{g["protocol"]} ×{g["streams"] or 1}'],
+                   "points": [[f["seconds"], f["name"]] for f in g["files"]], "median": g["summary"]["median"]}
+                  for g in groups],
     }
     context = {
-        "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history),
+        "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
         "errors": selectors.pair_errors(a, b, bench),
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
 
 
+@read_access_required
 def compare_page(request, namespace: str, name: str):
     bench = _bench_or_404(namespace, name)
     try:

@@ -19,7 +19,7 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 OK, WARNING, CRITICAL, FAILED, NONE = "#2e9e44", "#f2b33d", "#d83a34", "#7b1fa2", "#c9c9c9"
-WARNING_STALE = "#f8dca6"
+WARNING_STALE, OK_STALE = "#f8dca6", "#a8d8b2"
 
 
 def ingest(body):
@@ -71,6 +71,7 @@ def seeded(transactional_db):
         measurement("n1", "n3", streams=8, gbps=15, finished=now - 5 * 24 * h),  # stale warning
         measurement("n3", "n1", streams=8, gbps=None, status="failed", error="TLS handshake failed", finished=now),
         measurement("n2", "n3", streams=8, gbps=25, finished=now - h),
+        measurement("n1", "n2", streams=1, gbps=20, finished=now - h, files=2),  # a second setting
     ]
     nodes = [{"name": "n1", "site": "s1", "loopback_gbps": 50}, {"name": "n2", "site": "s2"},
              {"name": "n3", "site": "s3"}, {"name": "n4", "site": "s4"}]
@@ -132,12 +133,22 @@ def test_grid_colours_hover_and_pair_page(page, live_server, seeded):
                    let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }"""
     )
     assert drawn > 2000, f"history canvas looks empty ({drawn} painted pixels)"
+    # The latest run's per-file times: a strip per direction and setting, each point named by its own file.
+    strips = page.evaluate("""() => Chart.getChart('files').data.datasets.map(
+        d => [d.label, d.data.length, d.data.map(p => p.name || null).filter(n => n).sort()[0] || null])""")
+    assert ["n1 → n2 xrootd-https ×1", 2, "f000"] in strips
+    assert ["n1 → n2 xrootd-https ×8", 24, "f000"] in strips  # 6 measurements × 4 files in the seeded run
+    assert ["median", 2, None] in strips
+    assert page.locator("#file-summary tr").count() == 3
     page.screenshot(path=str(ARTIFACTS / "pair.png"), full_page=True)
 
     page.goto(f"{live_server.url}/compare/mesh/nightly/")
     page.wait_for_function("() => window.Chart && Chart.getChart('rtt') && Chart.getChart('streams')")
-    points = page.evaluate("() => Chart.getChart('rtt').data.datasets.map(d => d.data.length)")
-    assert sum(points) == 2  # n1->n2 and n2->n1: the only pairs with an RTT measured (either direction)
+    sets = page.evaluate("""() => Chart.getChart('rtt').data.datasets.map(
+        d => [d.label, d.data.length, d.backgroundColor, d.pointStyle])""")
+    # n1->n2 and n2->n1: the only pairs with an RTT measured; the two stream settings told apart.
+    assert sorted((label, n) for label, n, _, _ in sets) == [("xrootd-https ×1", 1), ("xrootd-https ×8", 2)]
+    assert len({colour for _, _, colour, _ in sets}) == 2 and len({shape for _, _, _, shape in sets}) == 2
     page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
 
 
@@ -160,3 +171,43 @@ def test_grid_100_by_100_stays_lean(page, live_server, transactional_db):
     cell(page, "dtn042", "dtn017").hover()
     assert "dtn042 → dtn017 ×8" in page.locator("#tip").inner_text()
     page.screenshot(path=str(ARTIFACTS / "grid-100x100.png"))
+
+
+def legend(page) -> tuple[str, list[tuple[str, str]]]:
+    """The legend's text and each swatch's two colours, in order."""
+    text = " ".join(page.locator("#legend").inner_text().split())
+    swatches = page.eval_on_selector_all(
+        "#legend .sw", """sws => sws.map(sw => { const cs = getComputedStyle(sw);
+                             return [cs.getPropertyValue('--a').trim(), cs.getPropertyValue('--b').trim()]; })""")
+    return text, [tuple(s) for s in swatches]
+
+
+def test_legend_and_latency_grid_follow_the_thresholds(page, live_server, transactional_db):
+    now = datetime.now(UTC)
+    ms = [measurement("n1", "n2", protocol="rtt", rtt_ms=5, finished=now),
+          measurement("n2", "n1", protocol="rtt", rtt_ms=30, finished=now),
+          measurement("n1", "n3", protocol="rtt", rtt_ms=70, finished=now),
+          measurement("n3", "n1", protocol="rtt", rtt_ms=None, status="failed", error="no route", finished=now),
+          measurement("n1", "n2", streams=8, gbps=45, finished=now),
+          measurement("n2", "n1", streams=8, gbps=25, finished=now),
+          measurement("n1", "n3", streams=8, gbps=15, finished=now)]
+    ms[3]["rtt_ms"] = None  # a failed probe measured nothing
+    ingest(batch(ms, thresholds={"goodGbps": 40, "warnGbps": 20, "goodRttMs": 10, "warnRttMs": 50}))
+
+    page.goto(f"{live_server.url}/grid/mesh/nightly/?protocol=rtt")
+    assert cell_colours(page, "n1", "n2") == (OK, WARNING)  # 5 ms, 30 ms back
+    assert cell_colours(page, "n1", "n3") == (CRITICAL, FAILED)  # 70 ms, failed back
+    assert cell_colours(page, "n2", "n3") == (NONE, NONE)
+    text, swatches = legend(page)
+    assert "ok ≤ 10 ms warning ≤ 50 ms critical > 50 ms failed no data stale" in text, text
+    assert swatches[:5] == [(OK, OK), (WARNING, WARNING), (CRITICAL, CRITICAL), (FAILED, FAILED), (NONE, NONE)]
+    assert swatches[5] == (OK_STALE, OK_STALE)
+    cell(page, "n1", "n3").hover()
+    tip = page.locator("#tip").inner_text()
+    assert "n1 → n3: 70.00 ms" in tip and "no route" in tip
+    page.screenshot(path=str(ARTIFACTS / "grid-latency.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/grid/mesh/nightly/?protocol=xrootd-https")
+    assert cell_colours(page, "n1", "n2") == (OK, WARNING)  # 45, 25 Gbit/s
+    assert cell_colours(page, "n1", "n3")[0] == CRITICAL  # 15 Gbit/s
+    assert "ok ≥ 40 Gbit/s warning ≥ 20 Gbit/s critical < 20 Gbit/s" in legend(page)[0]

@@ -5,6 +5,7 @@ can stop and start on the same port, to play a dashboard outage. Not a fixture p
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -26,7 +27,8 @@ class LiveDashboard:
         subprocess.run(pg._cmd("createdb", "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.user, self.db),
                        check=True, capture_output=True)
         self.env = {**os.environ, "DATABASE_URL": f"postgres://{pg.user}@127.0.0.1:{pg.port}/{self.db}",
-                    "DJANGO_SETTINGS_MODULE": "config.settings", "TPCMESH_DASHBOARD_ALLOWED_HOSTS": "127.0.0.1"}
+                    "DJANGO_SETTINGS_MODULE": "config.settings", "TPCMESH_DASHBOARD_ALLOWED_HOSTS": "127.0.0.1",
+                    "TPCMESH_DASHBOARD_SECRET_KEY": secrets.token_urlsafe(50)}
         self.env.pop("TPCMESH_TEST_DB", None)
         self._manage("migrate", "--noinput")
         self.token = self._manage("create_api_token", f"operator-{self.db}", "--write").strip()

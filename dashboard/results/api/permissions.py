@@ -9,12 +9,14 @@ from results.models import ApiToken
 
 
 class ReadAccess(permissions.BasePermission):
-    message = "Reading needs an API token (TPCMESH_DASHBOARD_READ_ACCESS=token)."
+    message = "Reading needs an API token or a signed-in user (TPCMESH_DASHBOARD_READ_ACCESS=token)."
 
     def has_permission(self, request, view):
         if request.method not in permissions.SAFE_METHODS:
             return False
-        return settings.READ_ACCESS == "open" or isinstance(request.auth, ApiToken)
+        if settings.READ_ACCESS == "open" or isinstance(request.auth, ApiToken):
+            return True
+        return bool(request.user and request.user.is_authenticated)  # a session from the pages' sign-in
 
 
 class WriteAccess(permissions.BasePermission):

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from rest_framework import serializers
 
+from results import thresholds
 from results.models import PROTOCOLS, STATUSES, Benchmark, FileTransfer, Measurement, Node, Run
 
 # ---- ingest (the contract's ingestBatch) ----
@@ -85,12 +86,25 @@ class MeasurementIn(serializers.Serializer):
         return attrs
 
 
+class ThresholdsField(serializers.DictField):
+    """The TransferBenchmark's spec.thresholds: exactly goodGbps, warnGbps, goodRttMs, warnRttMs (numbers, each
+    optional); errors are keyed by the threshold, so they read benchmark.thresholds.goodGbps."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            self.fail("not_a_dict", input_type=type(data).__name__)
+        problems = thresholds.errors(data)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return dict(data)
+
+
 class BenchmarkIn(serializers.Serializer):
     namespace = serializers.CharField(max_length=253)
     name = serializers.CharField(max_length=253)
     uid = serializers.CharField(max_length=64, allow_null=True, required=False)
     spec = serializers.DictField(required=False)
-    thresholds = serializers.DictField(required=False)
+    thresholds = ThresholdsField(required=False)
 
 
 class RunIn(serializers.Serializer):
@@ -192,6 +206,7 @@ class GridCellSerializer(serializers.Serializer):
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     count = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=thresholds.STATES, help_text="by the benchmark's thresholds")
 
 
 class GridNodeSerializer(serializers.Serializer):

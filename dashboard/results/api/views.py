@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, timedelta
 
+from django.conf import settings
 from django.db import connection
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -19,7 +20,7 @@ from rest_framework.views import APIView
 from results import filters, metrics, params, selectors, services
 from results.api import serializers
 from results.api.permissions import WriteAccess
-from results.api.renderers import CSVRenderer
+from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
 from results.models import Benchmark, Measurement, Node, Run
 
@@ -83,7 +84,34 @@ class IngestView(APIView):
         return Response({"created": result.created, "duplicates": result.duplicates, "ids": result.ids})
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class CSVExportMixin:
+    """`?format=csv` on a list: the whole filtered, ordered set streamed (no pagination), at most CSV_MAX_ROWS
+    rows per request (`X-CSV-Max-Rows`); `offset` and a smaller `limit` still apply. When the cap cuts the
+    export short, a last line starting with # says so and where to continue."""
+
+    def list(self, request, *args, **kwargs):
+        if request.accepted_renderer.format != "csv":
+            return super().list(request, *args, **kwargs)
+        cap = settings.CSV_MAX_ROWS
+        q = request.query_params
+        offset = _params(params.integer, "offset", q.get("offset"), 0, 0, 2**62)
+        limit = _params(params.integer, "limit", q.get("limit"), cap, 1, 2**62)
+        take = min(limit, cap)
+        queryset = self.filter_queryset(self.get_queryset())
+        serializer = self.get_serializer()
+        # One row beyond the cap tells csv_lines that the cap, not the data (or the asked limit), ended it.
+        end = offset + take + (1 if take == cap else 0)
+        rows = (serializer.to_representation(obj) for obj in queryset[offset:end].iterator(chunk_size=2000))
+        trailer = (f"# truncated: this export stops at {cap} rows (TPCMESH_DASHBOARD_CSV_MAX_ROWS); continue with "
+                   f"offset={offset + cap} or narrow the filters\n")
+        response = StreamingHttpResponse(csv_lines(list(serializer.fields), rows, take, trailer),
+                                         content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{self.basename}.csv"'
+        response["X-CSV-Max-Rows"] = str(cap)
+        return response
+
+
+class NodeViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Node.objects.all()
     serializer_class = serializers.NodeSerializer
     filterset_class = filters.NodeFilterSet
@@ -91,7 +119,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     renderer_classes = LIST_RENDERERS
 
 
-class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet):
+class BenchmarkViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Benchmark.objects.all()
     serializer_class = serializers.BenchmarkSerializer
     filterset_class = filters.BenchmarkFilterSet
@@ -99,7 +127,7 @@ class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet):
     renderer_classes = LIST_RENDERERS
 
 
-class RunViewSet(viewsets.ReadOnlyModelViewSet):
+class RunViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Run.objects.select_related("benchmark")
     serializer_class = serializers.RunSerializer
     filterset_class = filters.RunFilterSet
@@ -107,11 +135,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     renderer_classes = LIST_RENDERERS
 
 
-class MeasurementViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark")
+class MeasurementViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
+    # The related rows give names only: their JSON columns would be decoded for nothing on every row.
+    queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark").defer(
+        "source__labels", "destination__labels", "run__counts", "benchmark__spec", "benchmark__thresholds")
     filterset_class = filters.MeasurementFilterSet
     ordering_fields = ["finished_at", "started_at", "throughput_gbps", "rtt_ms", "protocol", "streams"]
-    ordering = ["-finished_at"]
+    ordering = ["-finished_at", "id"]  # id: a stable order for offset paging and CSV continuation
     renderer_classes = LIST_RENDERERS
 
     def get_serializer_class(self):

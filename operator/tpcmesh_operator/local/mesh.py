@@ -188,6 +188,7 @@ def start_dashboard(lab: Lab, state: Path, port: int, wait: float = 60.0) -> Das
     """The dashboard on a SQLite file in ``state``: migrated, with a write token, under gunicorn on 127.0.0.1."""
     env = dict(os.environ)
     env["DATABASE_URL"] = f"sqlite:///{state / 'dashboard.sqlite3'}"
+    env["TPCMESH_DASHBOARD_SECRET_KEY"] = secrets.token_urlsafe(50)  # the dashboard serves only with a key
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     env["PYTHONPATH"] = os.pathsep.join([str(DASHBOARD_DIR), env.get("PYTHONPATH", "")])
     log_file = state / "dashboard.log"

@@ -1,6 +1,8 @@
 """The REST API against the suite's real PostgreSQL: ingest (idempotency, validation, auth, size), reads
 (filters, ordering, pagination, CSV), aggregates, schema, health and metrics."""
 
+import csv
+import io
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -8,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from django.test import override_settings
-from results.models import FileTransfer, Measurement, Node, PairLatest
+from results.models import Benchmark, FileTransfer, Measurement, Node, PairLatest
 
 from tests.support.dashboard import batch, measurement
 
@@ -60,11 +62,12 @@ def test_ingest_is_transactional(client, write_key, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    # Nodes, measurements and files are written before the grid summary: a failure there must undo them all.
-    monkeypatch.setattr(services, "_update_latest", fail)
+    # Nodes, measurements and (on PostgreSQL) their grid cells are written before the files: a failure there must
+    # undo them all.
+    monkeypatch.setattr(services, "_store_files", fail)
     with pytest.raises(RuntimeError, match="disk full"):
         post(client, batch([measurement("a", "b", files=2), measurement("b", "a")]), write_key)
-    assert Measurement.objects.count() == 0 and Node.objects.count() == 0 and FileTransfer.objects.count() == 0
+    assert Measurement.objects.count() == 0 and Node.objects.count() == 0 and PairLatest.objects.count() == 0
 
 
 @pytest.mark.parametrize(
@@ -90,12 +93,91 @@ def test_ingest_validation_names_the_field(client, write_key, change, field):
     assert Measurement.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("given", "field", "words"),
+    [
+        ({"good": 5}, "benchmark.thresholds.good", "unknown threshold"),
+        ({"throughput": {"ok": 30, "warning": 10}}, "benchmark.thresholds.throughput", "unknown threshold"),
+        ({"goodGbps": "30"}, "benchmark.thresholds.goodGbps", "must be a number"),
+        ({"warnRttMs": False}, "benchmark.thresholds.warnRttMs", "must be a number"),
+        ({"warnGbps": -2}, "benchmark.thresholds.warnGbps", "negative"),
+        ({"goodGbps": 5, "warnGbps": 10}, "benchmark.thresholds.goodGbps", "below warnGbps"),
+        ({"goodRttMs": 100, "warnRttMs": 80}, "benchmark.thresholds.goodRttMs", "above warnRttMs"),
+        ([30, 10], "benchmark.thresholds", "dictionary"),
+    ],
+)
+def test_ingest_thresholds_validation_names_the_field(client, write_key, given, field, words):
+    r = post(client, batch([measurement("a", "b")], thresholds=given), write_key)
+    assert r.status_code == 400, r.content
+    errors = {e["field"]: e["message"] for e in r.json()["errors"]}
+    assert field in errors and words in errors[field], errors
+    assert Measurement.objects.count() == 0
+
+
+def test_custom_thresholds_colour_the_grid_api(client, write_key):
+    ms = [measurement("a", "b", streams=8, gbps=45), measurement("b", "a", streams=8, gbps=5),
+          measurement("a", "c", streams=8, gbps=3), measurement("c", "a", streams=8, gbps=None, status="failed"),
+          measurement("a", "b", protocol="iperf3", gbps=45), measurement("a", "b", protocol="rtt", rtt_ms=90),
+          measurement("a", "c", protocol="rtt", rtt_ms=150), measurement("b", "c", protocol="rtt", rtt_ms=300)]
+    given = {"goodGbps": 50, "warnGbps": 4, "goodRttMs": 100, "warnRttMs": 200}
+    assert post(client, batch(ms, thresholds=given), write_key).status_code == 200
+    assert Benchmark.objects.get().thresholds == given
+
+    def states(protocol, **extra):
+        query = "&".join(f"{k}={v}" for k, v in {"protocol": protocol, **extra}.items())
+        g = client.get(f"/api/v1/grid/?benchmark=mesh/nightly&{query}").json()
+        return g["thresholds"], {(c["source"], c["destination"]): c["state"] for c in g["cells"]}
+
+    # With the defaults (30/10 Gbit/s, 20/80 ms) these would be ok, critical, critical, critical, critical.
+    throughput = ({"ok": 50, "warning": 4}, {("a", "b"): "warning", ("b", "a"): "warning", ("a", "c"): "critical",
+                                             ("c", "a"): "failed"})
+    assert states("xrootd-https") == throughput  # PostgreSQL builds these cells
+    assert states("xrootd-https", mode="median", window="1d") == throughput  # Python builds these
+    assert states("iperf3") == ({"ok": 50, "warning": 4}, {("a", "b"): "warning"})
+    latency = ({"ok": 100, "warning": 200}, {("a", "b"): "ok", ("a", "c"): "warning", ("b", "c"): "critical"})
+    assert states("rtt") == latency
+    assert states("rtt", mode="mean", window="1d") == latency
+    bench = client.get("/api/v1/benchmarks/").json()["results"][0]
+    assert bench["thresholds_effective"] == {"throughput": {"ok": 50, "warning": 4},
+                                             "latency": {"ok": 100, "warning": 200}}
+    # A later batch without thresholds leaves them; the operator's empty dict (spec without thresholds) resets.
+    assert post(client, batch([measurement("a", "b")]), write_key).status_code == 200
+    assert Benchmark.objects.get().thresholds == given
+    assert post(client, batch([measurement("a", "b")], thresholds={}), write_key).status_code == 200
+    assert states("rtt")[1][("a", "b")] == "critical"
+
+
+@pytest.mark.parametrize("junk", ["fast", [1], {"goodGbps": "x", "warnGbps": None}, {"throughput": {"ok": "a"}}])
+def test_stored_junk_thresholds_never_fail_a_read(client, write_key, junk):
+    post(client, batch([measurement("a", "b", gbps=20), measurement("a", "b", protocol="rtt", rtt_ms=50)]),
+         write_key)
+    Benchmark.objects.update(thresholds=junk)  # a hand-edited or pre-contract row
+    for url in ["/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https",
+                "/api/v1/grid/?benchmark=mesh/nightly&protocol=rtt&mode=median",
+                "/api/v1/benchmarks/", "/grid/mesh/nightly/?protocol=rtt", "/grid/mesh/nightly/", "/"]:
+        assert client.get(url).status_code == 200, url
+    g = client.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https").json()
+    assert g["thresholds"] == {"ok": 30, "warning": 10} and g["cells"][0]["state"] == "warning"
+
+
 def test_ingest_contract_check_catches_what_fields_do_not(client, write_key):
-    # A file name with a slash is valid for neither; a missing benchmark name is a field error.
-    body = batch([measurement("a", "b")])
+    # DRF's fields coerce "8" to 8, "35.5" to 35.5 and 5 to "5"; the contract wants an integer, a number, a
+    # string: only the JSON schema check refuses these.
+    m = measurement("a", "b")
+    m.update(streams="8", throughput_gbps="35.5")
+    body = batch([m])
+    body["run"]["state"] = 5
+    r = post(client, body, write_key)
+    assert r.status_code == 400, r.content
+    assert r.json()["detail"] == "Ingest batch violates measurement.v1.schema.json."
+    assert {e["field"] for e in r.json()["errors"]} == {"measurements[0].streams", "measurements[0].throughput_gbps",
+                                                        "run.state"}
+    assert Measurement.objects.count() == 0
+    # A missing benchmark name is already a field error; a body that is not JSON a parse error.
     del body["benchmark"]["name"]
     r = post(client, body, write_key)
     assert r.status_code == 400 and "benchmark.name" in [e["field"] for e in r.json()["errors"]]
+    assert r.json()["detail"] == "Invalid ingest batch."
     r = post(client, None, write_key, raw="{not json")
     assert r.status_code == 400
 
@@ -154,8 +236,6 @@ def test_filters_ordering_pagination(client, archive):
     assert [m["throughput_gbps"] for m in ordered] == [10, 12, 14, 40, 44]
     page = client.get("/api/v1/measurements/?limit=3&offset=3").json()
     assert page["count"] == 7 and len(page["results"]) == 3 and page["next"] and page["previous"]
-    big = client.get("/api/v1/measurements/?limit=5000").json()
-    assert "limit=1000" in (big["next"] or "limit=1000")  # capped at the maximum
     assert client.get("/api/v1/measurements/?protocol=warp").status_code == 400
     detail = client.get(f"/api/v1/measurements/{archive[0]['id']}/").json()
     assert detail["source"] == "a" and "files" in detail
@@ -164,14 +244,79 @@ def test_filters_ordering_pagination(client, archive):
     assert results(client.get("/api/v1/benchmarks/"))[0]["thresholds_effective"]["throughput"]["ok"] == 30
 
 
-def test_csv_export(client, archive):
-    r = client.get("/api/v1/measurements/?format=csv&protocol=builtin&ordering=finished_at")
+@pytest.fixture
+def many(client, write_key):
+    """1 001 measurements: more than one page at the maximum limit (1 000)."""
+    ms = [measurement(f"n{i % 40}", f"n{i % 40 + 1}", gbps=float(i), finished=T0 + timedelta(minutes=i))
+          for i in range(1001)]
+    assert post(client, batch(ms, run="many"), write_key).json()["created"] == 1001
+    return ms
+
+
+def test_pagination_default_and_maximum(client, many):
+    first = client.get("/api/v1/measurements/").json()
+    assert first["count"] == 1001 and len(first["results"]) == 100
+    big = client.get("/api/v1/measurements/?limit=5000").json()
+    assert len(big["results"]) == 1000  # capped at the maximum
+    assert "limit=1000" in big["next"] and "offset=1000" in big["next"]
+    rest = client.get(big["next"]).json()
+    assert len(rest["results"]) == 1 and rest["next"] is None
+    assert {m["id"] for m in big["results"] + rest["results"]} == {m["id"] for m in many}
+
+
+def csv_rows(r) -> list[list[str]]:
     assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
-    lines = r.content.decode().strip().splitlines()
-    header = lines[0].split(",")
+    return list(csv.reader(io.StringIO(b"".join(r.streaming_content).decode())))
+
+
+def test_csv_export(client, archive):
+    rows = csv_rows(client.get("/api/v1/measurements/?format=csv&protocol=builtin&ordering=finished_at"))
+    header = rows[0]
     assert "throughput_gbps" in header and "files" not in header
-    assert len(lines) == 6
-    assert lines[1].split(",")[header.index("throughput_gbps")] == "10.0"
+    assert len(rows) == 6
+    assert [r[header.index("throughput_gbps")] for r in rows[1:]] == ["10.0", "40.0", "12.0", "44.0", "14.0"]
+    nodes = csv_rows(client.get("/api/v1/nodes/?format=csv"))
+    assert nodes[0][:3] == ["id", "name", "site"] and [r[1] for r in nodes[1:]] == ["a", "b"]
+    one = client.get(f"/api/v1/measurements/{archive[0]['id']}/?format=csv")
+    assert one.status_code == 200 and archive[0]["id"] in one.content.decode()
+
+
+def test_csv_export_streams_the_whole_filtered_set(client, many):
+    r = client.get("/api/v1/measurements/?format=csv&ordering=finished_at")
+    assert r.streaming and r["X-CSV-Max-Rows"] == "100000"
+    rows = csv_rows(r)
+    assert len(rows) == 1 + 1001 and not rows[-1][0].startswith("#")
+    gbps = rows[0].index("throughput_gbps")
+    assert [float(row[gbps]) for row in rows[1:]] == [float(i) for i in range(1001)]
+    filtered = csv_rows(client.get("/api/v1/measurements/?format=csv&source=n0"))
+    assert len(filtered) - 1 == sum(m["source"] == "n0" for m in many) == 26
+    assert len(csv_rows(client.get("/api/v1/measurements/?format=csv&offset=1000"))) == 2
+    assert len(csv_rows(client.get("/api/v1/measurements/?format=csv&limit=10"))) == 11  # asked for: no trailer
+    assert client.get("/api/v1/measurements/?format=csv&limit=-3").status_code == 400
+
+
+def test_csv_export_says_when_it_hits_the_cap(client, many):
+    with override_settings(CSV_MAX_ROWS=300):
+        r = client.get("/api/v1/measurements/?format=csv&ordering=finished_at")
+        assert r["X-CSV-Max-Rows"] == "300"
+        rows = csv_rows(r)
+        assert len(rows) == 1 + 300 + 1
+        assert rows[-1][0].startswith("# truncated: this export stops at 300 rows") and "offset=300" in rows[-1][0]
+        gbps = rows[0].index("throughput_gbps")
+        assert float(rows[300][gbps]) == 299
+        rest = csv_rows(client.get("/api/v1/measurements/?format=csv&ordering=finished_at&offset=900"))
+        assert [float(row[gbps]) for row in rest[1:]] == [float(i) for i in range(900, 1001)]  # no trailer
+
+
+def test_csv_cells_cannot_run_as_spreadsheet_formulas(client, write_key):
+    errors = ["=HYPERLINK(\"http://evil\",\"x\")", "+1+2", "-2+3", "@SUM(A1)", "plain = text"]
+    ms = [measurement("=cmd", "b", gbps=None, status="failed", error=e) for e in errors]
+    assert post(client, batch(ms), write_key).status_code == 200
+    rows = csv_rows(client.get("/api/v1/measurements/?format=csv"))
+    header = rows[0]
+    assert {r[header.index("error")] for r in rows[1:]} == {"'" + e for e in errors[:4]} | {"plain = text"}
+    assert {r[header.index("source")] for r in rows[1:]} == {"'=cmd"}
+    assert csv_rows(client.get("/api/v1/nodes/?format=csv&name=%3Dcmd"))[1][1] == "'=cmd"
 
 
 def test_aggregates(client, archive):
@@ -246,4 +391,38 @@ def test_concurrent_ingest_of_the_same_batch_stores_once(write_key):
     assert sum(a["created"] for a in answers) == 200, answers
     assert all(a["created"] + a["duplicates"] == 200 for a in answers)
     assert Measurement.objects.count() == 200 and FileTransfer.objects.count() == 200
-    assert PairLatest.objects.count() == 200
+    cells = {(c.source.name, c.destination.name): (str(c.measurement_id), c.throughput_gbps)
+             for c in PairLatest.objects.select_related("source", "destination")}
+    assert cells == {(m["source"], m["destination"]): (m["id"], m["throughput_gbps"]) for m in body["measurements"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_ingest_never_moves_a_cell_back_in_time(write_key):
+    """Batches of the same cells, measured at different times, arrive at once (newest first): every cell must end
+    at the newest measurement, whatever order the transactions commit in."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+    from rest_framework.test import APIClient
+
+    pairs = [(f"n{i}", f"n{(i + 1 + i // 12) % 13}") for i in range(150)]
+    pairs = [(s, d) for s, d in dict.fromkeys(pairs) if s != d]
+
+    def send(body):
+        try:
+            r = post(APIClient(), body, write_key)
+            assert r.status_code == 200, r.content
+        finally:
+            connections.close_all()
+
+    for round_ in range(3):
+        bodies = [batch([measurement(s, d, gbps=float(10 * round_ + k), finished=T0 + timedelta(hours=10 * round_ + k))
+                         for s, d in pairs], run=f"r{round_}-{k}") for k in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(send, reversed(bodies)))
+        newest = {(m["source"], m["destination"]): m["id"] for m in bodies[-1]["measurements"]}
+        cells = {(c.source.name, c.destination.name): (str(c.measurement_id), c.throughput_gbps, c.finished_at)
+                 for c in PairLatest.objects.select_related("source", "destination")}
+        assert len(cells) == len(pairs)
+        assert {k: v[0] for k, v in cells.items()} == newest, f"round {round_}: a cell went back in time"
+        assert {v[1:] for v in cells.values()} == {(10.0 * round_ + 3, T0 + timedelta(hours=10 * round_ + 3))}

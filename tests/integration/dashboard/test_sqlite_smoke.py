@@ -31,6 +31,15 @@ r = c.post("/api/v1/ingest/", body, content_type="application/json", HTTP_AUTHOR
 assert r.json()["duplicates"] == 2, r.content
 g = c.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https&mode=median&window=1d").json()
 assert sorted(x["value"] for x in g["cells"]) == [3, 35], g
+# The latest cell only moves forward: an older measurement arriving late leaves it, a newer one replaces it.
+from datetime import UTC, datetime, timedelta
+now = datetime.now(UTC)
+for gbps, finished in [(1, now - timedelta(days=1)), (7, now + timedelta(seconds=5))]:
+    late = json.dumps(batch([measurement("b", "a", gbps=gbps, finished=finished)]))
+    r = c.post("/api/v1/ingest/", late, content_type="application/json", HTTP_AUTHORIZATION="Token " + key)
+    assert r.status_code == 200, r.content
+    g = c.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https").json()
+    assert {x["source"]: x["value"] for x in g["cells"]} == {"a": 35, "b": 3 if gbps == 1 else 7}, g
 assert c.get("/grid/mesh/nightly/").status_code == 200
 assert c.get("/pair/a/b/").status_code == 200
 print("SMOKE OK")
@@ -39,7 +48,9 @@ print("SMOKE OK")
 
 def test_sqlite_quick_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=f"{REPO}:{REPO / 'dashboard'}")
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=f"{REPO}:{REPO / 'dashboard'}",
+               TPCMESH_DASHBOARD_ALLOWED_HOSTS="testserver",  # the host name Django's test client sends
+               TPCMESH_DASHBOARD_SECRET_KEY="smoke-test-key")
     # An explicit SQLite URL keeps the repository's dashboard/db.sqlite3 untouched; the unset default is
     # checked by the next test.
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'db.sqlite3'}"

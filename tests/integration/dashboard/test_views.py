@@ -1,5 +1,6 @@
 """Pages against the real PostgreSQL: grid cells and their classes, pair page data, comparison, index."""
 
+import html
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -36,6 +37,11 @@ def grid_rows(html: str) -> dict[str, list[str]]:
     return rows
 
 
+def legend(page: str) -> str:
+    block = re.search(r'<div class="legend" id="legend">(.*?)</div>', page, re.S).group(1)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", block)).split())
+
+
 def test_grid_page_classes(client, seeded):
     r = client.get("/grid/mesh/nightly/?protocol=xrootd-https")
     assert r.status_code == 200
@@ -50,10 +56,30 @@ def test_grid_page_classes(client, seeded):
     assert list(by_site) == ["n2", "n3", "n1"]
     streams = grid_rows(client.get("/grid/mesh/nightly/?protocol=xrootd-https&split=streams").content.decode())
     assert streams["n1"][1] == "a-ok b-warning"  # 8 streams 45, 1 stream 12
+    page = client.get("/grid/mesh/nightly/?protocol=xrootd-https").content.decode()
+    assert "ok ≥ 30 Gbit/s warning ≥ 10 Gbit/s critical < 10 Gbit/s" in legend(page)
     latency = client.get("/grid/mesh/nightly/?protocol=rtt").content.decode()
-    assert grid_rows(latency)["n1"][1] == "a-critical b-none" and "ms" in latency
+    assert grid_rows(latency)["n1"][1] == "a-critical b-none"  # 90 ms
+    assert "ok ≤ 20 ms warning ≤ 80 ms critical > 80 ms" in legend(latency)
     assert client.get("/grid/mesh/nightly/?protocol=warp").status_code == 400
     assert client.get("/grid/mesh/missing/").status_code == 404
+
+
+def test_grid_page_follows_the_benchmarks_thresholds(client, seeded, write_key):
+    given = {"goodGbps": 50, "warnGbps": 4, "goodRttMs": 100, "warnRttMs": 200}
+    r = client.post("/api/v1/ingest/", json.dumps(batch([], thresholds=given)), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200, r.content
+    page = client.get("/grid/mesh/nightly/?protocol=xrootd-https").content.decode()
+    rows = grid_rows(page)
+    assert rows["n1"][:2] == ["diag a-ok b-ok", "a-warning b-warning"]  # loopback 50; 45 and 5 Gbit/s
+    assert rows["n2"][0] == "a-warning b-warning"
+    assert "ok ≥ 50 Gbit/s warning ≥ 4 Gbit/s critical < 4 Gbit/s" in legend(page)
+    streams = grid_rows(client.get("/grid/mesh/nightly/?protocol=xrootd-https&split=streams").content.decode())
+    assert streams["n1"][1] == "a-warning b-warning"  # 8 streams 45, 1 stream 12
+    latency = client.get("/grid/mesh/nightly/?protocol=rtt").content.decode()
+    assert grid_rows(latency)["n1"][1] == "a-ok b-none"  # 90 ms
+    assert "ok ≤ 100 ms warning ≤ 200 ms critical > 200 ms" in legend(latency)
 
 
 def test_pair_page(client, seeded):
@@ -64,7 +90,11 @@ def test_pair_page(client, seeded):
     assert set(data["throughput"]) == {"xrootd-https ×8 n1 → n2", "xrootd-https ×8 n2 → n1",
                                        "xrootd-https ×1 n1 → n2"}
     assert list(data["rtt"]) == ["RTT n1 → n2"]
-    assert data["files"][0]["seconds"] == [1.0, 2.0, 3.0]
+    assert data["files"] == [{"label": ["n1 → n2", "xrootd-https ×8"], "median": 2.0,
+                              "points": [[1.0, "f000"], [2.0, "f001"], [3.0, "f002"]]}]
+    summary = re.search(r'<table class="list" id="file-summary">(.*?)</table>', body, re.S).group(1)
+    assert re.sub(r"<[^>]+>", " ", summary.split("</tr>")[1]).split() == [
+        "n1", "→", "n2", "xrootd-https", "×8", "3", "1.00", "2.00", "2.00", "3.00", "0"]
     assert "vendor/chart.umd.min.js" in body
     errors = client.get("/pair/n1/n3/").content.decode()
     assert "TLS handshake failed" in errors

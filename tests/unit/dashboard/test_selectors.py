@@ -71,19 +71,6 @@ def test_latency_grid_uses_rtt(bench):
     assert cell(median, "a", "b", 0)["value"] == 12.5
 
 
-def test_classify_thresholds():
-    t = {"ok": 30, "warning": 10}
-    assert selectors.classify(30, "succeeded", "throughput", t) == "ok"
-    assert selectors.classify(10, "succeeded", "throughput", t) == "warning"
-    assert selectors.classify(9.9, "succeeded", "throughput", t) == "critical"
-    assert selectors.classify(None, None, "throughput", t) == "none"
-    assert selectors.classify(50, "failed", "throughput", t) == "failed"
-    lat = {"ok": 20, "warning": 80}
-    assert selectors.classify(5, "succeeded", "latency", lat) == "ok"
-    assert selectors.classify(50, "succeeded", "latency", lat) == "warning"
-    assert selectors.classify(81, "succeeded", "latency", lat) == "critical"
-
-
 def test_pair_history_files_errors_and_comparisons(bench):
     a, b = Node.objects.get(name="a"), Node.objects.get(name="b")
     history = selectors.pair_history(a, b, bench)
@@ -91,8 +78,9 @@ def test_pair_history_files_errors_and_comparisons(bench):
     assert [p["finished_at"] for p in history] == sorted(p["finished_at"] for p in history)
     assert {(p["source"], p["destination"]) for p in history} == {("a", "b"), ("b", "a")}
     assert len(selectors.pair_history(a, b, since=NOW - timedelta(hours=15))) == 3
-    files = selectors.pair_latest_files(a, b, bench)
-    assert [f["source"] for f in files] == ["a"] and [x["seconds"] for x in files[0]["files"]] == [1.0, 2.0]
+    files = selectors.pair_latest_run_files(a, b, bench)
+    assert [(g["source"], g["streams"], [f["seconds"] for f in g["files"]]) for g in files["groups"]] == [
+        ("a", 1, [1.0, 2.0])]
     errors = selectors.pair_errors(a, b, bench)
     assert [e.error for e in errors] == ["connection refused"]
     rtt = selectors.throughput_vs_rtt(bench)
@@ -101,3 +89,28 @@ def test_pair_history_files_errors_and_comparisons(bench):
     pairs = selectors.streams_pairs(bench)
     assert pairs == [{"protocol": "xrootd-https", "source": "a", "destination": "b", "low_streams": 1,
                       "high_streams": 8, "low_gbps": 60, "high_gbps": 40}]
+
+
+def test_pair_files_are_the_latest_runs_per_direction_and_setting():
+    h = timedelta(hours=1)
+    ingest(batch([measurement("a", "b", streams=1, files=3, finished=NOW - 50 * h),
+                  measurement("b", "a", streams=8, files=2, finished=NOW - 50 * h)], run="r1"))
+    latest = batch([measurement("a", "b", streams=8, files=4, finished=NOW - 20 * h),
+                    measurement("a", "b", streams=1, files=2, finished=NOW - 21 * h),
+                    measurement("b", "a", streams=8, files=3, finished=NOW - 22 * h)], run="r2")
+    latest["measurements"][2]["files"][1].update(seconds=None, error="checksum mismatch")
+    ingest(latest)
+    ingest(batch([measurement("a", "b", protocol="rtt", finished=NOW)], run="r3"))  # newer, but no files
+    ingest(batch([measurement("a", "b", protocol="gridftp", files=5, finished=NOW)], name="other", run="r4"))
+    a, b = Node.objects.get(name="a"), Node.objects.get(name="b")
+    files = selectors.pair_latest_run_files(b, a, Benchmark.objects.get(name="nightly"))
+    assert files["run"] == "r2"
+    got = [(g["source"], g["destination"], g["protocol"], g["streams"], [f["name"] for f in g["files"]],
+            g["summary"]["n"], g["summary"]["median"], g["failed"]) for g in files["groups"]]
+    assert got == [
+        ("a", "b", "xrootd-https", 1, ["f000", "f001"], 2, 1.5, 0),
+        ("a", "b", "xrootd-https", 8, ["f000", "f001", "f002", "f003"], 4, 2.5, 0),
+        ("b", "a", "xrootd-https", 8, ["f000", "f002"], 2, 2.0, 1),
+    ]
+    assert selectors.pair_latest_run_files(a, b)["run"] == "r4"  # every benchmark: the other one's newer run
+    assert selectors.pair_latest_run_files(a, Node.objects.create(name="c")) is None

@@ -3,6 +3,7 @@ window.tpcmesh = (function () {
   "use strict";
   const palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
   const color = (i) => palette[i % palette.length];
+  const shapes = ["circle", "triangle", "rect", "rectRot", "star", "crossRot"];
   const dateTick = (v) => new Date(v).toISOString().slice(0, 10);
 
   function pairPage(data) {
@@ -26,23 +27,42 @@ window.tpcmesh = (function () {
     });
     const filesEl = document.getElementById("files");
     if (filesEl && data.files.length) {
-      const longest = data.files.reduce((a, f) => (f.seconds.length > a.names.length ? f : a), data.files[0]);
+      // A strip plot: one column per direction and setting, every file a point (spread sideways so equal times
+      // stay visible), the median a bar across the column.
+      const sets = data.files.map((g, k) => ({
+        label: g.label.join(" "), backgroundColor: color(k), borderColor: color(k), pointRadius: 3,
+        data: g.points.map(([y, name], j) => ({ x: k + ((j % 9) - 4) * 0.035, y, name })) }));
+      sets.push({ label: "median", data: data.files.map((g, k) => ({ x: k, y: g.median })).filter((p) => p.y !== null),
+        pointStyle: "line", pointRadius: 18, pointHoverRadius: 18, borderWidth: 3, borderColor: "#222", backgroundColor: "#222" });
       new Chart(filesEl, {
-        type: "bar",
-        data: { labels: longest.names, datasets: data.files.map((f, k) => ({ label: f.label, data: f.seconds, backgroundColor: color(k) })) },
-        options: { animation: false, maintainAspectRatio: false, scales: { y: { title: { display: true, text: "seconds" }, beginAtZero: true } } },
+        type: "scatter", data: { datasets: sets },
+        options: { animation: false, maintainAspectRatio: false,
+          scales: { x: { type: "linear", min: -0.5, max: data.files.length - 0.5, grid: { display: false },
+              afterBuildTicks: (axis) => { axis.ticks = data.files.map((_, k) => ({ value: k })); },
+              ticks: { callback: (v) => (data.files[v] ? data.files[v].label : "") } },
+            y: { title: { display: true, text: "seconds per file" }, beginAtZero: true } },
+          plugins: { tooltip: { callbacks: {
+            label: (ctx) => (ctx.raw.name ? ctx.raw.name : "median") + ": " + ctx.parsed.y.toFixed(2) + " s" } } } },
       });
     }
   }
 
   function comparePage(data) {
-    let i = 0;
-    const rttSets = Object.entries(data.rtt).map(([protocol, points]) => ({
-      label: protocol, data: points.map((p) => ({ x: p.rtt_ms, y: p.throughput_gbps })), backgroundColor: color(i++), pointRadius: 2 }));
+    // One dataset per protocol and stream setting: its own colour, and a point shape per stream setting.
+    const settings = {};
+    for (const [protocol, points] of Object.entries(data.rtt))
+      for (const p of points) (settings[protocol + " ×" + (p.streams || 1)] = settings[protocol + " ×" + (p.streams || 1)] || []).push(p);
+    const streamCounts = [...new Set(Object.values(data.rtt).flat().map((p) => p.streams || 1))].sort((a, b) => a - b);
+    const rttSets = Object.entries(settings).map(([label, points], k) => ({
+      label, backgroundColor: color(k), borderColor: color(k), pointRadius: 4,
+      pointStyle: shapes[streamCounts.indexOf(points[0].streams || 1) % shapes.length],
+      data: points.map((p) => ({ x: p.rtt_ms, y: p.throughput_gbps, pair: p.source + " → " + p.destination })) }));
     new Chart(document.getElementById("rtt"), {
       type: "scatter", data: { datasets: rttSets },
       options: { animation: false, maintainAspectRatio: false,
-        scales: { x: { title: { display: true, text: "RTT (ms)" } }, y: { title: { display: true, text: "throughput (Gbit/s)" }, beginAtZero: true } } },
+        scales: { x: { title: { display: true, text: "RTT (ms)" } }, y: { title: { display: true, text: "throughput (Gbit/s)" }, beginAtZero: true } },
+        plugins: { legend: { labels: { usePointStyle: true } }, tooltip: { callbacks: {
+          label: (ctx) => ctx.dataset.label + " " + ctx.raw.pair + ": " + ctx.parsed.y.toFixed(2) + " Gbit/s at " + ctx.parsed.x.toFixed(1) + " ms" } } } },
     });
     const byProto = {};
     for (const p of data.streams) (byProto[p.protocol] = byProto[p.protocol] || []).push({ x: p.low_gbps, y: p.high_gbps });

@@ -1,0 +1,90 @@
+"""A benchmark's grid thresholds: the contract's keys, their validation, the effective bounds and a cell's state.
+
+The TransferBenchmark's `spec.thresholds`, passed unchanged by the operator as `benchmark.thresholds`:
+{goodGbps, warnGbps, goodRttMs, warnRttMs}, each optional. Throughput (Gbit/s, also iperf3) is better when
+higher, RTT (ms) when lower. Pure functions, no database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+# contract key -> (kind, level)
+KEYS: dict[str, tuple[str, str]] = {
+    "goodGbps": ("throughput", "ok"),
+    "warnGbps": ("throughput", "warning"),
+    "goodRttMs": ("latency", "ok"),
+    "warnRttMs": ("latency", "warning"),
+}
+DEFAULTS: dict[str, dict[str, float]] = {
+    "throughput": {"ok": 30.0, "warning": 10.0},  # the PRP grid's defaults
+    "latency": {"ok": 20.0, "warning": 80.0},
+}
+HIGHER_IS_BETTER = {"throughput": True, "latency": False}
+STATES = ("ok", "warning", "critical", "failed", "none")
+
+
+def _number(value: Any) -> bool:
+    # JSON numbers only: bool is an int in Python, and a string that looks like a number is still a string.
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def errors(raw: Mapping[str, Any]) -> dict[str, str]:
+    """What is wrong with a thresholds object, by key; empty when it is valid."""
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if key not in KEYS:
+            out[str(key)] = f"unknown threshold; expected one of {', '.join(KEYS)}"
+        elif not _number(value):
+            out[key] = f"must be a number, not {type(value).__name__} {str(value)[:40]!r}"
+        elif value < 0:
+            out[key] = f"must not be negative ({value})"
+    if out:
+        return out
+    if raw.get("goodGbps", math.inf) < raw.get("warnGbps", -math.inf):
+        out["goodGbps"] = (f"goodGbps ({raw['goodGbps']}) is below warnGbps ({raw['warnGbps']}); higher throughput "
+                           "is better, so goodGbps must be at least warnGbps")
+    if raw.get("goodRttMs", -math.inf) > raw.get("warnRttMs", math.inf):
+        out["goodRttMs"] = (f"goodRttMs ({raw['goodRttMs']}) is above warnRttMs ({raw['warnRttMs']}); lower RTT is "
+                            "better, so goodRttMs must be at most warnRttMs")
+    return out
+
+
+def effective(raw: Any) -> dict[str, dict[str, float]]:
+    """The bounds per kind ({"throughput": {"ok", "warning"}, "latency": {...}}) over the defaults.
+
+    Never raises: a stored value that is not valid (an older or hand-edited row) counts as not given. A bound
+    given alone never crosses its default partner (goodGbps 5 alone gives warning 5, not 10).
+    """
+    out = {kind: dict(levels) for kind, levels in DEFAULTS.items()}
+    given: set[tuple[str, str]] = set()
+    if isinstance(raw, Mapping):
+        for key, (kind, level) in KEYS.items():
+            value = raw.get(key)
+            if _number(value) and value >= 0:
+                out[kind][level] = float(value)
+                given.add((kind, level))
+    for kind, levels in out.items():
+        ok, warning = levels["ok"], levels["warning"]
+        if (ok < warning) if HIGHER_IS_BETTER[kind] else (ok > warning):
+            if (kind, "warning") in given and (kind, "ok") not in given:
+                levels["ok"] = warning
+            else:
+                levels["warning"] = ok
+    return out
+
+
+def classify(value: float | None, status: str | None, kind: str, bounds: Mapping[str, float]) -> str:
+    """A cell's state: ok / warning / critical, failed (not succeeded), none (no value).
+
+    selectors.grid_cells_json computes the same in SQL; tests compare the two.
+    """
+    if status and status != "succeeded":
+        return "failed"
+    if value is None:
+        return "none"
+    if HIGHER_IS_BETTER[kind]:
+        return "ok" if value >= bounds["ok"] else "warning" if value >= bounds["warning"] else "critical"
+    return "ok" if value <= bounds["ok"] else "warning" if value <= bounds["warning"] else "critical"

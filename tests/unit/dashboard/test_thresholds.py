@@ -1,0 +1,63 @@
+"""Thresholds: the contract's four keys, their validation, the effective bounds (junk-proof), a cell's state."""
+
+import pytest
+from results import thresholds
+
+
+def test_valid_thresholds_have_no_errors():
+    assert thresholds.errors({}) == {}
+    assert thresholds.errors({"goodGbps": 30, "warnGbps": 10.5, "goodRttMs": 20, "warnRttMs": 80}) == {}
+    assert thresholds.errors({"goodGbps": 10, "warnGbps": 10, "goodRttMs": 5, "warnRttMs": 5}) == {}
+    assert thresholds.errors({"goodGbps": 0}) == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "words"),
+    [
+        ({"good": 5}, "good", "unknown threshold"),
+        ({"throughput": {"ok": 30}}, "throughput", "unknown threshold"),
+        ({"goodGbps": "30"}, "goodGbps", "must be a number, not str"),
+        ({"warnGbps": True}, "warnGbps", "must be a number, not bool"),
+        ({"goodRttMs": None}, "goodRttMs", "must be a number"),
+        ({"warnRttMs": float("nan")}, "warnRttMs", "must be a number"),
+        ({"goodGbps": -1}, "goodGbps", "negative"),
+        ({"goodGbps": 5, "warnGbps": 10}, "goodGbps", "below warnGbps"),
+        ({"goodRttMs": 90, "warnRttMs": 80}, "goodRttMs", "above warnRttMs"),
+    ],
+)
+def test_errors_name_the_key(raw, key, words):
+    problems = thresholds.errors(raw)
+    assert list(problems) == [key] and words in problems[key], problems
+
+
+def test_effective_over_the_defaults():
+    assert thresholds.effective({}) == {"throughput": {"ok": 30, "warning": 10}, "latency": {"ok": 20, "warning": 80}}
+    t = thresholds.effective({"goodGbps": 50, "warnRttMs": 120})
+    assert t == {"throughput": {"ok": 50, "warning": 10}, "latency": {"ok": 20, "warning": 120}}
+    # A bound given alone never crosses its default partner.
+    assert thresholds.effective({"goodGbps": 5})["throughput"] == {"ok": 5, "warning": 5}
+    assert thresholds.effective({"warnGbps": 40})["throughput"] == {"ok": 40, "warning": 40}
+    assert thresholds.effective({"warnRttMs": 10})["latency"] == {"ok": 10, "warning": 10}
+    assert thresholds.effective({"goodRttMs": 100})["latency"] == {"ok": 100, "warning": 100}
+
+
+@pytest.mark.parametrize("junk", [None, "fast", [1, 2], {"goodGbps": "x", "warnGbps": [1], "goodRttMs": -3},
+                                  {"throughput": {"ok": "a"}}, {"goodGbps": 1, "warnGbps": 9}])
+def test_effective_never_fails_on_stored_junk(junk):
+    t = thresholds.effective(junk)
+    for kind in ("throughput", "latency"):
+        assert set(t[kind]) == {"ok", "warning"} and all(isinstance(v, float) for v in t[kind].values())
+    assert t["throughput"]["ok"] >= t["throughput"]["warning"] and t["latency"]["ok"] <= t["latency"]["warning"]
+
+
+def test_classify():
+    t = {"ok": 30, "warning": 10}
+    assert thresholds.classify(30, "succeeded", "throughput", t) == "ok"
+    assert thresholds.classify(10, "succeeded", "throughput", t) == "warning"
+    assert thresholds.classify(9.9, "succeeded", "throughput", t) == "critical"
+    assert thresholds.classify(None, None, "throughput", t) == "none"
+    assert thresholds.classify(50, "failed", "throughput", t) == "failed"
+    lat = {"ok": 20, "warning": 80}
+    assert thresholds.classify(5, "succeeded", "latency", lat) == "ok"
+    assert thresholds.classify(80, "succeeded", "latency", lat) == "warning"
+    assert thresholds.classify(81, "succeeded", "latency", lat) == "critical"

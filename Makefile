@@ -90,7 +90,10 @@ bench-dashboard: setup ## Dashboard: grid/history latency and ingest rate on ~7 
 
 .PHONY: dashboard-run
 dashboard-run: setup ## Run the dashboard on http://127.0.0.1:8000 (SQLite file unless DATABASE_URL is set)
-	cd dashboard && ../$(PY) manage.py migrate && ../$(PY) manage.py runserver 127.0.0.1:8000
+	@# A throw-away secret key unless one is exported (sign-ins then last as long as this server).
+	cd dashboard && ../$(PY) manage.py migrate && \
+	  TPCMESH_DASHBOARD_SECRET_KEY="$${TPCMESH_DASHBOARD_SECRET_KEY:-$$(../$(PY) -c 'import secrets; print(secrets.token_urlsafe(50))')}" \
+	  ../$(PY) manage.py runserver 127.0.0.1:8000
 
 .PHONY: test-dashboard
 test-dashboard: setup ## The dashboard's unit, integration and browser tests, and its migrations check

@@ -7,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import fastjsonschema
 from django.conf import settings
 from jsonschema import Draft202012Validator, FormatChecker
 
@@ -42,8 +43,28 @@ def validator(definition: str) -> Draft202012Validator:
     return Draft202012Validator({"$schema": root["$schema"], **sub}, format_checker=FormatChecker())
 
 
+# What jsonschema's FormatChecker accepts as a uuid, in the canonical spelling only (so the fast check below never
+# accepts a value jsonschema would refuse).
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
+@lru_cache(maxsize=4)
+def fast_check(definition: str) -> Any:
+    """The same sub-schema compiled to Python code by fastjsonschema (the contract uses draft-07's keywords only):
+    a valid 5 000-measurement batch passes in a fraction of jsonschema's time. It stops at the first problem, so
+    a document it refuses is walked again by jsonschema for every complaint and its messages."""
+    root = schema()
+    sub = _inline(root["$defs"][definition], root["$defs"])
+    return fastjsonschema.compile(sub, formats={"uuid": UUID_PATTERN}, use_default=False)
+
+
 def contract_errors(definition: str, document: Any, limit: int = 20) -> list[dict[str, str]]:
     """The contract's complaints about a document, each naming the field by its JSON path."""
+    try:
+        fast_check(definition)(document)
+        return []
+    except fastjsonschema.JsonSchemaValueException:
+        pass  # jsonschema says what is wrong, and where
     out = []
     for err in validator(definition).iter_errors(document):
         path = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(err.path))

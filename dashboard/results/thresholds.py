@@ -31,48 +31,58 @@ def _number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
+def unknown(raw: Mapping[str, Any]) -> list[str]:
+    """Keys this dashboard does not know: ignored (a newer operator may send more; the CRD refuses typos)."""
+    return [str(k) for k in raw if k not in KEYS]
+
+
+def _bounds(raw: Mapping[str, Any], kind: str) -> tuple[float, float]:
+    good, warn = (k for k, (kd, _) in KEYS.items() if kd == kind)
+    return (raw.get(good, DEFAULTS[kind]["ok"]), raw.get(warn, DEFAULTS[kind]["warning"]))
+
+
 def errors(raw: Mapping[str, Any]) -> dict[str, str]:
-    """What is wrong with a thresholds object, by key; empty when it is valid."""
+    """What is wrong with a thresholds object, by key; empty when it is valid. The same rules as the CRD and the
+    operator: numbers, not negative, and with the defaults filled in, goodGbps >= warnGbps and
+    goodRttMs <= warnRttMs."""
     out: dict[str, str] = {}
-    for key, value in raw.items():
-        if key not in KEYS:
-            out[str(key)] = f"unknown threshold; expected one of {', '.join(KEYS)}"
-        elif not _number(value):
+    for key in KEYS:
+        if key not in raw:
+            continue
+        value = raw[key]
+        if not _number(value):
             out[key] = f"must be a number, not {type(value).__name__} {str(value)[:40]!r}"
         elif value < 0:
             out[key] = f"must not be negative ({value})"
     if out:
         return out
-    if raw.get("goodGbps", math.inf) < raw.get("warnGbps", -math.inf):
-        out["goodGbps"] = (f"goodGbps ({raw['goodGbps']}) is below warnGbps ({raw['warnGbps']}); higher throughput "
-                           "is better, so goodGbps must be at least warnGbps")
-    if raw.get("goodRttMs", -math.inf) > raw.get("warnRttMs", math.inf):
-        out["goodRttMs"] = (f"goodRttMs ({raw['goodRttMs']}) is above warnRttMs ({raw['warnRttMs']}); lower RTT is "
-                            "better, so goodRttMs must be at most warnRttMs")
+    good, warn = _bounds(raw, "throughput")
+    if good < warn:
+        key = "goodGbps" if "goodGbps" in raw else "warnGbps"
+        out[key] = (f"goodGbps ({good}) is below warnGbps ({warn}) with the defaults filled in; higher throughput "
+                    "is better, so goodGbps must be at least warnGbps")
+    good, warn = _bounds(raw, "latency")
+    if good > warn:
+        key = "goodRttMs" if "goodRttMs" in raw else "warnRttMs"
+        out[key] = (f"goodRttMs ({good}) is above warnRttMs ({warn}) with the defaults filled in; lower RTT is "
+                    "better, so goodRttMs must be at most warnRttMs")
     return out
 
 
 def effective(raw: Any) -> dict[str, dict[str, float]]:
-    """The bounds per kind ({"throughput": {"ok", "warning"}, "latency": {...}}) over the defaults.
-
-    Never raises: a stored value that is not valid (an older or hand-edited row) counts as not given. A bound
-    given alone never crosses its default partner (goodGbps 5 alone gives warning 5, not 10).
-    """
+    """The bounds per kind ({"throughput": {"ok", "warning"}, "latency": {...}}): the given numbers over the
+    defaults. Never raises: a stored value that is not valid (an older or hand-edited row) counts as not given,
+    and a kind whose bounds end up crossed falls back to its defaults."""
     out = {kind: dict(levels) for kind, levels in DEFAULTS.items()}
-    given: set[tuple[str, str]] = set()
     if isinstance(raw, Mapping):
         for key, (kind, level) in KEYS.items():
             value = raw.get(key)
             if _number(value) and value >= 0:
                 out[kind][level] = float(value)
-                given.add((kind, level))
     for kind, levels in out.items():
         ok, warning = levels["ok"], levels["warning"]
         if (ok < warning) if HIGHER_IS_BETTER[kind] else (ok > warning):
-            if (kind, "warning") in given and (kind, "ok") not in given:
-                levels["ok"] = warning
-            else:
-                levels["warning"] = ok
+            out[kind] = dict(DEFAULTS[kind])
     return out
 
 

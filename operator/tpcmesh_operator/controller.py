@@ -115,8 +115,10 @@ def _active(r: Mapping[str, Any]) -> bool:
     return (r.get("status") or {}).get("phase") not in TERMINAL
 
 
-def _own(r: Mapping[str, Any], benchmark: str) -> bool:
-    return ((r.get("metadata") or {}).get("labels") or {}).get(BENCHMARK_LABEL) == benchmark
+def _own(r: Mapping[str, Any], benchmark: str, namespace: str | None = None) -> bool:
+    meta = r.get("metadata") or {}
+    return (meta.get("labels") or {}).get(BENCHMARK_LABEL) == benchmark and (
+        namespace is None or meta.get("namespace", namespace) == namespace)
 
 
 @dataclass
@@ -128,18 +130,23 @@ class TickPlan:
     stop: list[str] = field(default_factory=list)  # runs to stop (Replace), by annotation
     prune: list[str] = field(default_factory=list)  # finished runs beyond the history limits
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    needs_others: bool = False  # a run is due: decide again with every other run (all watched namespaces)
     needs_agents: bool = False  # decide again with the benchmark's agents (other runs are active)
 
 
 def plan_tick(name: str, body: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], now: dt.datetime,
-              agents: frozenset[str] | None = None) -> TickPlan:
-    """One tick (pure). `runs`: every TransferRun of the namespace. A due run is skipped while one of the
-    benchmark's own runs is active (Forbid) or while another run (by hand, or another benchmark's) is active on any
-    of the benchmark's agents (`agents`, the nodes it would measure now; asked for with `needs_agents`); with Replace
-    the benchmark's own active runs are stopped instead. A run that has not frozen its agents yet counts as on all."""
+              agents: frozenset[str] | None = None, *, others_listed: bool = True) -> TickPlan:
+    """One tick (pure). `runs`: the benchmark's own TransferRuns, and, when `others_listed`, every other one the
+    operator watches (in any namespace: the agents are the cluster's). Most ticks are not due and need only the
+    benchmark's own runs (status summary, pruning); a due tick asks for the others with `needs_others`. A due run is
+    skipped while one of the benchmark's own runs is active (Forbid) or while another run (by hand, or another
+    benchmark's) is active on any of the benchmark's agents (`agents`, the nodes it would measure now; asked for with
+    `needs_agents`); with Replace the benchmark's own active runs are stopped instead. A run that has not frozen its
+    agents yet counts as on all."""
     status = body.get("status") or {}
     plan = TickPlan(reconcile_benchmark(body.get("spec") or {}, body["metadata"], status, now))
-    own = [r for r in runs if _own(r, name)]
+    namespace = body["metadata"].get("namespace")
+    own = [r for r in runs if _own(r, name, namespace)]
     _summary(plan.patch, own)
     plan.patch["active"] = sorted(r["metadata"]["name"] for r in own if _active(r))
     try:
@@ -154,9 +161,11 @@ def plan_tick(name: str, body: Mapping[str, Any], runs: Sequence[Mapping[str, An
     tick = schedule.due(sch, now, anchor, _time(status.get("lastScheduleTime")))
     if tick is None:
         return plan
+    if not others_listed:
+        return TickPlan(plan.patch, needs_others=True)
     run_name = schedule.run_name(name, tick)
     mine = [r["metadata"]["name"] for r in own if _active(r) and r["metadata"]["name"] != run_name]
-    others = [r for r in runs if _active(r) and not _own(r, name)]
+    others = [r for r in runs if _active(r) and not _own(r, name, namespace)]
     if others and agents is None:
         return TickPlan(plan.patch, needs_agents=True)
     busy = [r["metadata"]["name"] for r in others
@@ -178,17 +187,32 @@ def plan_tick(name: str, body: Mapping[str, Any], runs: Sequence[Mapping[str, An
     return plan
 
 
+async def _list_runs(namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
+    """TransferRuns of one namespace, or of the cluster (namespace None: an operator watching every namespace)."""
+    api = kube.custom()
+    if namespace is None:
+        res: Any = await asyncio.to_thread(api.list_cluster_custom_object, kube.GROUP, kube.VERSION, kube.RUNS,
+                                           label_selector=label_selector)
+    else:
+        res = await asyncio.to_thread(api.list_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace,
+                                      kube.RUNS, label_selector=label_selector)
+    return list(res.get("items") or [])
+
+
 async def tick_benchmark(
     name: str, namespace: str, body: Mapping[str, Any], now: dt.datetime,
     adopt: Callable[[dict[str, Any]], None], event: Callable[[str, str, str], None],
-    agents: Callable[[BenchmarkSpec], Awaitable[frozenset[str]]],
+    agents: Callable[[BenchmarkSpec], Awaitable[frozenset[str]]], watched: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One timer tick of a TransferBenchmark (plan_tick, then its API calls); returns its status patch.
-    `agents(spec)`: the nodes the benchmark would measure now."""
-    res: Any = await asyncio.to_thread(kube.custom().list_namespaced_custom_object, kube.GROUP, kube.VERSION,
-                                       namespace, kube.RUNS)
-    runs = list(res.get("items") or [])
-    plan = plan_tick(name, body, runs, now)
+    `agents(spec)`: the nodes the benchmark would measure now; `watched`: the operator's namespaces (none: all)."""
+    runs = await _list_runs(namespace, f"{BENCHMARK_LABEL}={name}")
+    plan = plan_tick(name, body, runs, now, others_listed=False)
+    if plan.needs_others:  # a run is due (rare): is any other run active on the same agents, in any namespace?
+        scopes: Sequence[str | None] = watched or [None]
+        every = [r for ns in scopes for r in await _list_runs(ns)]
+        runs = [*runs, *(r for r in every if not _own(r, name, namespace))]
+        plan = plan_tick(name, body, runs, now)
     if plan.needs_agents:
         plan = plan_tick(name, body, runs, now, await agents(parse_spec(body.get("spec") or {})))
     for run in plan.stop:

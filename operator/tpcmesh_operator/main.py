@@ -20,6 +20,8 @@ from .config import Settings
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
 from .spec import BenchmarkSpec
 
+# Read once for what kopf fixes at import (timer interval) and at start-up; handlers read Settings.from_env() when
+# they run, so several operators started in one process (the tests' KopfRunner) each get their own environment.
 SETTINGS = Settings.from_env()
 
 
@@ -123,7 +125,8 @@ async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kop
         return frozenset(a.node for a in found)
 
     out = await controller.tick_benchmark(name, namespace, dict(body), dt.datetime.now(dt.UTC),
-                                          lambda m: kopf.adopt(m, owner=body), event, agents)
+                                          lambda m: kopf.adopt(m, owner=body), event, agents,
+                                          [n for n in Settings.from_env().namespaces.split(",") if n])
     patch.status.update(out)
 
 

@@ -51,14 +51,23 @@ class Stopped:
         await self.flag.wait(seconds)
 
 
+def _as_started(frozen: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """A run that started under an operator without `loopback` planned no loopback round: resumed by this one, it
+    must plan the same rounds (its currentRound counts them), so the missing field means off, not the default."""
+    if "agents" in status and "loopback" not in frozen:
+        return {**frozen, "loopback": {"enabled": False}}
+    return dict(frozen)
+
+
 async def _frozen_spec(namespace: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """The spec to run: spec.benchmark, else the one frozen in status, else the referenced benchmark's now."""
     spec = body.get("spec") or {}
+    status = body.get("status") or {}
     if spec.get("benchmark") is not None:
-        return spec["benchmark"], "spec.benchmark"
-    frozen = (body.get("status") or {}).get("benchmarkSpec")
+        return _as_started(spec["benchmark"], status), "spec.benchmark"
+    frozen = status.get("benchmarkSpec")
     if frozen is not None:
-        return frozen, "status.benchmarkSpec"
+        return _as_started(frozen, status), "status.benchmarkSpec"
     ref = (spec.get("benchmarkRef") or {}).get("name")
     if not ref:
         raise SpecError("spec.benchmarkRef.name", "required when spec.benchmark is absent")

@@ -500,6 +500,11 @@ class RunExecutor:
             self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
         self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec)
         p = self.plan
+        if resumed and st.get("totalRounds", p.num_rounds) != p.num_rounds:
+            # currentRound counts the rounds planned at the start: another plan would redo or skip some
+            return await self._finish("PlanChanged", f"the run was planned in {st['totalRounds']} rounds and now "
+                                                     f"plans {p.num_rounds}: its spec or the operator changed; start "
+                                                     "a new run")
         migrate_status(st, p.agents)
         st["planned"] = p.num_tests + len(p.skipped) * len(p.settings)
         st["totalRounds"] = p.num_rounds

@@ -5,12 +5,15 @@ Validation only: writes happen in results.services.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from rest_framework import serializers
 
 from results import thresholds
 from results.models import PROTOCOLS, STATUSES, Benchmark, FileTransfer, Measurement, Node, Run
+
+log = logging.getLogger(__name__)
 
 # ---- ingest (the contract's ingestBatch) ----
 
@@ -87,8 +90,9 @@ class MeasurementIn(serializers.Serializer):
 
 
 class ThresholdsField(serializers.DictField):
-    """The TransferBenchmark's spec.thresholds: exactly goodGbps, warnGbps, goodRttMs, warnRttMs (numbers, each
-    optional); errors are keyed by the threshold, so they read benchmark.thresholds.goodGbps."""
+    """The TransferBenchmark's spec.thresholds: goodGbps, warnGbps, goodRttMs, warnRttMs (numbers, each optional;
+    other keys are ignored and logged); errors are keyed by the threshold, so they read
+    benchmark.thresholds.goodGbps."""
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
@@ -96,7 +100,11 @@ class ThresholdsField(serializers.DictField):
         problems = thresholds.errors(data)
         if problems:
             raise serializers.ValidationError(problems)
-        return dict(data)
+        ignored = thresholds.unknown(data)
+        if ignored:  # additive: a newer operator's key must not hold back the measurements of the batch
+            log.warning("Ignored unknown benchmark thresholds %s (known: %s)", ", ".join(ignored),
+                        ", ".join(thresholds.KEYS))
+        return {k: v for k, v in data.items() if k in thresholds.KEYS}
 
 
 class BenchmarkIn(serializers.Serializer):

@@ -96,8 +96,7 @@ def test_ingest_validation_names_the_field(client, write_key, change, field):
 @pytest.mark.parametrize(
     ("given", "field", "words"),
     [
-        ({"good": 5}, "benchmark.thresholds.good", "unknown threshold"),
-        ({"throughput": {"ok": 30, "warning": 10}}, "benchmark.thresholds.throughput", "unknown threshold"),
+        ({"goodGbps": 5}, "benchmark.thresholds.goodGbps", "below warnGbps (10.0) with the defaults filled in"),
         ({"goodGbps": "30"}, "benchmark.thresholds.goodGbps", "must be a number"),
         ({"warnRttMs": False}, "benchmark.thresholds.warnRttMs", "must be a number"),
         ({"warnGbps": -2}, "benchmark.thresholds.warnGbps", "negative"),
@@ -112,6 +111,14 @@ def test_ingest_thresholds_validation_names_the_field(client, write_key, given, 
     errors = {e["field"]: e["message"] for e in r.json()["errors"]}
     assert field in errors and words in errors[field], errors
     assert Measurement.objects.count() == 0
+
+
+def test_unknown_threshold_keys_are_ignored_and_the_batch_stored(client, write_key, caplog):
+    given = {"goodGbps": 40, "good": 5, "throughput": {"ok": 30}}  # e.g. a newer operator's key: additive
+    assert post(client, batch([measurement("a", "b")], thresholds=given), write_key).status_code == 200
+    assert Benchmark.objects.get().thresholds == {"goodGbps": 40}
+    assert Measurement.objects.count() == 1
+    assert "Ignored unknown benchmark thresholds good, throughput" in caplog.text
 
 
 def test_custom_thresholds_colour_the_grid_api(client, write_key):

@@ -8,14 +8,12 @@ def test_valid_thresholds_have_no_errors():
     assert thresholds.errors({}) == {}
     assert thresholds.errors({"goodGbps": 30, "warnGbps": 10.5, "goodRttMs": 20, "warnRttMs": 80}) == {}
     assert thresholds.errors({"goodGbps": 10, "warnGbps": 10, "goodRttMs": 5, "warnRttMs": 5}) == {}
-    assert thresholds.errors({"goodGbps": 0}) == {}
+    assert thresholds.errors({"goodGbps": 0, "warnGbps": 0}) == {}
 
 
 @pytest.mark.parametrize(
     ("raw", "key", "words"),
     [
-        ({"good": 5}, "good", "unknown threshold"),
-        ({"throughput": {"ok": 30}}, "throughput", "unknown threshold"),
         ({"goodGbps": "30"}, "goodGbps", "must be a number, not str"),
         ({"warnGbps": True}, "warnGbps", "must be a number, not bool"),
         ({"goodRttMs": None}, "goodRttMs", "must be a number"),
@@ -23,6 +21,10 @@ def test_valid_thresholds_have_no_errors():
         ({"goodGbps": -1}, "goodGbps", "negative"),
         ({"goodGbps": 5, "warnGbps": 10}, "goodGbps", "below warnGbps"),
         ({"goodRttMs": 90, "warnRttMs": 80}, "goodRttMs", "above warnRttMs"),
+        # the defaults filled in, as the CRD and the operator do: warnGbps 10, warnRttMs 80
+        ({"goodGbps": 5}, "goodGbps", "goodGbps (5) is below warnGbps (10.0) with the defaults filled in"),
+        ({"warnGbps": 40}, "warnGbps", "below warnGbps (40)"),
+        ({"goodRttMs": 100}, "goodRttMs", "above warnRttMs (80.0)"),
     ],
 )
 def test_errors_name_the_key(raw, key, words):
@@ -34,11 +36,15 @@ def test_effective_over_the_defaults():
     assert thresholds.effective({}) == {"throughput": {"ok": 30, "warning": 10}, "latency": {"ok": 20, "warning": 80}}
     t = thresholds.effective({"goodGbps": 50, "warnRttMs": 120})
     assert t == {"throughput": {"ok": 50, "warning": 10}, "latency": {"ok": 20, "warning": 120}}
-    # A bound given alone never crosses its default partner.
-    assert thresholds.effective({"goodGbps": 5})["throughput"] == {"ok": 5, "warning": 5}
-    assert thresholds.effective({"warnGbps": 40})["throughput"] == {"ok": 40, "warning": 40}
-    assert thresholds.effective({"warnRttMs": 10})["latency"] == {"ok": 10, "warning": 10}
-    assert thresholds.effective({"goodRttMs": 100})["latency"] == {"ok": 100, "warning": 100}
+    # crossed bounds (a stored row ingest would refuse today): that kind's defaults
+    assert thresholds.effective({"goodGbps": 5})["throughput"] == {"ok": 30, "warning": 10}
+    assert thresholds.effective({"goodRttMs": 100, "goodGbps": 50})["latency"] == {"ok": 20, "warning": 80}
+    assert thresholds.effective({"goodRttMs": 100, "goodGbps": 50})["throughput"] == {"ok": 50, "warning": 10}
+
+
+def test_unknown_keys_are_ignored_not_refused():
+    assert thresholds.errors({"good": 5, "throughput": {"ok": 30}, "goodGbps": 40}) == {}
+    assert thresholds.unknown({"good": 5, "goodGbps": 40}) == ["good"]
 
 
 @pytest.mark.parametrize("junk", [None, "fast", [1, 2], {"goodGbps": "x", "warnGbps": [1], "goodRttMs": -3},

@@ -106,3 +106,22 @@ def test_an_invalid_spec_reports_and_does_nothing_else() -> None:
     assert p.create is None and p.prune == [] and not p.events
     ready = {c["type"]: c for c in p.patch["conditions"]}["Ready"]
     assert ready["reason"] == "InvalidSpec" and "spec.streams[0]" in ready["message"]
+
+
+def test_only_a_due_tick_asks_for_the_other_runs() -> None:
+    own = [run("mesh-1", "Succeeded", completionTime="2026-03-01T00:10:00Z", succeeded=2, planned=2)]
+    quiet = plan_tick("mesh", bench(), own, T0 + 30 * dt.timedelta(minutes=1), others_listed=False)
+    assert not quiet.needs_others and quiet.patch["lastRun"]["name"] == "mesh-1"  # summary from its own runs
+    due = plan_tick("mesh", bench(), own, T0 + H, others_listed=False)
+    assert due.needs_others and due.create is None and not due.events
+
+
+def test_a_same_named_benchmark_in_another_namespace_is_another_benchmark() -> None:
+    body = bench(concurrencyPolicy="Replace")
+    body["metadata"]["namespace"] = "site-a"
+    theirs = run("mesh-old", agents=("dtn-a",))
+    theirs["metadata"]["namespace"] = "site-b"
+    p = plan_tick("mesh", body, [theirs], T0 + H, NODES)
+    assert p.stop == [] and p.create is None  # not ours to stop; but it runs on our agents
+    assert "TransferRun mesh-old is running on its agents" in p.events[0][2]
+    assert p.patch["active"] == []

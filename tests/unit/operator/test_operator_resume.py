@@ -1,0 +1,32 @@
+"""A run resumed by a newer operator plans the rounds it started with, or stops saying why (no round redone)."""
+
+from __future__ import annotations
+
+from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.rundriver import _as_started
+from tpcmesh_operator.runs import MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory, initial_status
+from tpcmesh_operator.spec import parse_spec
+
+AGENTS = [Agent(node=f"dtn-{i}", address=f"10.0.0.{i}", labels={}, name=f"agent-{i}") for i in range(1, 4)]
+
+
+def test_a_spec_frozen_before_loopback_existed_resumes_without_a_loopback_round() -> None:
+    old = {"protocols": ["builtin"], "streams": [1]}  # what an older operator froze: no loopback key
+    assert _as_started(old, {"agents": [], "currentRound": 3})["loopback"] == {"enabled": False}
+    assert "loopback" not in _as_started(old, {})  # not started yet: today's defaults apply
+    kept = {**old, "loopback": {"enabled": True, "protocol": "builtin"}}
+    assert _as_started(kept, {"agents": []}) == kept
+
+
+async def test_a_resumed_run_whose_plan_changed_stops_instead_of_redoing_rounds() -> None:
+    spec = parse_spec({"protocols": ["builtin"], "streams": [1], "latency": False})
+    status = initial_status(AGENTS) | {"phase": "Running", "totalRounds": 99, "currentRound": 4, "planned": 6,
+                                       "done": 2, "succeeded": 2, "failed": 0, "outbox": []}
+    store = MemoryStatusStore(status)
+    info = RunInfo(benchmark_namespace="ns", benchmark_name="mesh", run_name="mesh-1", run_uid="uid-1")
+    # no agent is contacted: agents_client None would fail the test if the executor tried
+    st = await RunExecutor(spec, info, StaticDirectory(AGENTS), None, None, store).execute()
+    assert st["phase"] == "Failed" and "planned in 99 rounds and now plans" in st["message"], st["message"]
+    failed = {c["type"]: c for c in st["conditions"]}["Failed"]
+    assert failed["status"] == "True" and failed["reason"] == "PlanChanged"
+    assert store.status["phase"] == "Failed"

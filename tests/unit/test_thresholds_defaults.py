@@ -1,0 +1,17 @@
+"""The grid's default thresholds are one set of numbers: the CRD's defaults, the operator's and the dashboard's."""
+
+from __future__ import annotations
+
+import yaml
+from results import thresholds
+from tpcmesh_operator.spec import DEFAULT_THRESHOLDS
+
+from tests.support.paths import REPO
+
+
+def test_the_crd_the_operator_and_the_dashboard_agree_on_the_defaults():
+    crd = yaml.safe_load((REPO / "manifests" / "crds" / "transferbenchmarks.yaml").read_text())
+    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    from_crd = {k: v["default"] for k, v in props["thresholds"]["properties"].items()}
+    from_dashboard = {key: thresholds.DEFAULTS[kind][level] for key, (kind, level) in thresholds.KEYS.items()}
+    assert from_crd == dict(DEFAULT_THRESHOLDS) == from_dashboard

@@ -99,12 +99,10 @@ def write_ca_dir(ca_file: Path, directory: Path) -> None:
 def signing_policy(ca_pem: bytes) -> str:
     """The Globus signing policy a CA directory entry needs for gsiftp: this CA may sign any subject (which CAs
     are trusted at all is what ca_file says)."""
-    from cryptography import x509
+    from .servers.configs import one_line_dn
 
-    subject = x509.load_pem_x509_certificate(ca_pem).subject
-    dn = "".join(f"/{a.rfc4514_attribute_name}="
-                 f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in subject)
-    return f"access_id_CA X509 '{dn}'\npos_rights globus CA:sign\ncond_subjects globus '\"*\"'\n"
+    return (f"access_id_CA X509 '{one_line_dn(ca_pem)}'\npos_rights globus CA:sign\n"
+            "cond_subjects globus '\"*\"'\n")
 
 
 def _protocol_server_status(protocol: str, servers: dict[str, dict]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -17,10 +18,14 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import kopf
 
-    from . import main as handlers  # noqa: F401  (registers the handlers)
     from .config import Settings
 
     namespaces = args.namespace or [n for n in Settings.from_env().namespaces.split(",") if n]
+    # The handlers read the watched namespaces from the settings (a due run checks them for other active runs):
+    # --namespace must not leave them meaning "every namespace", which this operator may not even list.
+    os.environ["TPCMESH_OPERATOR_NAMESPACES"] = ",".join(namespaces)
+    from . import main as handlers  # noqa: F401  (registers the handlers; reads the settings at import)
+
     asyncio.run(kopf.operator(
         clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=args.liveness,
         standalone=not Settings.from_env().peering,

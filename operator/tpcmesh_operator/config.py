@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .outbox import MAX_STATUS_BYTES, STATUS_BUDGET_BYTES
+
 
 class SettingsError(ValueError):
     pass
@@ -23,7 +25,7 @@ class Settings:
     unreachable_grace: float = 30.0
     delivery_max_seconds: float = 60.0
     deletion_delivery_seconds: float = 60.0  # a deleted run's last try to deliver its outbox
-    status_budget_bytes: int = 800_000  # a run's status; no new test starts while its measurement might not fit
+    status_budget_bytes: int = STATUS_BUDGET_BYTES  # a run's status; no test starts while it might not fit
     metrics_port: int = 8080  # 0: no metrics server
     metrics_address: str = "0.0.0.0"
     peering: str = "tpcmesh"  # kopf peering name (one active operator); empty: standalone
@@ -44,6 +46,9 @@ class Settings:
         s = cls(**values)  # type: ignore[arg-type]
         if s.timer_interval <= 0 or s.poll_interval <= 0:
             raise SettingsError("TPCMESH_OPERATOR_TIMER_INTERVAL and _POLL_INTERVAL must be positive")
+        if not 0 < s.status_budget_bytes < MAX_STATUS_BYTES:
+            raise SettingsError(f"TPCMESH_OPERATOR_STATUS_BUDGET_BYTES: {s.status_budget_bytes} must be positive and "
+                                f"below {MAX_STATUS_BYTES}, where a status starts to lose its per-file details")
         return s
 
     def agent_token(self) -> str:

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .agents import DEFAULT_PORTS, Agent
 from .config import Settings
+from .outbox import MAX_STATUS_BYTES, encoded_size
 from .spec import BenchmarkSpec
 
 log = logging.getLogger(__name__)
@@ -34,13 +35,10 @@ def core() -> client.CoreV1Api:
     return client.CoreV1Api()
 
 
-MAX_STATUS_BYTES = 1_000_000  # etcd refuses objects above ~1.5 MB
-
-
 def compact(status: dict[str, Any], limit: int = MAX_STATUS_BYTES) -> dict[str, Any]:
     """Keep a status under the object size limit: drop the per-file details of waiting measurements first
     (`files` is optional in the contract; the aggregate figures stay)."""
-    if len(json.dumps(status)) <= limit:
+    if encoded_size(status) <= limit:
         return status
     out = dict(status)
     out["outbox"] = [{k: v for k, v in m.items() if k != "files"} for m in status.get("outbox") or []]
@@ -85,8 +83,8 @@ class KubeStatusStore:
     async def save(self, status: dict[str, Any]) -> None:
         body = json.loads(json.dumps(compact({**status, **self.extra})))
         if body.get("compacted") and not (self._last or {}).get("compacted"):
-            log.warning("Status of TransferRun %s/%s is over %d bytes: the per-file details of its %d waiting "
-                        "measurements are left out of the status (their totals stay)", self.namespace, self.name,
+            log.warning("Compacted the status of TransferRun %s/%s (over %d bytes): left out the per-file details "
+                        "of its %d waiting measurements, kept their totals", self.namespace, self.name,
                         MAX_STATUS_BYTES, len(body.get("outbox") or []))
         if self._last is not None:
             body = {**{k: v for k, v in self._last.items() if k == "kopf"}, **body}

@@ -16,6 +16,11 @@ from .results import Outcome
 
 MAX_REJECTED = 20
 MAX_REASON_CHARS = 1000
+# A run's status is one Kubernetes object (etcd refuses ~1.5 MiB): above MAX_STATUS_BYTES kube.compact drops the
+# per-file details of waiting measurements; no new test starts while its measurement might take the status past
+# the budget (DeliveryBacklog), which must stay below that.
+MAX_STATUS_BYTES = 1_000_000
+STATUS_BUDGET_BYTES = 800_000
 
 
 def encoded_size(obj: Any) -> int:

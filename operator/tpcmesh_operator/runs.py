@@ -55,7 +55,7 @@ from typing import Any, Protocol
 
 from . import metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
-from .outbox import describe, migrate, settle
+from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
 from .results import MAX_BATCH, BatchTooLarge, DeliveryFailed, Outcome, deliver_with_backoff, post_bisecting
@@ -161,9 +161,7 @@ class ExecutorOptions:
     fileset_timeout: float = 3600.0
     delivery_max_seconds: float = 60.0  # backoff budget at the end of execute(); the rest waits for deliver()
     save_every: float = 0.0  # min seconds between status saves while tests finish (0: after every test)
-    # The status is one Kubernetes object (etcd refuses ~1.5 MiB; kube.compact trims from 1 MB): no new test starts
-    # while its measurement might not fit next to what waits for the dashboard (DeliveryBacklog).
-    status_budget_bytes: int = 800_000
+    status_budget_bytes: int = STATUS_BUDGET_BYTES  # no new test starts while its measurement might not fit
     backlog_retry_seconds: float = 30.0  # each delivery attempt while new tests wait for room
 
 

@@ -121,7 +121,8 @@ class Results:
 
 @dataclass(frozen=True)
 class Loopback:
-    """Each agent measured against itself (the grid's diagonal): iperf3 is cheap (10 s), builtin moves the files."""
+    """Each agent measured against itself (the grid's diagonal): iperf3 is cheap (spec.iperf3.durationSeconds),
+    builtin moves the files."""
 
     enabled: bool = True
     protocol: str = "iperf3"

@@ -101,12 +101,14 @@ def agent_pods(control_plane, agent_factory, tmp_path):
     return start
 
 
-def operator_env(monkeypatch, control_plane, agent_token_file, ca_file, **settings: str) -> None:
+def operator_env(monkeypatch, control_plane, agent_token_file, ca_file, namespace: str, **settings: str) -> None:
     """The operator's settings (TPCMESH_OPERATOR_<NAME>) for a KopfRunner in this process: quick timers and polls,
-    no metrics server, no peering."""
+    no metrics server, no peering, and the namespace the runner serves (`--namespace`): the handlers look for other
+    active runs in the watched namespaces only, never in other tests' namespaces."""
     monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
     base = {"AGENT_TOKEN_FILE": str(agent_token_file), "CA_FILE": str(ca_file), "TIMER_INTERVAL": "1",
-            "POLL_INTERVAL": "0.2", "UNREACHABLE_GRACE": "2", "METRICS_PORT": "0", "PEERING": ""}
+            "POLL_INTERVAL": "0.2", "UNREACHABLE_GRACE": "2", "METRICS_PORT": "0", "PEERING": "",
+            "NAMESPACES": namespace}
     for k, v in {**base, **settings}.items():
         monkeypatch.setenv(f"TPCMESH_OPERATOR_{k}", v)
 

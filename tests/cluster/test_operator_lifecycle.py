@@ -71,7 +71,7 @@ def test_a_run_deleted_mid_run_cancels_its_test_and_delivers_every_measurement(
     apply_crds(api)
     handles = agent_pods(ns, 3, **SLOW)
     spec = {**SPEC, "results": {"url": dashboard.url, "tokenSecret": results_secret(api, ns, dashboard.token)}}
-    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file)
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, ns)
     objs = client.CustomObjectsApi(api)
     run = objs.create_namespaced_custom_object(G, V, ns, "transferruns", run_manifest("doomed", {"benchmark": spec}))
     with KopfRunner([*OPERATOR_ARGS, "--namespace", ns], timeout=120) as runner:
@@ -99,7 +99,7 @@ def test_a_run_deleted_while_the_operator_is_down_is_delivered_when_it_returns(
     apply_crds(api)
     handles = agent_pods(ns, 2)
     spec = {**SPEC, "results": {"url": dashboard.url, "tokenSecret": results_secret(api, ns, dashboard.token)}}
-    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, DELIVERY_MAX_SECONDS="1")
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, ns, DELIVERY_MAX_SECONDS="1")
     objs = client.CustomObjectsApi(api)
     args = [*OPERATOR_ARGS, "--namespace", ns]
     dashboard.stop()
@@ -132,7 +132,7 @@ def test_replace_stops_the_old_run_and_keeps_its_measurements(control_plane, age
     handles = agent_pods(ns, 3, **SLOW)
     spec = {**SPEC, "schedule": "@every 1h", "concurrencyPolicy": "Replace",
             "results": {"url": dashboard.url, "tokenSecret": results_secret(api, ns, dashboard.token)}}
-    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, DELIVERY_MAX_SECONDS="1")
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, ns, DELIVERY_MAX_SECONDS="1")
     objs = client.CustomObjectsApi(api)
     # the benchmark's previous run, still running when the first tick comes
     old = objs.create_namespaced_custom_object(G, V, ns, "transferruns", run_manifest(
@@ -175,7 +175,7 @@ def test_a_dashboard_outage_mid_run_with_an_operator_restart_delivers_every_meas
     agent_pods(ns, 3, **SLOW)
     spec = {**SPEC, "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": True, "protocol": "builtin"},
             "results": {"url": dashboard.url, "tokenSecret": results_secret(api, ns, dashboard.token)}}
-    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, DELIVERY_MAX_SECONDS="1")
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, ns, DELIVERY_MAX_SECONDS="1")
     objs = client.CustomObjectsApi(api)
     args = [*OPERATOR_ARGS, "--namespace", ns]
     run = objs.create_namespaced_custom_object(G, V, ns, "transferruns", run_manifest("outage", {"benchmark": spec}))

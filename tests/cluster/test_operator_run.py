@@ -16,6 +16,7 @@ from tests.cluster.operator_support import (
     G,
     V,
     apply_crds,
+    ensure_namespace,
     operator_env,
     results_secret,
     run_status,
@@ -43,7 +44,7 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
     dashboard = LiveDashboard(postgres_server, tmp_path)
     dashboard.start()
     token_secret = results_secret(api, ns, dashboard.token)
-    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, DELIVERY_MAX_SECONDS="1")
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, ns, DELIVERY_MAX_SECONDS="1")
     objs = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     spec = {"schedule": "@every 1h", "protocols": ["builtin"], "streams": [1], "concurrency": 2,
@@ -51,6 +52,11 @@ def test_operator_schedules_and_runs_a_benchmark(control_plane, agent_pods, tpcm
             "loopback": {"enabled": True, "protocol": "builtin"}, "timeoutSeconds": 30,
             "retries": 0, "successfulRunsHistoryLimit": 2,
             "results": {"url": dashboard.url, "tokenSecret": token_secret}}
+    # a run in a namespace this operator does not watch (another operator's) never holds its schedule
+    ensure_namespace(api, "op-run-elsewhere")
+    objs.create_namespaced_custom_object(G, V, "op-run-elsewhere", "transferruns", {
+        "apiVersion": f"{G}/{V}", "kind": "TransferRun", "metadata": {"generateName": "by-hand-"},
+        "spec": {"benchmark": {"protocols": ["builtin"]}}})
     args = [*OPERATOR_ARGS, "--namespace", ns]
     with KopfRunner(args, timeout=120) as runner:
         objs.create_namespaced_custom_object(G, V, ns, "transferbenchmarks", {
@@ -131,7 +137,7 @@ def test_operator_stopped_mid_run_resumes_without_redoing_pairs(control_plane, a
     api = control_plane.client()
     apply_crds(api)
     handles = agent_pods(ns, 3, builtin_max_rate=8_000_000)  # slow sources (~0.5 s a test): the stop lands mid-run
-    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file)
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, ns)
     objs = client.CustomObjectsApi(api)
     spec = {"protocols": ["builtin"], "streams": [2, 1], "concurrency": 2, "latency": {"enabled": False},
             "loopback": {"enabled": False},

@@ -28,7 +28,7 @@ def test_suspend_and_a_run_by_hand_on_the_same_agents_hold_the_schedule(control_
     api = control_plane.client()
     apply_crds(api)
     agent_pods(ns, 2, builtin_max_rate=500_000)  # a test takes ~16 s: the run by hand stays active
-    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file)
+    operator_env(monkeypatch, control_plane, agent_pods.token_file, tpcmesh_pki.ca_file, ns)
     objs = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+
 # The Debian package that provides each program (kept in step with hack/debian-packages.txt by a unit test).
 PACKAGES: dict[str, str] = {
     "xrootd": "xrootd-server",
@@ -220,3 +222,11 @@ def supervised_argv(argv: list[str], switch_user: str | None, switch_group: str 
     if switch_user:
         wrapped += ["--reuid", switch_user, "--regid", switch_group or switch_user, "--clear-groups"]
     return [*wrapped, "--pdeathsig", "KILL", *argv]
+
+
+def one_line_dn(pem: bytes) -> str:
+    """A PEM certificate's subject in OpenSSL's one-line form (``/O=tpcmesh/CN=node``): how XrdHttp names a client
+    certificate (the gridmap) and how a Globus signing policy names a CA."""
+    subject = x509.load_pem_x509_certificate(pem).subject
+    return "".join(f"/{a.rfc4514_attribute_name}="
+                   f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in subject)

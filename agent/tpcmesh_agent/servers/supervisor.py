@@ -16,7 +16,6 @@ import pwd
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -99,14 +98,6 @@ def _user_ids(user: str) -> tuple[int, int, str]:
     except KeyError:
         group = str(pw.pw_gid)
     return pw.pw_uid, pw.pw_gid, group
-
-
-def certificate_subject(cert: Path) -> str:
-    """The subject of a PEM certificate in OpenSSL's one-line form (``/O=tpcmesh/CN=node``), as XrdHttp sees a
-    client certificate's DN."""
-    out = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "compat", "-in", str(cert)],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    return out.removeprefix("subject=").strip()
 
 
 def free_port() -> int:
@@ -214,7 +205,7 @@ class ServerSupervisor:
         def prepare() -> list[str]:
             paths = self._xrootd_paths(name, tls)
             if name == configs.TPC_SERVERS["xrootd-https"]:  # who may pull: the agent's own host certificate
-                paths.gridmap.write_text(configs.xrootd_gridmap(certificate_subject(Path(self.settings.tls_cert))))
+                paths.gridmap.write_text(configs.xrootd_gridmap(configs.one_line_dn(Path(self.settings.tls_cert).read_bytes())))
                 paths.authdb.write_text(configs.xrootd_authdb())
             paths.config.write_text(build(self.settings, paths))
             return self._xrootd_argv(name, port, paths)

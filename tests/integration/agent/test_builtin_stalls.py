@@ -105,7 +105,7 @@ def test_partial_header_then_stall_fails_within_the_idle_timeout(agent_factory, 
     [f] = rec["files"]
     assert "no complete response header within 1 s" in f["error"], f["error"]
     assert f"{len(PARTIAL)} bytes of it received" in f["error"]
-    assert took < 10, took  # the idle timeout (1 s), not the test's 60 s
+    assert took < 30, took  # the idle timeout (1 s), not the test's 60 s
     wait_threads(dst, before)
 
 
@@ -137,7 +137,7 @@ def test_stalled_header_ends_on_cancel_and_on_the_test_timeout(agent_factory, so
         rec = dst.wait_transfer(test_id, timeout=20)
         assert rec["status"] == "failed", rec
         assert rec["files"][0]["error"] == "timed out after 2 s"
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 15  # ended by the 2 s timeout or the cancel, not by the 20 s wait
     wait_threads(dst, before)
     assert dst.get("/healthz").status_code == 200
 
@@ -159,7 +159,7 @@ def test_copy_from_a_stalling_source_ends_with_a_failure_line(agent_factory, sou
     body, took = copy(dst, fake, "stalled.dat")
     last = body.rstrip("\n").splitlines()[-1]
     assert last.startswith("failure: no complete response header within 1 s"), body
-    assert took < 10
+    assert took < 30  # the idle timeout (1 s), not the default 3600 s COPY deadline
     assert not (dst.data_dir / "data" / "incoming" / "stalled.dat").exists()
     wait_threads(dst, before)
 
@@ -176,5 +176,5 @@ def test_copy_has_an_overall_deadline(agent_factory, source):
     lines = body.rstrip("\n").splitlines()
     assert lines[-1] == "failure: timed out after 2 s", body
     assert lines.count("Perf Marker") >= 3  # markers kept coming until the deadline
-    assert 1.9 < took < 10
+    assert 1.9 < took < 30  # its own 2 s deadline, not the idle timeout nor the default 3600 s
     wait_threads(dst, before)

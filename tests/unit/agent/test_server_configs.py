@@ -164,3 +164,17 @@ def test_supervised_argv_sets_the_parent_death_signal_and_drops_privileges():
                            "--pdeathsig"]
     assert wrapped[-3:] == argv
     assert configs.supervised_argv(argv, "nobody", "nogroup", None) == argv
+
+
+def test_one_line_dn_is_what_openssl_prints(tmp_path):
+    """XrdHttp matches the gridmap against OpenSSL's one-line subject: the agent's own spelling must be the same."""
+    import subprocess
+
+    from tpcmesh_operator import pki
+
+    ca = pki.create_ca("site CA, with a comma")
+    cert = tmp_path / "ca.pem"
+    cert.write_bytes(ca.cert_pem)
+    openssl = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "compat", "-in", str(cert)],
+                             capture_output=True, text=True, check=True).stdout.strip().removeprefix("subject=")
+    assert configs.one_line_dn(ca.cert_pem) == openssl.strip() == "/O=tpcmesh/CN=site CA, with a comma"

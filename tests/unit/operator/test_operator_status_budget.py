@@ -16,7 +16,10 @@ from collections import Counter
 
 import httpx
 import jsonschema
+import pytest
 from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.config import Settings, SettingsError
+from tpcmesh_operator.outbox import MAX_STATUS_BYTES
 from tpcmesh_operator.results import ResultsClient
 from tpcmesh_operator.runs import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory, status_size_bytes
 from tpcmesh_operator.spec import parse_spec
@@ -124,3 +127,9 @@ async def test_without_a_results_endpoint_a_full_status_ends_the_run_and_keeps_w
     assert st["phase"] == "Failed" and failed["reason"] == "OutboxFull" and "spec.results" in failed["message"]
     assert 0 < st["done"] < st["planned"] == 4 + 24 and len(st["outbox"]) == st["done"]
     assert store.largest < 20_000 + 10_000
+
+
+def test_a_status_budget_at_or_above_the_compaction_limit_is_refused() -> None:
+    assert Settings.from_env({"TPCMESH_OPERATOR_STATUS_BUDGET_BYTES": "500000"}).status_budget_bytes == 500_000
+    with pytest.raises(SettingsError, match="STATUS_BUDGET_BYTES: 1000000 must be positive and below 1000000"):
+        Settings.from_env({"TPCMESH_OPERATOR_STATUS_BUDGET_BYTES": str(MAX_STATUS_BYTES)})

@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from .atomic import write_atomically
+
 log = logging.getLogger("tpcmesh_agent.csr")
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -157,11 +159,7 @@ def write_pair(out_dir: Path, cert_pem: bytes, key: bytes) -> None:
     """Write tls.key (0600) then tls.crt, each atomically (rename), so readers never see half a pair."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for fname, data, mode in (("tls.key", key, 0o600), ("tls.crt", cert_pem, 0o644)):
-        tmp = out_dir / f".{fname}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, out_dir / fname)
+        write_atomically(out_dir / fname, data, mode)
 
 
 def obtain(api: ApiServer, req: Request, out_dir: Path, timeout: float = 300.0) -> Path:

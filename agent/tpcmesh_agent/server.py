@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from . import __version__
+from .atomic import write_atomically
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .files import FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import CONTENT_TYPE, AgentMetrics
@@ -83,7 +84,7 @@ def write_ca_dir(ca_file: Path, directory: Path) -> None:
     """<hash>.0 entries (one per CA in the bundle) for programs that want an OpenSSL CA directory."""
     directory.mkdir(parents=True, exist_ok=True)
     pem = ca_file.read_bytes()
-    (directory / "ca.pem").write_bytes(pem)
+    write_atomically(directory / "ca.pem", pem)
     blocks = [b + b"-----END CERTIFICATE-----\n" for b in pem.split(b"-----END CERTIFICATE-----") if b"BEGIN" in b]
     for block in blocks:
         try:
@@ -92,8 +93,8 @@ def write_ca_dir(ca_file: Path, directory: Path) -> None:
         except (OSError, subprocess.CalledProcessError) as e:
             log.warning("Could not hash CA certificate for %s: %s", directory, e)
             return
-        (directory / f"{h}.0").write_bytes(block.strip() + b"\n")
-        (directory / f"{h}.signing_policy").write_text(signing_policy(block))
+        write_atomically(directory / f"{h}.0", block.strip() + b"\n")
+        write_atomically(directory / f"{h}.signing_policy", signing_policy(block).encode())
 
 
 def signing_policy(ca_pem: bytes) -> str:

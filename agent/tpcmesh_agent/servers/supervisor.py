@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_atomically
 from . import configs
 
 log = logging.getLogger(__name__)
@@ -178,11 +179,9 @@ class ServerSupervisor:
         outside the data dir (GridFTP's home, XRootD's local root), and a CA directory."""
         s = self.settings
         cert, key = self._credential_paths()
-        shutil.copyfile(s.tls_cert, cert)
-        key.touch(mode=0o600, exist_ok=True)
-        shutil.copyfile(s.tls_key, key)
-        self._own(cert, 0o644)
-        self._own(key, 0o600)
+        # each TLS server's start calls this: a copy in place would truncate the key another one is reading
+        write_atomically(cert, Path(s.tls_cert).read_bytes(), 0o644, self._own)
+        write_atomically(key, Path(s.tls_key).read_bytes(), 0o600, self._own)
         ca_dir = s.ca_dir
         if ca_dir is None or not Path(ca_dir).is_dir():
             from ..server import write_ca_dir

@@ -74,7 +74,7 @@ def test_every_server_runs_and_is_reported(pair):
     for p in ALL:
         st = info["protocols"][p]
         assert st["available"] is True and st["running"] is True, (p, st)
-        assert st["restarts"] == 0, (p, st)
+        assert st["restarts"] == 0, f"{p} restarted: {st}\n{dst.log()[-4000:]}"
     assert info["protocols"]["xrootd-root"]["port"] == dst.ports["xrootd_root_port"]
     assert info["protocols"]["gridftp"]["port"] == dst.ports["gridftp_port"]
 

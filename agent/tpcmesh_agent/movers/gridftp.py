@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_atomically
 from ..servers.configs import gridftp_env
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import copy_one_file, missing, now, prepare_destination, run_program, short
@@ -53,12 +54,7 @@ class GridftpMover(Mover):
             self._client_dir = Path(tempfile.mkdtemp(prefix="tpcm-gridftp-client-"))  # 0700, this user's
         cert, key = self._client_dir / "usercert.pem", self._client_dir / "userkey.pem"
         for src, dst, mode in ((s.tls_cert, cert, 0o644), (s.tls_key, key, 0o600)):
-            # refreshed when the host certificate is renewed
-            if not dst.exists() or dst.stat().st_mtime < Path(src).stat().st_mtime:
-                tmp = dst.with_suffix(".tmp")
-                tmp.write_bytes(Path(src).read_bytes())
-                tmp.chmod(mode)
-                tmp.replace(dst)
+            write_atomically(dst, Path(src).read_bytes(), mode)  # refreshed when the host certificate is renewed
         return ["-nodcau"], gridftp_env(cert, key, Path(s.ca_dir))
 
     def local_hostport(self) -> str:

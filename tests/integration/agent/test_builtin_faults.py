@@ -68,13 +68,14 @@ def test_missing_set_on_source_fails_with_404(agent_factory):
     assert rec["status"] == "failed" and "answered 404 Not Found" in rec["error"]
 
 
-def test_source_killed_mid_transfer(agent_factory):
-    src = agent_factory(builtin_max_rate=2_000_000)  # 2 MB/s per connection: a 4 MB file takes 2 s
+@pytest.mark.parametrize("streams", [1, 8])
+def test_source_killed_mid_transfer(agent_factory, streams):
+    src = agent_factory(builtin_max_rate=2_000_000 // streams)  # per connection: a 4 MB file takes 2 s
     dst = agent_factory()
     fs = src.file_set(count=2, size=SIZE)
     started = dst.start_transfer(protocol="builtin", source={"host": src.address, "port": src.builtin_port},
                                  file_set={"count": 2, "size": SIZE}, files=fs["files"], concurrency=2,
-                                 timeout_seconds=30)
+                                 streams=streams, timeout_seconds=30)
     assert started["status"] == "running" and started["progress"]["files_total"] == 2
     running = _wait_bytes(dst, started["test_id"])
     assert running["status"] == "running" and 0 < running["progress"]["bytes_done"] < 2 * SIZE

@@ -89,9 +89,9 @@ def wait_threads(agent, at_most: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def pull_body(fake: MisbehavingSource, **body) -> dict:
+def pull_body(fake: MisbehavingSource, size: int = 4_000_000, **body) -> dict:
     return dict(protocol="builtin", source={"host": "127.0.0.1", "port": fake.port},
-                file_set={"count": 1, "size": 4_000_000}, destination="sink", **body)
+                file_set={"count": 1, "size": size}, destination="sink", **body)
 
 
 def test_partial_header_then_stall_fails_within_the_idle_timeout(agent_factory, source):
@@ -178,3 +178,35 @@ def test_copy_has_an_overall_deadline(agent_factory, source):
     assert lines.count("Perf Marker") >= 3  # markers kept coming until the deadline
     assert 1.9 < took < 30  # its own 2 s deadline, not the idle timeout nor the default 3600 s
     wait_threads(dst, before)
+
+
+@pytest.mark.parametrize("streams", [1, 8])
+def test_body_stalling_midway_fails_within_the_idle_timeout(agent_factory, source, streams):
+    """Every range gets its header and part of its body, then nothing: each file fails as stalled after the idle
+    timeout (1 s), keeping the bytes it received, and the receiving thread is gone."""
+    dst = agent_factory(idle_timeout=1)
+    before = threads(dst)
+    size = 4_000_000
+    length = size // streams
+    status = "206 Partial Content" if streams > 1 else "200 OK"
+    head = f"HTTP/1.1 {status}\r\nContent-Length: {length}\r\n\r\n".encode()
+    fake = source(head + b"x" * (length // 2))  # half of each range, then the connection stays silent
+    t0 = time.monotonic()
+    rec = dst.transfer(timeout=30, **pull_body(fake, streams=streams, timeout_seconds=60))
+    assert time.monotonic() - t0 < 30  # the idle timeout, not the test's 60 s
+    [f] = rec["files"]
+    assert rec["status"] == "failed" and "stalled: no data for 1 s" in f["error"], rec
+    assert 0 < f["bytes"] <= size // 2
+    wait_threads(dst, before)
+
+
+def test_a_slow_steady_body_is_not_called_stalled(agent_factory, source):
+    """10 KB every 0.1 s takes 3 s for the body, three times the idle timeout (1 s), but the connection is never
+    idle that long: the idle timeout bounds each silence, not the whole body, so the file completes."""
+    dst = agent_factory(idle_timeout=1)
+    size = 300_000
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n".encode()
+    fake = source(head + b"x" * size, step=10_000, pause=0.1)
+    rec = dst.transfer(timeout=30, **pull_body(fake, size, timeout_seconds=20))
+    assert rec["status"] == "succeeded", rec["error"]
+    assert rec["files"][0]["bytes"] == size

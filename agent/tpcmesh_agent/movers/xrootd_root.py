@@ -1,11 +1,11 @@
 """XRootD native third-party copy over root://: ``xrdcp --tpc only root://source//sets/… root://local//incoming/…``.
 
 The destination XRootD (this agent's local root:// TPC instance on ``xrootd_root_tpc_port``, which takes
-connections from this host only) runs ``xrdcp --server`` to pull from the source's public instance. XRootD's TPC
-rendezvous checks that the pull comes from the host named in the destination URL, so the local server is addressed
-by the address this host uses to reach the source (on loopback that is 127.0.0.1; XRootD listens on every address).
-``xrdcp --tpc only`` polls for completion (about 0.8 s per copy here), so each file's end is taken from the
-destination file reaching its size when that was seen.
+connections from this host only, and only from a client holding the agent's sss key) runs ``xrdcp --server`` to
+pull from the source's public instance. XRootD's TPC rendezvous checks that the pull comes from the host named in
+the destination URL, so the local server is addressed by the address this host uses to reach the source (on
+loopback that is 127.0.0.1; XRootD listens on every address). ``xrdcp --tpc only`` polls for completion (about
+0.8 s per copy here), so each file's end is taken from the destination file reaching its size when that was seen.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Any
 
-from ..servers.configs import TPC_SERVERS
+from ..servers.configs import TPC_SERVERS, root_tpc_keytab, xrdcp_sss_env
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import copy_one_file, local_source_address, missing, prepare_destination
 
@@ -38,11 +38,12 @@ class XrootdRootMover(Mover):
         local = f"[{local}]" if ":" in local else local
         deadline = time.monotonic() + job.timeout
         progress.files_total = len(job.files)
+        env = {"XRD_CONNECTIONRETRY": "1", **xrdcp_sss_env(root_tpc_keytab(self.settings))}
 
         async def pull(spec: FileSpec) -> FileResult:
             src = f"root://{job.source.hostport()}//sets/{job.file_set}/{spec.name}"
             dst = f"root://{local}:{self.settings.xrootd_root_tpc_port}/{dest}/{spec.name}"
             argv = ["xrdcp", "--tpc", "only", "--force", "--nopbar", "--streams", str(job.streams), src, dst]
-            return await copy_one_file(argv, job, spec, deadline, progress, env={"XRD_CONNECTIONRETRY": "1"})
+            return await copy_one_file(argv, job, spec, deadline, progress, env=env)
 
         return await run_files_concurrently(job, pull)

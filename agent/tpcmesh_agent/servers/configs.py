@@ -8,8 +8,8 @@ Each XRootD protocol runs as two instances. The public one (``xrootd_https_port`
 test sets read-only to peers: nobody can write through it, and the HTTPS one has no HTTP-TPC handler, so nobody can
 make it fetch from or send to a URL of their choosing. The local one (``xrootd_tpc_port``, ``xrootd_root_tpc_port``)
 is the destination of the agent's own pulls and writes /incoming; it accepts connections only from the agent's own
-addresses, and over HTTPS only the agent's own host certificate may write (XRootD 5.5 asks the Source for the size
-before it checks the writer's rights, so refusing the COPY itself would be too late).
+addresses, and only the agent may write: over HTTPS its own host certificate (XRootD 5.5 asks the Source for the size
+before it checks the writer's rights, so refusing the COPY itself would be too late), over root:// its sss key.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ PACKAGES: dict[str, str] = {
     "xrootd": "xrootd-server",
     "libXrdHttpTPC-5.so": "xrootd-server-plugins",
     "xrdcp": "xrootd-client",
+    "xrdsssadmin": "xrootd-server",
+    "libXrdSecsss-5.so": "xrootd-plugins",
     "globus-gridftp-server": "globus-gridftp-server-progs",
     "globus-url-copy": "globus-gass-copy-progs",
     "iperf3": "iperf3",
@@ -109,10 +111,39 @@ def xrootd_root_config(settings: Any, paths: XrootdPaths) -> str:
 
 def xrootd_root_tpc_config(settings: Any, paths: XrootdPaths) -> str:
     """The local root:// instance, destination of the agent's own ``xrdcp --tpc only`` pulls into /incoming: only
-    connections from the agent's own host (root:// has no authentication configured here)."""
+    connections from the agent's own host (``xrd.allow``), and only a client holding the agent's sss key
+    (``root_tpc_keytab``, made at each start) may use it: the key names it AGENT_IDENTITY, the one identity the
+    authorization rules (``xrootd_authdb``) let write or read."""
     lines = _common_xrootd(settings, paths, settings.xrootd_root_tpc_port, exports=("/incoming",))
-    lines += [_ROOT_TPC, *_local_only(settings)]
+    lines += [
+        _ROOT_TPC,
+        *_local_only(settings),
+        "xrootd.seclib libXrdSec.so",
+        f"sec.protocol sss -s {root_tpc_keytab(settings)}",
+        "sec.protbind * only sss",
+        "ofs.authorize 1",
+        f"acc.authdb {paths.authdb}",
+        "acc.audit deny",
+    ]
     return "\n".join(lines) + "\n"
+
+
+def root_tpc_keytab(settings: Any) -> Path:
+    """The sss keytab the agent's xrdcp and its local root:// instance share (in the instance's runtime directory,
+    which no server exports)."""
+    return Path(settings.data_dir) / "servers" / TPC_SERVERS["xrootd-root"] / "sss.keytab"
+
+
+def sss_keytab_argv(keytab: Path) -> list[str]:
+    """XRootD's own tool making a keytab with one new random key for AGENT_IDENTITY (it asks before creating the
+    file: answer y on stdin)."""
+    return ["xrdsssadmin", "-k", "tpcmesh", "-u", AGENT_IDENTITY, "-g", AGENT_IDENTITY, "add", str(keytab)]
+
+
+def xrdcp_sss_env(keytab: Path) -> dict[str, str]:
+    """The environment that makes xrdcp authenticate with the agent's sss key (servers without security
+    configured, like a source's public instance, ask for none)."""
+    return {"XrdSecPROTOCOL": "sss", "XrdSecSSSKT": str(keytab)}
 
 
 def _xrootd_tls(paths: XrootdPaths, port: int) -> list[str]:

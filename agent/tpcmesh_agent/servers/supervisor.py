@@ -16,6 +16,7 @@ import pwd
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -127,6 +128,7 @@ class ServerSupervisor:
         self.servers: dict[str, ManagedServer] = {}
         self._stopping = False
         self._private_root: Path | None = None
+        self._keytab_made = False
         self.setpriv = shutil.which("setpriv")  # util-linux: servers die with the agent (parent-death signal)
 
     def _private(self, name: str, mode: int = 0o755) -> Path:
@@ -190,6 +192,21 @@ class ServerSupervisor:
             write_ca_dir(s.ca_file, ca_dir)
         return cert, key, Path(ca_dir)
 
+    def _sss_keytab(self) -> None:
+        """A new random sss key for the local root:// instance, once per agent start (a restarted instance keeps
+        it, so a running pull is not refused), readable by the run user only."""
+        keytab = configs.root_tpc_keytab(self.settings)
+        if self._keytab_made and keytab.exists():
+            return
+        with tempfile.TemporaryDirectory(prefix="tpcm-sss-") as tmp:
+            made = Path(tmp) / "keytab"
+            proc = subprocess.run(configs.sss_keytab_argv(made), input="y\n", capture_output=True, text=True,
+                                  timeout=30)
+            if proc.returncode != 0 or not made.is_file():
+                raise RuntimeError(f"xrdsssadmin could not make the sss keytab: {(proc.stderr or proc.stdout).strip()}")
+            write_atomically(keytab, made.read_bytes(), 0o600, self._own)
+        self._keytab_made = True
+
     def _wrap(self, argv: list[str], user: str | None = None) -> list[str]:
         group = _user_ids(user)[2] if user else None
         return configs.supervised_argv(argv, user, group, self.setpriv)
@@ -206,6 +223,9 @@ class ServerSupervisor:
             if name == configs.TPC_SERVERS["xrootd-https"]:  # who may pull: the agent's own host certificate
                 paths.gridmap.write_text(configs.xrootd_gridmap(configs.one_line_dn(Path(self.settings.tls_cert).read_bytes())))
                 paths.authdb.write_text(configs.xrootd_authdb())
+            if name == configs.TPC_SERVERS["xrootd-root"]:  # who may pull: whoever holds the agent's sss key
+                self._sss_keytab()
+                paths.authdb.write_text(configs.xrootd_authdb())
             paths.config.write_text(build(self.settings, paths))
             return self._xrootd_argv(name, port, paths)
 
@@ -221,7 +241,7 @@ class ServerSupervisor:
             ("xrootd-https", s.xrootd_https_port, "xrootd_tpc_port", configs.xrootd_https_config,
              configs.xrootd_tpc_config, True, ("xrootd", "libXrdHttpTPC-5.so")),
             ("xrootd-root", s.xrootd_root_port, "xrootd_root_tpc_port", configs.xrootd_root_config,
-             configs.xrootd_root_tpc_config, False, ("xrootd", "xrdcp")),
+             configs.xrootd_root_tpc_config, False, ("xrootd", "xrdcp", "xrdsssadmin", "libXrdSecsss-5.so")),
         )
         for protocol, port, tpc_setting, public, local, tls, requires in xrootd:
             if protocol not in enabled:

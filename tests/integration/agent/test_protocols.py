@@ -368,9 +368,10 @@ def test_only_the_agent_itself_can_make_its_xrootd_pull(pair):
     shutil.rmtree(probe)  # the module's other tests expect an empty incoming/
 
 
-def test_root_public_instance_is_read_only_and_the_local_one_takes_only_this_host(pair, tmp_path):
-    """root:// has no authentication here: the public instance exports the sets read-only (nothing can be written
-    or pulled into it) and the local TPC instance drops connections from other hosts before they say anything."""
+def test_root_public_instance_is_read_only_and_the_local_one_takes_only_this_agent(pair, tmp_path):
+    """The public root:// instance exports the sets read-only (nothing can be written or pulled into it); the local
+    TPC instance drops connections from other hosts before they say anything, and on this host refuses every
+    client without the agent's sss key: anonymous, or holding a key of its own for the same name."""
     import subprocess
 
     src, dst, files = pair
@@ -400,6 +401,21 @@ def test_root_public_instance_is_read_only_and_the_local_one_takes_only_this_hos
             assert s.recv(16) == b""
         except ConnectionResetError:
             pass
+
+    from tpcmesh_agent.servers import configs
+
+    stranger = tmp_path / "stranger.keytab"  # same key name and identity as the agent's, another key
+    subprocess.run(configs.sss_keytab_argv(stranger), input="y\n", text=True, capture_output=True, check=True)
+    local = f"root://{dst.address}:{tpc_port}"
+    source = f"root://{src.address}:{src.ports['xrootd_root_port']}//sets/{COUNT}x{SIZE}/{files[0]['name']}"
+    for who, extra in (("anonymous", {}), ("stranger", configs.xrdcp_sss_env(stranger))):
+        env = {**__import__("os").environ, "XRD_CONNECTIONRETRY": "1", **extra}
+        for argv in (["xrdcp", "--nopbar", str(upload), f"{local}//incoming/planted"],
+                     ["xrdcp", "--tpc", "only", "--nopbar", source, f"{local}//incoming/pulled"]):
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+            assert r.returncode != 0, (who, argv, r.stdout, r.stderr)
+            assert "auth" in (r.stdout + r.stderr).lower(), (who, r.stderr)  # refused as unauthenticated
+    assert not [p for p in (data / "incoming/planted", data / "incoming/pulled") if p.exists()]
 
 
 def os_chown_nobody(path) -> None:

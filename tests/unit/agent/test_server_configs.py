@@ -86,6 +86,13 @@ def test_root_configs_enable_tpc_with_xrdcp_and_room_for_eleven_files(tmp_path, 
     allowed = [line for line in lines if line.startswith("xrd.allow")]
     assert allowed == ([] if build is configs.xrootd_root_config else
                        ["xrd.allow host 127.0.1.7", "xrd.allow host 127.0.0.1"])
+    security = [line for line in lines if line.startswith(("xrootd.seclib", "sec.", "ofs.authorize", "acc."))]
+    if build is configs.xrootd_root_config:
+        assert security == []  # peers read the sets anonymously
+    else:  # only the holder of the agent's sss key, as tpcagent, per the authdb
+        keytab = configs.root_tpc_keytab(_settings())
+        assert security == ["xrootd.seclib libXrdSec.so", f"sec.protocol sss -s {keytab}", "sec.protbind * only sss",
+                            "ofs.authorize 1", f"acc.authdb {tmp_path / 'authdb'}", "acc.audit deny"]
 
 
 def test_xrootd_argv_drops_root_and_names_the_instance_by_port(tmp_path):

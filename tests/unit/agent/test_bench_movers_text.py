@@ -1,0 +1,33 @@
+"""The bench-movers report's reading of the store goal against cp's spread (pure text from measured figures)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from tests.support.paths import REPO
+
+
+def _movers():
+    spec = importlib.util.spec_from_file_location("bench_movers", REPO / "agent" / "bench" / "movers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_store_is_also_read_against_the_fastest_cp_sample():
+    movers = _movers()
+    # cp at 11 files swung 4.6-14.4 Gbit/s: 11.25 beats its median (9.9) but not 0.9 x its best
+    text = "".join(movers.against_fastest_cp({1: [10.0, 12.5], 11: [4.61, 9.92, 14.43]},
+                                             [(12.0, 1, 1), (11.25, 8, 11)]))
+    assert "1 file(s) at once 10.00-12.50 Gbit/s; 11 file(s) at once 4.61-14.43 Gbit/s" in text
+    assert "1 stream(s) × 1: 0.96 × cp; 8 stream(s) × 11: 0.78 × cp." in text
+    assert "1 of 2 store cases stay below 0.9 × cp" in text
+
+
+def test_nothing_is_said_without_cp_samples_and_no_warning_when_store_keeps_up():
+    movers = _movers()
+    assert movers.against_fastest_cp({1: [], 11: []}, [(12.0, 1, 1)]) == []
+    text = "".join(movers.against_fastest_cp({1: [10.0]}, [(9.5, 1, 1)]))
+    assert "0.95 × cp" in text and "below" not in text

@@ -220,11 +220,12 @@ class ServerSupervisor:
                      requires: tuple[str, ...]) -> ServerSpec:
         def prepare() -> list[str]:
             paths = self._xrootd_paths(name, tls)
-            if name == configs.TPC_SERVERS["xrootd-https"]:  # who may pull: the agent's own host certificate
+            # who may pull: over HTTPS the agent's own host certificate, over root:// whoever holds its sss key
+            if name == configs.TPC_SERVERS["xrootd-https"]:
                 paths.gridmap.write_text(configs.xrootd_gridmap(configs.one_line_dn(Path(self.settings.tls_cert).read_bytes())))
-                paths.authdb.write_text(configs.xrootd_authdb())
-            if name == configs.TPC_SERVERS["xrootd-root"]:  # who may pull: whoever holds the agent's sss key
+            if name == configs.TPC_SERVERS["xrootd-root"]:
                 self._sss_keytab()
+            if name in configs.TPC_SERVERS.values():
                 paths.authdb.write_text(configs.xrootd_authdb())
             paths.config.write_text(build(self.settings, paths))
             return self._xrootd_argv(name, port, paths)

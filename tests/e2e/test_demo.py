@@ -171,9 +171,10 @@ def test_demo_in_the_wan_lab_serves_a_grid_with_the_profile_delays(tmp_path: Pat
         assert set(rtt) == set(pairs)
         for (a, b), m in rtt.items():
             want = 30.0 if "west" in (a, b) else 2.0
-            # The least of the probe's samples is the path's latency (the agent's probe adds ~0.5 ms of its own);
-            # the median also carries the loaded machine's scheduling noise.
-            assert want * 0.9 <= m["rtt_min_ms"] <= want * 1.1 + 1.0, (a, b, m)
+            # The least of the probe's samples is the path's latency plus what the user-space delay line and the
+            # probe add on a loaded 2-core machine (1.4 ms measured by bench-fidelity; +1.0 ms was too tight: CI
+            # saw 3.24 ms on the 2 ms link); the median also carries the machine's scheduling noise.
+            assert want * 0.9 <= m["rtt_min_ms"] <= want * 1.1 + 1.5, (a, b, m)
             assert m["rtt_ms"] < (10.0 if want < 10 else want * 1.5), (a, b, m)
     finally:
         code = demo.stop()

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler and helm from their Go modules
-# into a cache outside the repository, so later runs (and CI on the same machine) reuse them.
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, and for the real nodes of `tpcmesh-local cluster`
+# kubelet, kube-proxy, the pause binary, CoreDNS, plus helm, from their Go modules (and pause.c) into a cache outside
+# the repository, so later runs (and CI on the same machine) reuse them.
 # Usage: tests/cluster/build-control-plane.sh   -> prints the bin directory on its last line.
 set -euo pipefail
 
 K8S_VERSION="${TPCMESH_K8S_VERSION:-v1.34.4}"
 HELM_VERSION="${TPCMESH_HELM_VERSION:-v3.16.4}"
+COREDNS_VERSION="${TPCMESH_COREDNS_VERSION:-v1.12.4}"
 CACHE="${TPCMESH_CACHE:-$HOME/.cache/tpcmesh}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
@@ -23,7 +25,7 @@ VERSION_LDFLAGS+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/co
 VERSION_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1"
 VERSION_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 need=()
-for b in kube-apiserver kube-controller-manager kube-scheduler; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
   if [ ! -x "$BIN/$b" ] || ! "$BIN/$b" --version 2>/dev/null | grep -qF "$K8S_VERSION"; then need+=("$b"); fi
 done
 
@@ -53,6 +55,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
@@ -72,5 +76,19 @@ if [ ! -x "$BIN/helm" ] || ! "$BIN/helm" version --template '{{.Version}}' 2>/de
     HELM_LDFLAGS+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=31"
   done
   GOBIN="$BIN" go install -trimpath -ldflags "$HELM_LDFLAGS" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+# The pod sandbox ("pause") binary, from the C source in the kubernetes module, linked statically so the image is
+# just that one file (registry.k8s.io is not reachable here; cluster.py wraps it into an image).
+if [ ! -x "$BIN/pause" ]; then
+  src="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  gcc -Os -static -Wall -Werror -o "$BIN/pause.tmp" "$src/build/pause/linux/pause.c"
+  mv "$BIN/pause.tmp" "$BIN/pause"
+  echo "Built pause" >&2
+fi
+
+# CoreDNS, the cluster DNS the real cluster runs as a Deployment (its own module; no plugin list changes).
+if [ ! -x "$BIN/coredns" ] || ! "$BIN/coredns" -version 2>/dev/null | grep -qF "${COREDNS_VERSION#v}"; then
+  echo "Building coredns $COREDNS_VERSION..." >&2
+  GOBIN="$BIN" GOFLAGS=-mod=mod go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
 fi
 echo "$BIN"

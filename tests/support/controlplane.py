@@ -17,39 +17,34 @@ import datetime as dt
 import json
 import os
 import shutil
-import socket
-import ssl
 import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tpcmesh_operator.local.controlplane import (
+    BIN,  # noqa: F401 - re-exported for the tests
+    CACHE,
+    K8S_VERSION,
+    ControlPlaneOptions,
+    ControlPlaneProcesses,
+    binary,
+    free_port,  # noqa: F401 - re-exported for the tests
+    kubeconfig,
+    write_pki,
+)
+from tpcmesh_operator.local.controlplane import start_control_plane as launch
 
 from tests.support.paths import ARTIFACTS, REPO
 
-K8S_VERSION = os.environ.get("TPCMESH_K8S_VERSION", "v1.34.4")
-CACHE = Path(os.environ.get("TPCMESH_CACHE", Path.home() / ".cache" / "tpcmesh"))
-BIN = CACHE / f"k8s-{K8S_VERSION}" / "bin"
 BUILD_SCRIPT = REPO / "tests" / "cluster" / "build-control-plane.sh"
 SERVICE_CIDR = "10.96.0.0/24"
 SERVICE_IP = "10.96.0.1"
-START_TIMEOUT = 60.0
-
-
-def binary(name: str) -> Path | None:
-    """Path of a control-plane binary (kube-apiserver, kube-controller-manager, kube-scheduler, helm) or None."""
-    p = BIN / name
-    return p if p.is_file() and os.access(p, os.X_OK) else None
 
 
 def missing_binaries() -> list[str]:
@@ -105,163 +100,6 @@ def upstream_crds(group: str) -> list[dict]:
     return crds
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-# --- X509 for the control plane (its own CA, apart from tpcmesh's agent CA) -------------------------------
-
-
-def _key() -> rsa.RSAPrivateKey:
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
-
-
-def _pem_cert(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _issue(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_key: rsa.RSAPrivateKey, *,
-           ca: bool = False, server_names: list[str] | None = None, client: bool = False) -> x509.Certificate:
-    import ipaddress
-
-    now = dt.datetime.now(dt.UTC)
-    b = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ca:
-        b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                          content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                          key_agreement=False, encipher_only=False, decipher_only=False),
-                            critical=True)
-    usages = []
-    if server_names:
-        sans: list[x509.GeneralName] = []
-        for n in server_names:
-            try:
-                sans.append(x509.IPAddress(ipaddress.ip_address(n)))
-            except ValueError:
-                sans.append(x509.DNSName(n))
-        b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-    if client:
-        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-    if usages:
-        b = b.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-    return b.sign(issuer_key, hashes.SHA256())
-
-
-def _name(cn: str, org: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    if org:
-        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return x509.Name(attrs)
-
-
-@dataclass
-class _Pki:
-    ca_cert: Path
-    ca_key: Path
-    serving_cert: Path
-    serving_key: Path
-    admin_cert: Path
-    admin_key: Path
-    sa_key: Path
-    sa_pub: Path
-
-
-def _write_pki(d: Path) -> _Pki:
-    d.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca_name = _name("tpcmesh-test-kubernetes-ca")
-    ca = _issue(ca_name, ca_key, ca_name, ca_key, ca=True)
-    srv_key = _key()
-    srv = _issue(_name("kube-apiserver"), srv_key, ca_name, ca_key,
-                 server_names=["127.0.0.1", "localhost", SERVICE_IP, "kubernetes", "kubernetes.default",
-                               "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"])
-    adm_key = _key()
-    adm = _issue(_name("tpcmesh-test-admin", "system:masters"), adm_key, ca_name, ca_key, client=True)
-    sa_key = _key()
-    paths = _Pki(d / "ca.crt", d / "ca.key", d / "apiserver.crt", d / "apiserver.key", d / "admin.crt",
-                 d / "admin.key", d / "sa.key", d / "sa.pub")
-    paths.ca_cert.write_bytes(_pem_cert(ca))
-    paths.ca_key.write_bytes(_pem_key(ca_key))
-    paths.serving_cert.write_bytes(_pem_cert(srv))
-    paths.serving_key.write_bytes(_pem_key(srv_key))
-    paths.admin_cert.write_bytes(_pem_cert(adm))
-    paths.admin_key.write_bytes(_pem_key(adm_key))
-    paths.sa_key.write_bytes(_pem_key(sa_key))
-    paths.sa_pub.write_bytes(sa_key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
-    for p in (paths.ca_key, paths.serving_key, paths.admin_key, paths.sa_key):
-        p.chmod(0o600)
-    return paths
-
-
-# --- processes ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Proc:
-    name: str
-    popen: subprocess.Popen
-    log: Path
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-
-    def tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-
-def _spawn(name: str, argv: list[str], logdir: Path) -> _Proc:
-    log = logdir / f"{name}.log"
-    fh = open(log, "wb")  # noqa: SIM115 - closed with the process
-    p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         start_new_session=True)
-    fh.close()
-    return _Proc(name, p, log)
-
-
-def _kubeconfig(server: str, ca_cert: Path, *, cert: Path | None = None, key: Path | None = None,
-                token: str | None = None, user: str = "admin") -> dict:
-    u: dict = {}
-    if cert and key:
-        u = {"client-certificate": str(cert), "client-key": str(key)}
-    if token:
-        u = {"token": token}
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "tpcmesh-test", "cluster": {"server": server, "certificate-authority": str(ca_cert)}}],
-        "users": [{"name": user, "user": u}],
-        "contexts": [{"name": "tpcmesh-test", "context": {"cluster": "tpcmesh-test", "user": user}}],
-        "current-context": "tpcmesh-test",
-    }
-
-
 @dataclass
 class ControlPlane:
     """Handle on the running control plane. `client()` gives an admin `kubernetes.client.ApiClient`."""
@@ -270,8 +108,7 @@ class ControlPlane:
     server: str
     kubeconfig: Path
     ca_cert: Path
-    pki: _Pki
-    _procs: dict[str, _Proc] = field(default_factory=dict)
+    processes: ControlPlaneProcesses
     _nodes: dict[str, str] = field(default_factory=dict)  # name -> address
     _heartbeat: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -296,7 +133,7 @@ class ControlPlane:
         """A kubeconfig that authenticates as the ServiceAccount (so RBAC applies to the caller)."""
         path = self.workdir / f"kubeconfig-{namespace}-{service_account}"
         token = self.token_for(service_account, namespace)
-        path.write_text(yaml.safe_dump(_kubeconfig(self.server, self.ca_cert, token=token,
+        path.write_text(yaml.safe_dump(kubeconfig(self.server, self.ca_cert, token=token,
                                                    user=f"{namespace}-{service_account}")))
         path.chmod(0o600)
         return path
@@ -336,32 +173,10 @@ class ControlPlane:
     # -- controllers on demand --
     def start_controller_manager(self) -> None:
         """Start kube-controller-manager (DaemonSets, ReplicaSets, node lifecycle, SA tokens, root CA publisher)."""
-        if "kube-controller-manager" in self._procs:
-            return
-        b = binary("kube-controller-manager")
-        assert b is not None
-        argv = [str(b), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false", "--secure-port=0",
-                f"--service-account-private-key-file={self.pki.sa_key}", f"--root-ca-file={self.ca_cert}",
-                f"--cluster-signing-cert-file={self.pki.ca_cert}", f"--cluster-signing-key-file={self.pki.ca_key}",
-                "--controllers=*,-csrsigning,-csrapproving", "--concurrent-daemonset-syncs=2",
-                "--v=1"]
-        self._procs["kube-controller-manager"] = _spawn("kube-controller-manager", argv, self.workdir)
-        self._wait_alive("kube-controller-manager", 2.0)
+        self.processes.start_controller_manager()
 
     def start_scheduler(self) -> None:
-        if "kube-scheduler" in self._procs:
-            return
-        b = binary("kube-scheduler")
-        assert b is not None
-        argv = [str(b), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false", "--secure-port=0", "--v=1"]
-        self._procs["kube-scheduler"] = _spawn("kube-scheduler", argv, self.workdir)
-        self._wait_alive("kube-scheduler", 2.0)
-
-    def _wait_alive(self, name: str, seconds: float) -> None:
-        time.sleep(seconds)
-        p = self._procs[name]
-        if p.popen.poll() is not None:
-            raise RuntimeError(f"{name} exited with {p.popen.returncode}:\n{p.tail()}")
+        self.processes.start_scheduler()
 
     # -- fake nodes (kwok-like) --
     def create_node(self, name: str, address: str, labels: dict[str, str] | None = None) -> None:
@@ -474,64 +289,18 @@ class ControlPlane:
     # -- lifecycle --
     def stop(self) -> None:
         self._stop.set()
-        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            p = self._procs.pop(name, None)
-            if p:
-                p.stop()
-
-
-def _wait_ready(url: str, ctx: ssl.SSLContext, proc: _Proc, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
-        try:
-            with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last = str(e)
-        time.sleep(0.2)
-    raise RuntimeError(f"{proc.name} not ready at {url} within {timeout:.0f}s ({last}):\n{proc.tail()}")
+        self.processes.stop()
 
 
 def start_control_plane(workdir: Path) -> ControlPlane:
-    """Start etcd and kube-apiserver under `workdir`; returns when /readyz answers ok."""
-    pki = _write_pki(workdir / "pki")
-    etcd_client, etcd_peer, api_port = free_port(), free_port(), free_port()
-    etcd = _spawn("etcd", [
-        shutil.which("etcd") or "etcd", "--name=tpcmesh-test", f"--data-dir={workdir / 'etcd'}",
-        f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
-        f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
-        f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
-        f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-        f"--initial-cluster=tpcmesh-test=http://127.0.0.1:{etcd_peer}",
-        "--log-level=warn", "--quota-backend-bytes=1073741824",
-    ], workdir)
-    server = f"https://127.0.0.1:{api_port}"
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, pki.ca_cert, cert=pki.admin_cert, key=pki.admin_key)))
-    kubeconfig.chmod(0o600)
-    cp = ControlPlane(workdir=workdir, server=server, kubeconfig=kubeconfig, ca_cert=pki.ca_cert, pki=pki)
-    cp._procs["etcd"] = etcd
-    apiserver = _spawn("kube-apiserver", [
-        str(binary("kube-apiserver")), f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
-        f"--cert-dir={workdir / 'apiserver-certs'}",
-        f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
-        f"--client-ca-file={pki.ca_cert}",
-        f"--service-account-key-file={pki.sa_pub}", f"--service-account-signing-key-file={pki.sa_key}",
-        "--service-account-issuer=https://kubernetes.default.svc",
-        f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
-        "--allow-privileged=true", "--enable-priority-and-fairness=false", "--profiling=false",
-        "--endpoint-reconciler-type=none", "--v=1",
-    ], workdir)
-    cp._procs["kube-apiserver"] = apiserver
-    ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
-    ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+    """Start etcd and kube-apiserver on loopback under `workdir`; returns when /readyz answers ok."""
+    pki = write_pki(workdir / "pki", server_names=["127.0.0.1", "localhost", SERVICE_IP, "kubernetes",
+                                                   "kubernetes.default", "kubernetes.default.svc",
+                                                   "kubernetes.default.svc.cluster.local"])
+    procs = launch(workdir, pki, ControlPlaneOptions(service_cidr=SERVICE_CIDR))
+    cp = ControlPlane(workdir=workdir, server=procs.server, kubeconfig=procs.kubeconfig, ca_cert=pki.ca_cert,
+                      processes=procs)
     try:
-        _wait_ready(f"{server}/readyz", ctx, apiserver, START_TIMEOUT)
         _wait_default_namespace(cp)
     except Exception:
         cp.stop()

@@ -41,3 +41,19 @@ def test_links_are_built_per_direction_with_a_bdp_sized_queue():
     ab = links[0][1]
     assert ab is not None and ab.queue_bytes == int(500e6 / 8 * 0.04)
     assert links[1][0] is None  # not configured: packets b -> a are not routed
+
+
+def test_a_node_routes_its_own_24s_and_bad_networks_are_named():
+    import socket
+
+    from tpcmesh_operator.local.delayline import routed_networks
+
+    nodes = [{"name": "a", "address": "198.51.100.10", "networks": ["198.19.128.0/24"]},
+             {"name": "b", "address": "198.51.100.11", "networks": ["198.19.129.0/24"]}]
+    by_net = routed_networks(nodes)
+    assert by_net[socket.inet_aton("198.19.129.77")[:3]] == 1
+    assert socket.inet_aton("198.19.130.1")[:3] not in by_net
+    with pytest.raises(ValueError, match=r"node c: routed network '198.19.0.0/16' must be a /24"):
+        routed_networks([{"name": "c", "address": "x", "networks": ["198.19.0.0/16"]}])
+    with pytest.raises(ValueError, match="already routed"):
+        routed_networks(nodes + [{"name": "c", "address": "x", "networks": ["198.19.129.0/24"]}])

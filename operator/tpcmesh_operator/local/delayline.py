@@ -2,7 +2,8 @@
 
 This kernel has no ``sch_netem``, so WAN links are emulated here. The process opens one TUN device per node
 (created in the root network namespace; the lab then moves each into its node's namespace, the open file keeps
-working), reads IPv4 packets, looks up the destination node by address and releases the packet on that node's
+working), reads IPv4 packets, looks up the destination node by address (or by a /24 network the node routes, such
+as the pod network of a `tpcmesh-local cluster` node) and releases the packet on that node's
 device once the directed link's one-way delay has passed. A link may also have a rate (a serialisation clock with
 a bounded queue, so TCP sees drops instead of an endless queue) and a random loss.
 
@@ -71,6 +72,21 @@ def open_tun(name: str) -> int:
     return fd
 
 
+def routed_networks(nodes: list[dict]) -> dict[bytes, int]:
+    """The first three bytes of each node's routed /24 networks (``"networks": ["198.19.129.0/24"]``) -> node."""
+    out: dict[bytes, int] = {}
+    for i, n in enumerate(nodes):
+        for cidr in n.get("networks", []):
+            address, _, length = cidr.partition("/")
+            if length != "24" or not address.endswith(".0"):
+                raise ValueError(f"node {n['name']}: routed network {cidr!r} must be a /24 like 198.19.129.0/24")
+            key = socket.inet_aton(address)[:3]
+            if key in out:
+                raise ValueError(f"node {n['name']}: routed network {cidr} is already routed to another node")
+            out[key] = i
+    return out
+
+
 def build_links(config: dict) -> tuple[list[str], dict[bytes, int], list[list[Link | None]]]:
     nodes = config["nodes"]
     names = [n["device"] for n in nodes]
@@ -92,6 +108,7 @@ def build_links(config: dict) -> tuple[list[str], dict[bytes, int], list[list[Li
 
 def run(config: dict) -> None:
     names, by_addr, links = build_links(config)
+    by_net = routed_networks(config["nodes"])
     fds = [open_tun(name) for name in names]
     fd_index = {fd: i for i, fd in enumerate(fds)}
     watch = [*fds, sys.stdin.fileno()]
@@ -121,6 +138,8 @@ def run(config: dict) -> None:
                 if len(packet) < 20 or packet[0] >> 4 != 4:
                     continue  # only IPv4 is routed
                 dst = by_addr.get(packet[16:20])
+                if dst is None:
+                    dst = by_net.get(packet[16:19])
                 if dst is None or dst == src:
                     continue
                 link = row[dst]

@@ -6,26 +6,32 @@
 ARG DEBIAN_IMAGE=docker.io/library/debian:12.8-slim
 FROM ${DEBIAN_IMAGE} AS assets
 ARG DEBIAN_SNAPSHOT=20241210T000000Z
+# DEBIAN_MIRROR: a plain Debian mirror instead of the snapshot (for builds that cannot reach snapshot.debian.org;
+# the same packages are installed). hack/build-images.sh passes the one apt uses on the build machine.
+ARG DEBIAN_MIRROR=
+COPY hack/apt-sources.sh /tmp/apt-sources.sh
 RUN set -eux; \
-    rm -f /etc/apt/sources.list.d/debian.sources; \
-    printf 'deb [check-valid-until=no] http://snapshot.debian.org/archive/debian/%s bookworm main\n' "$DEBIAN_SNAPSHOT" \
-      > /etc/apt/sources.list.d/snapshot.list; \
+    sh /tmp/apt-sources.sh "$DEBIAN_SNAPSHOT" "$DEBIAN_MIRROR"; rm /tmp/apt-sources.sh; \
     apt-get update; apt-get install -y --no-install-recommends npm ca-certificates; rm -rf /var/lib/apt/lists/*
+# PIP_CERT / NPM_CONFIG_CAFILE: a CA bundle for reaching PyPI / npm through a TLS proxy, at build time only.
+ARG NPM_CONFIG_CAFILE
 COPY dashboard/package.json dashboard/package-lock.json dashboard/hack-assets.sh /src/dashboard/
 COPY dashboard/results/static /src/dashboard/results/static
 RUN cd /src/dashboard && npm ci --ignore-scripts && ./hack-assets.sh
 
 FROM ${DEBIAN_IMAGE}
 ARG DEBIAN_SNAPSHOT=20241210T000000Z
+# DEBIAN_MIRROR: a plain Debian mirror instead of the snapshot (for builds that cannot reach snapshot.debian.org;
+# the same packages are installed). hack/build-images.sh passes the one apt uses on the build machine.
+ARG DEBIAN_MIRROR=
+COPY hack/apt-sources.sh /tmp/apt-sources.sh
 RUN set -eux; \
-    rm -f /etc/apt/sources.list.d/debian.sources; \
-    printf 'deb [check-valid-until=no] http://snapshot.debian.org/archive/debian/%s bookworm main\n' "$DEBIAN_SNAPSHOT" \
-      > /etc/apt/sources.list.d/snapshot.list; \
-    printf 'deb [check-valid-until=no] http://snapshot.debian.org/archive/debian-security/%s bookworm-security main\n' \
-      "$DEBIAN_SNAPSHOT" >> /etc/apt/sources.list.d/snapshot.list; \
+    sh /tmp/apt-sources.sh "$DEBIAN_SNAPSHOT" "$DEBIAN_MIRROR"; rm /tmp/apt-sources.sh; \
     apt-get update; \
     apt-get install -y --no-install-recommends python3 python3-venv ca-certificates; \
     rm -rf /var/lib/apt/lists/*
+# PIP_CERT / NPM_CONFIG_CAFILE: a CA bundle for reaching PyPI / npm through a TLS proxy, at build time only.
+ARG PIP_CERT
 COPY dashboard/requirements.txt /src/requirements.txt
 RUN python3 -m venv /opt/tpcmesh && /opt/tpcmesh/bin/pip install --no-cache-dir -r /src/requirements.txt \
     && rm -rf /src
@@ -37,7 +43,7 @@ ENV PATH=/opt/tpcmesh/bin:$PATH \
     DJANGO_SETTINGS_MODULE=config.settings
 WORKDIR /app/dashboard
 RUN rm -rf node_modules db.sqlite3 && python3 manage.py collectstatic --noinput \
-    && useradd --system --uid 10001 --user-group --no-create-home tpcmesh
+    && groupadd --system --gid 10001 tpcmesh && useradd --system --uid 10001 --gid 10001 --no-create-home tpcmesh
 USER 10001:10001
 EXPOSE 8000
 ENTRYPOINT ["gunicorn", "config.wsgi"]

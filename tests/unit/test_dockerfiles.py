@@ -208,3 +208,17 @@ def test_pinned_base_non_root_no_secrets(image):
     for w, a in ins:
         if w in ("ENV", "ARG"):
             assert not secretish.search(a), f"{path.name}: {w} {a} looks like a secret baked into the image"
+
+
+def test_release_workflow_pushes_the_three_images_where_the_chart_pulls_them():
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "release.yaml").read_text())
+    values = yaml.safe_load((REPO / "charts" / "tpcmesh" / "values.yaml").read_text())
+    assert wf[True]["push"]["tags"] == ["v*"]  # YAML 1.1 reads the key `on` as True
+    assert wf["env"]["REGISTRY"] == values["image"]["registry"]
+    job = wf["jobs"]["images"]
+    assert sorted(job["strategy"]["matrix"]["component"]) == sorted(PYTHON_SOURCES)
+    build = next(s for s in job["steps"] if s.get("uses", "").startswith("docker/build-push-action"))
+    assert build["with"]["file"] == "Dockerfiles/${{ matrix.component }}.Dockerfile"
+    assert build["with"]["tags"] == "${{ env.REGISTRY }}/tpcmesh-${{ matrix.component }}:${{ env.VERSION }}"
+    assert {values[c]["image"] for c in PYTHON_SOURCES} == {f"tpcmesh-{c}" for c in PYTHON_SOURCES}
+    assert build["with"]["push"] is True and wf["permissions"]["packages"] == "write"

@@ -162,7 +162,11 @@ class ServerSupervisor:
         s = self.settings
         for d in (Path(s.data_dir), s.sets_dir, s.incoming_dir):
             d.mkdir(parents=True, exist_ok=True)
-            d.chmod(d.stat().st_mode | 0o755)
+            mode = d.stat().st_mode
+            # Only what is missing: in a pod the data volume's root belongs to root (an emptyDir, 0777 with the
+            # fsGroup), and the agent's user may not chmod it even to the mode it already has.
+            if mode & 0o755 != 0o755:
+                d.chmod(mode | 0o755)
 
     def _xrootd_paths(self, name: str, tls: bool) -> configs.XrootdPaths:
         rt = self._runtime(name)

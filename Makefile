@@ -16,7 +16,7 @@ setup: ## Install everything: Debian packages (as root), the virtualenv, the das
 	@hack/setup.sh
 
 .PHONY: control-plane
-control-plane: ## Build (once, cached in ~/.cache/tpcmesh) kube-apiserver, controller-manager, scheduler and helm
+control-plane: ## Build (once, cached in ~/.cache/tpcmesh) the control plane, kubelet, kube-proxy, CoreDNS, pause, helm
 	@tests/cluster/build-control-plane.sh >/dev/null
 
 .PHONY: demo
@@ -24,7 +24,7 @@ demo: setup ## Run a measured mesh on this machine (local agents, dashboard on S
 	$(VENV)/bin/tpcmesh-local demo
 
 .PHONY: test
-test: setup control-plane ## Run every test: unit, integration, cluster, browser, e2e
+test: setup control-plane ## Run every test: unit, integration, cluster (real nodes too), browser, e2e
 	$(PYTEST) tests
 
 .PHONY: test-unit
@@ -65,13 +65,16 @@ manifests: chart ## Regenerate manifests/install.yaml and manifests/rbac/ from t
 	$(PY) hack/render_manifests.py "$(K8S_BIN)/helm"
 
 .PHONY: images
-images: ## Build the operator, agent and dashboard images (needs a running Docker engine)
-	@if ! docker info >/dev/null 2>&1; then \
-	  echo "make images: no Docker engine reachable here (docker info failed); nothing built." >&2; exit 1; fi
-	@for c in operator agent dashboard; do \
-	  echo "Building $(IMAGE_REGISTRY)/tpcmesh-$$c:$(IMAGE_TAG)"; \
-	  docker build -f Dockerfiles/$$c.Dockerfile -t "$(IMAGE_REGISTRY)/tpcmesh-$$c:$(IMAGE_TAG)" . || exit 1; \
-	done
+images: ## Build the operator, agent and dashboard images (docker, else buildah: no engine needed; cached)
+	@IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" hack/build-images.sh >/dev/null
+
+.PHONY: cluster
+cluster: setup control-plane images ## A real 3-node Kubernetes cluster on this machine (root; Ctrl-C ends it)
+	$(VENV)/bin/tpcmesh-local cluster up
+
+.PHONY: cluster-down
+cluster-down: ## Stop `make cluster` and remove what a killed one left behind
+	$(VENV)/bin/tpcmesh-local cluster down
 
 # --- operator -------------------------------------------------------------------------------------------------------
 .PHONY: bench-planner

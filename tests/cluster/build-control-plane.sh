@@ -86,9 +86,11 @@ if [ ! -x "$BIN/pause" ]; then
   echo "Built pause" >&2
 fi
 
-# CoreDNS, the cluster DNS the real cluster runs as a Deployment (its own module; no plugin list changes).
-if [ ! -x "$BIN/coredns" ] || ! "$BIN/coredns" -version 2>/dev/null | grep -qF "${COREDNS_VERSION#v}"; then
+# CoreDNS, the cluster DNS the real cluster runs as a Deployment (its own module; no plugin list changes), linked
+# statically (no cgo) because its image holds nothing but the binary.
+if [ ! -x "$BIN/coredns" ] || ! "$BIN/coredns" -version 2>/dev/null | grep -qF "${COREDNS_VERSION#v}" \
+   || ldd "$BIN/coredns" >/dev/null 2>&1; then
   echo "Building coredns $COREDNS_VERSION..." >&2
-  GOBIN="$BIN" GOFLAGS=-mod=mod go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+  CGO_ENABLED=0 GOBIN="$BIN" GOFLAGS=-mod=mod go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
 fi
 echo "$BIN"

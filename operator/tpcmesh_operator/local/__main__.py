@@ -24,6 +24,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--state-dir", type=Path, default=None,
                       help="keep certificates, logs, the SQLite database and the run status here")
     sub.add_parser("cleanup", help="remove network namespaces, devices and data directories left by killed local runs")
+    cluster = sub.add_parser("cluster", help="a real multi-node Kubernetes cluster on this machine (root)")
+    csub = cluster.add_subparsers(dest="action", required=True)
+    up = csub.add_parser("up", help="start it and keep it until Ctrl-C or `cluster down`")
+    up.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
+    up.add_argument("--profile", default=None, help="WAN profile YAML or a shipped profile's name (default cluster)")
+    up.add_argument("--state-dir", type=Path, default=None,
+                    help="keep certificates, logs and the kubeconfig here (default: under ~/.cache/tpcmesh/cluster)")
+    csub.add_parser("down", help="stop a running `cluster up` and remove what killed ones left behind")
     bench = sub.add_parser("bench-fidelity", help="iperf3 vs the built-in mover on one emulated link")
     bench.add_argument("--output", type=Path, default=None, help="BENCHMARKS.md to update (default: print only)")
     bench.add_argument("--seconds", type=float, default=8.0, help="iperf3 duration")
@@ -42,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         removed = remove_leftovers() + remove_stale_data()
         print(f"Removed {len(removed)} leftovers" + (f": {', '.join(removed)}" if removed else ""))
         return 0
+    if args.command == "cluster":
+        from .cluster import cluster_main
+
+        return cluster_main(args)
     if args.command == "bench-fidelity":
         from .fidelity import main as fidelity_main
 

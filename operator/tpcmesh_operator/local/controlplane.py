@@ -125,14 +125,15 @@ class Pki:
     sa_pub: Path
 
     def issue_pair(self, stem: str, subject: x509.Name, *, server_names: list[str] | None = None,
-                   client: bool = False) -> tuple[Path, Path]:
-        """Write ``<stem>.crt``/``<stem>.key`` signed by this CA; returns their paths."""
+                   client: bool = False, directory: Path | None = None) -> tuple[Path, Path]:
+        """Write ``<stem>.crt``/``<stem>.key`` signed by this CA (into ``directory``, default the CA's)."""
         ca = x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
         ca_key = serialization.load_pem_private_key(self.ca_key.read_bytes(), None)
         assert isinstance(ca_key, rsa.RSAPrivateKey)
         key = new_key()
         cert = issue(subject, key, ca.subject, ca_key, server_names=server_names, client=client)
-        crt_path, key_path = self.directory / f"{stem}.crt", self.directory / f"{stem}.key"
+        d = directory or self.directory
+        crt_path, key_path = d / f"{stem}.crt", d / f"{stem}.key"
         crt_path.write_bytes(pem_cert(cert))
         key_path.write_bytes(pem_key(key))
         key_path.chmod(0o600)

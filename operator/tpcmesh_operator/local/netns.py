@@ -74,6 +74,9 @@ class Lab:
     nodes: list[Node] = field(default_factory=list)
     host_address: str = "127.0.0.1"
     subnet: str | None = None
+    # node name -> /24 networks the delay line routes to that node besides its address (a cluster's pod networks)
+    networks: dict[str, list[str]] = field(default_factory=dict)
+    host_device: str | None = None  # the root namespace's TUN device (netns mode)
     emulated: bool = False
     reason: str = ""
     _processes: list[tuple[subprocess.Popen, bool, str]] = field(default_factory=list)
@@ -174,7 +177,7 @@ class Lab:
                      device=f"{DEVICE_PREFIX}{pid}-{i}")
                 for i, name in enumerate(self.profile.nodes)
             ]
-            host_device = f"{DEVICE_PREFIX}{pid}-h"
+            host_device = self.host_device = f"{DEVICE_PREFIX}{pid}-h"
             self._start_delayline(host_device)
             _ip("link", "set", "dev", host_device, "mtu", str(MTU), "up")
             _ip("addr", "add", f"{self.host_address}/{subnet.prefixlen}", "dev", host_device)
@@ -210,7 +213,8 @@ class Lab:
     def _start_delayline(self, host_device: str) -> None:
         assert self._tmp
         endpoints: list[dict[str, Any]] = [{"name": "@host", "address": self.host_address, "device": host_device}]
-        endpoints += [{"name": n.name, "address": n.address, "device": n.device} for n in self.nodes]
+        endpoints += [{"name": n.name, "address": n.address, "device": n.device,
+                       "networks": self.networks.get(n.name, [])} for n in self.nodes]
         links: list[dict[str, Any]] = []
         for a in endpoints:
             for b in endpoints:

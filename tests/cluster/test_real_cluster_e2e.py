@@ -1,0 +1,209 @@
+"""What a site admin does first, on real pods: `helm install` the chart on a 3-node cluster (tpcmesh-local cluster:
+kubelet + containerd per node, hostNetwork agents on the nodes' own addresses, WAN delays between them), label the
+DTNs, apply a benchmark, read the grid.
+
+Values changed from the chart's defaults: the pull policy (Never: every image was built and imported here) and the
+database (external mode, a PostgreSQL the test starts on the lab's host address: the bundled StatefulSet's
+docker.io image cannot be pulled here). Everything else - images, node selector, RBAC, CSR flow, probes - is the
+chart's own.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.support.paths import ARTIFACTS, REPO
+from tests.support.postgres import start_postgres
+
+pytestmark = [pytest.mark.cluster, pytest.mark.netns]
+
+CHART = REPO / "charts" / "tpcmesh"
+NS = "tpcmesh"
+RELEASE = "tpcmesh"
+FULLNAME = "tpcmesh"  # the release name contains "tpcmesh": resources are named tpcmesh-<component>
+G, V = "tpcmesh.io", "v1alpha1"
+PROTOCOLS = ["builtin", "iperf3", "xrootd-https", "gridftp"]
+STREAMS = [1, 8]
+
+
+def wait_for(what: str, fn, timeout: float, detail=lambda: "", interval: float = 2.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except client.ApiException as e:
+            last = f"API error {e.status}: {e.reason}"
+        if last and not isinstance(last, str):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last}\n{detail()}")
+
+
+@pytest.fixture(scope="module")
+def database(real_cluster):
+    """PostgreSQL on the lab's host address, reachable from every node (pods leave their node masqueraded to the
+    node's address), password-protected for the lab's range."""
+    host = real_cluster.lab.host_address
+    server, base = start_postgres({"listen_addresses": f"'127.0.0.1,{host}'"})
+    password = secrets.token_hex(16)
+    with open(server.datadir / "pg_hba.conf", "a") as f:
+        f.write(f"host all all {real_cluster.lab.subnet} scram-sha-256\n")
+    psql = [str(server.bin / "psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", server.user, "-d", "postgres",
+            "-v", "ON_ERROR_STOP=1", "-qAt"]
+    subprocess.run([*psql, "-c", f"ALTER USER {server.user} PASSWORD '{password}'; SELECT pg_reload_conf();"],
+                   check=True, capture_output=True)
+    url = f"postgres://{server.user}:{password}@{host}:{server.port}/postgres"
+    try:
+        yield url, psql
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def installed(real_cluster, database):
+    url, _ = database
+    core = client.CoreV1Api(real_cluster.client())
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="tpcmesh-database"),
+                                                      string_data={"DATABASE_URL": url}))
+    for n in real_cluster.nodes:
+        core.patch_node(n.name, {"metadata": {"labels": {"tpcmesh.io/fast-network": "true"}}})
+    out = real_cluster.helm("install", RELEASE, str(CHART), "--namespace", NS, "--set", "image.pullPolicy=Never",
+                            "--set", "database.mode=external", "--set",
+                            "database.external.existingSecret=tpcmesh-database", check=False)
+    assert out.returncode == 0, out.stderr
+    try:
+        yield core
+    finally:
+        save_artifacts(real_cluster, core)
+        real_cluster.helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "180s", check=False)
+
+
+def save_artifacts(real_cluster, core: client.CoreV1Api) -> None:
+    """`kubectl get pods -A -o wide` of the running cluster, as text."""
+    rows = [("NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "IP", "NODE")]
+    for p in core.list_pod_for_all_namespaces().items:
+        cs = p.status.container_statuses or []
+        rows.append((p.metadata.namespace, p.metadata.name, f"{sum(c.ready for c in cs)}/{len(cs)}", p.status.phase,
+                     str(sum(c.restart_count for c in cs)), p.status.pod_ip or "", p.spec.node_name or ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "real-cluster-pods.txt").write_text(
+        "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows) + "\n")
+
+
+def ready_pods(core: client.CoreV1Api, selector: str) -> list:
+    pods = core.list_namespaced_pod(NS, label_selector=selector).items
+    return [p for p in pods if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+
+def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed, database):
+    core = installed
+    objs = client.CustomObjectsApi(real_cluster.client())
+    nodes = {n.name: n for n in real_cluster.nodes}
+
+    # Every labelled node runs its agent as a real container on the node's own address; the agents got their
+    # host certificates through the CSR flow (their init container waits for the signed certificate).
+    agents = wait_for("a Ready agent on every node", lambda: (
+        p := ready_pods(core, "app.kubernetes.io/component=agent")) and len(p) == len(nodes) and p,
+        timeout=420, detail=lambda: real_cluster.describe_pods(NS))
+    for p in agents:
+        assert p.status.host_ip == nodes[p.spec.node_name].address == p.status.pod_ip
+        assert all(c.container_id.startswith("containerd://") for c in p.status.container_statuses)
+    csrs = client.CertificatesV1Api(real_cluster.client()).list_certificate_signing_request().items
+    signed = {c.spec.username for c in csrs if c.status.certificate and c.spec.signer_name == "tpcmesh.io/agent"}
+    assert signed == {f"system:serviceaccount:{NS}:{FULLNAME}-agent"}, signed
+    for component in ("operator", "dashboard"):
+        wait_for(f"the {component} Ready", lambda c=component: ready_pods(core, f"app.kubernetes.io/component={c}"),
+                 timeout=300, detail=lambda: real_cluster.describe_pods(NS))
+
+    # A small benchmark, every mover the issue names, 1 and 8 streams, reporting to the chart's dashboard.
+    tb = yaml.safe_load((REPO / "manifests" / "examples" / "quick-benchmark.yaml").read_text())
+    tb["metadata"]["name"] = "e2e"
+    tb["spec"].update(protocols=PROTOCOLS, streams=STREAMS, concurrency=2, fileSet={"count": 2, "size": "8MB"},
+                      latency={"enabled": True, "count": 3}, loopback={"enabled": False}, iperf3={"durationSeconds": 2},
+                      timeoutSeconds=120, retries=1,
+                      results={"url": f"http://{FULLNAME}-dashboard.{NS}.svc:80",
+                               "tokenSecret": {"name": f"{FULLNAME}-results-token", "key": "token"}})
+    objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
+
+    def finished_run():
+        runs = objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
+        done = [r for r in runs if (r.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+        return done[0] if done else None
+
+    run = wait_for("the benchmark's first run to finish", finished_run, timeout=900,
+                   detail=lambda: json.dumps([r.get("status", {}).get("phase") for r in objs.list_namespaced_custom_object(
+                       G, V, NS, "transferruns")["items"]]) + "\n" + real_cluster.describe_pods(NS))
+    status = run["status"]
+    pairs = len(nodes) * (len(nodes) - 1)
+    assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:3000]
+    wait_for("every measurement delivered (empty outbox)", lambda: not objs.get_namespaced_custom_object(
+        G, V, NS, "transferruns", run["metadata"]["name"])["status"].get("outbox"), timeout=120)
+
+    # The measurements are in PostgreSQL: every directed pair, every protocol and stream setting, and the RTT.
+    _, psql = database
+    rows = subprocess.run([*psql, "-c", "SELECT s.name, d.name, m.protocol, m.streams, m.status, m.throughput_gbps "
+                                        "FROM results_measurement m JOIN results_node s ON s.id = m.source_id "
+                                        "JOIN results_node d ON d.id = m.destination_id"],
+                          check=True, capture_output=True, text=True).stdout.split()
+    stored = [r.split("|") for r in rows]
+    got = {(s, d, p, int(n)) for s, d, p, n, st, _ in stored if st == "succeeded" and p != "rtt"}
+    want = {(a, b, p, n) for a in nodes for b in nodes if a != b for p in PROTOCOLS for n in STREAMS}
+    assert want <= got, sorted(want - got)
+    assert {(s, d) for s, d, p, *_ in stored if p == "rtt"} == {(a, b) for a in nodes for b in nodes if a != b}
+    assert len(want) == pairs * len(PROTOCOLS) * len(STREAMS)
+
+    # The dashboard pod serves a grid whose cells are those measurements: fetched through its Service from a node
+    # (kube-proxy's rules live in the nodes' namespaces).
+    svc = core.read_namespaced_service(f"{FULLNAME}-dashboard", NS).spec.cluster_ip
+    node = real_cluster.nodes[0]
+    for protocol in PROTOCOLS:
+        for streams in STREAMS:
+            grid = fetch_json(node.netns, f"http://{svc}/api/v1/grid/?benchmark={NS}/e2e&protocol={protocol}"
+                                          f"&streams={streams}")
+            cells = {(c["source"], c["destination"]): c for c in grid["cells"]}
+            for s, d, p, n, st, gbps in stored:
+                if p == protocol and int(n) == streams and st == "succeeded":
+                    assert cells[(s, d)]["value"] == pytest.approx(float(gbps), rel=1e-6), (s, d, p, n)
+            assert len(cells) >= pairs, (protocol, streams, sorted(cells))
+    screenshot_grid(real_cluster, core)
+
+    # `helm test`: the chart's test pod reaches the dashboard through its Service name (cluster DNS).
+    out = real_cluster.helm("test", RELEASE, "--namespace", NS, "--timeout", "180s", check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def fetch_json(netns: str, url: str) -> dict:
+    """GET ``url`` from inside a node's network namespace (where Service addresses work)."""
+    code = f"import json,sys,urllib.request; print(urllib.request.urlopen({url!r}, timeout=20).read().decode())"
+    r = subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def screenshot_grid(real_cluster, core: client.CoreV1Api) -> None:
+    """artifacts/real-cluster-grid.png: the grid page of the dashboard pod (its pod address is routed from here)."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        return
+    pod = ready_pods(core, "app.kubernetes.io/component=dashboard")[0]
+    out = ARTIFACTS / "real-cluster-grid.png"
+    with_dir = Path(real_cluster.state) / "chromium"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={with_dir}", "--window-size=1400,1000", f"--screenshot={out}",
+                    f"http://{pod.status.pod_ip}:8000/grid/{NS}/e2e/?protocol=builtin"], capture_output=True, timeout=120)
+    assert out.exists() and out.stat().st_size > 10_000, "the grid screenshot was not taken"

@@ -86,7 +86,6 @@ def installed(real_cluster, database):
     try:
         yield core
     finally:
-        save_artifacts(real_cluster, core)
         real_cluster.helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "180s", check=False)
 
 
@@ -143,9 +142,11 @@ def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed,
         done = [r for r in runs if (r.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
         return done[0] if done else None
 
-    run = wait_for("the benchmark's first run to finish", finished_run, timeout=900,
-                   detail=lambda: json.dumps([r.get("status", {}).get("phase") for r in objs.list_namespaced_custom_object(
-                       G, V, NS, "transferruns")["items"]]) + "\n" + real_cluster.describe_pods(NS))
+    def phases() -> str:
+        runs = objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
+        return json.dumps([r.get("status", {}).get("phase") for r in runs]) + "\n" + real_cluster.describe_pods(NS)
+
+    run = wait_for("the benchmark's first run to finish", finished_run, timeout=900, detail=phases)
     status = run["status"]
     pairs = len(nodes) * (len(nodes) - 1)
     assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:3000]
@@ -179,6 +180,7 @@ def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed,
                     assert cells[(s, d)]["value"] == pytest.approx(float(gbps), rel=1e-6), (s, d, p, n)
             assert len(cells) >= pairs, (protocol, streams, sorted(cells))
     screenshot_grid(real_cluster, core)
+    save_artifacts(real_cluster, core)
 
     # `helm test`: the chart's test pod reaches the dashboard through its Service name (cluster DNS).
     out = real_cluster.helm("test", RELEASE, "--namespace", NS, "--timeout", "180s", check=False)
@@ -205,5 +207,102 @@ def screenshot_grid(real_cluster, core: client.CoreV1Api) -> None:
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
                     f"--user-data-dir={with_dir}", "--window-size=1400,1000", f"--screenshot={out}",
-                    f"http://{pod.status.pod_ip}:8000/grid/{NS}/e2e/?protocol=builtin"], capture_output=True, timeout=120)
+                    f"http://{pod.status.pod_ip}:8000/grid/{NS}/e2e/?protocol=builtin"],
+                   capture_output=True, timeout=120)
     assert out.exists() and out.stat().st_size > 10_000, "the grid screenshot was not taken"
+
+
+def run_status(objs, name: str) -> dict:
+    return objs.get_namespaced_custom_object(G, V, NS, "transferruns", name).get("status") or {}
+
+
+def wait_run(objs, name: str, real_cluster, timeout: float = 600) -> dict:
+    return wait_for(f"run {name} to finish", lambda: (s := run_status(objs, name)).get("phase") in (
+        "Succeeded", "Failed") and s, timeout=timeout, detail=lambda: json.dumps(run_status(objs, name))[:2000]
+        + "\n" + real_cluster.describe_pods(NS))
+
+
+def stored_records(psql: list[str], run: str) -> list[list[str]]:
+    out = subprocess.run([*psql, "-c", "SELECT m.id, s.name, d.name, m.protocol, m.status, coalesce(m.error, '') "
+                                       "FROM results_measurement m JOIN results_run r ON r.id = m.run_id "
+                                       "JOIN results_node s ON s.id = m.source_id "
+                                       f"JOIN results_node d ON d.id = m.destination_id WHERE r.name = '{run}'"],
+                         check=True, capture_output=True, text=True).stdout
+    return [line.split("|") for line in out.splitlines() if line]
+
+
+def test_agent_and_operator_pods_deleted_mid_run(real_cluster, installed, database):
+    """An agent pod deleted mid-run: the run records the failures of that node's pairs with the reason, and the next
+    run measures them again. The operator pod deleted mid-run: the new one resumes the run, starts no test twice,
+    loses nothing."""
+    core = installed
+    objs = client.CustomObjectsApi(real_cluster.client())
+    _, psql = database
+    nodes = [n.name for n in real_cluster.nodes]
+    victim = nodes[-1]
+    tb = {"apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "faults"},
+          "spec": {"schedule": "@every 24h", "protocols": ["iperf3"], "streams": [1], "iperf3": {"durationSeconds": 4},
+                   "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": False}, "timeoutSeconds": 60,
+                   "retries": 0, "results": {"url": f"http://{FULLNAME}-dashboard.{NS}.svc:80",
+                                             "tokenSecret": {"name": f"{FULLNAME}-results-token", "key": "token"}}}}
+    objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
+    first = wait_for("the faults benchmark's first run", lambda: [
+        r["metadata"]["name"] for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
+        if r["metadata"]["name"].startswith("faults-")], timeout=60)[0]
+    wait_for("the first test done", lambda: run_status(objs, first).get("done", 0) >= 1, timeout=120)
+    agent = next(p for p in core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=agent").items
+                 if p.spec.node_name == victim)
+    core.delete_namespaced_pod(agent.metadata.name, NS, grace_period_seconds=0)
+    status = wait_run(objs, first, real_cluster)
+    assert status.get("failed", 0) >= 1, json.dumps(status)[:2000]
+    wait_for("every record of the run delivered", lambda: not run_status(objs, first).get("outbox"), timeout=120)
+    failed = [r for r in stored_records(psql, first) if r[4] != "succeeded"]
+    assert failed and all(victim in (r[1], r[2]) and r[5] for r in failed), failed
+    wait_for("the agent back on every node", lambda: len(ready_pods(core, "app.kubernetes.io/component=agent"))
+             == len(nodes), timeout=300, detail=lambda: real_cluster.describe_pods(NS))
+
+    # The next run measures every pair again; the operator pod is deleted while it runs.
+    objs.create_namespaced_custom_object(G, V, NS, "transferruns", {
+        "apiVersion": f"{G}/{V}", "kind": "TransferRun", "metadata": {"name": "faults-again"},
+        "spec": {"benchmarkRef": {"name": "faults"}}})
+    wait_for("two tests of the next run done", lambda: run_status(objs, "faults-again").get("done", 0) >= 2,
+             timeout=180)
+    operator = ready_pods(core, "app.kubernetes.io/component=operator")[0]
+    core.delete_namespaced_pod(operator.metadata.name, NS)
+    status = wait_run(objs, "faults-again", real_cluster)
+    assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:2000]
+    wait_for("every record delivered", lambda: not run_status(objs, "faults-again").get("outbox"), timeout=120)
+    records = stored_records(psql, "faults-again")
+    pairs = {(a, b) for a in nodes for b in nodes if a != b}
+    assert sorted((r[1], r[2]) for r in records if r[3] == "iperf3") == sorted(pairs), records
+    assert all(r[4] == "succeeded" for r in records), records
+    # No test started twice: each of the run's transfers appears once in the agents' logs.
+    started = []
+    for p in core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=agent").items:
+        log = core.read_namespaced_pod_log(p.metadata.name, NS, container="agent")
+        started += [line.split("Started transfer ", 1)[1].split(":")[0] for line in log.splitlines()
+                    if "Started transfer " in line]
+    ids = [r[0] for r in records if r[3] == "iperf3"]
+    assert all(started.count(i) == 1 for i in ids), {i: started.count(i) for i in ids}
+
+
+def test_helm_uninstall_leaves_nothing(real_cluster, installed):
+    """The admin deletes the benchmarks first (a run keeps the operator's finalizer until what it measured is
+    delivered: nothing is lost), then uninstalls: no pod, no namespace, nothing in /dev/shm is left."""
+    core = installed
+    objs = client.CustomObjectsApi(real_cluster.client())
+    shm_before = set(Path("/dev/shm").iterdir())
+    for plural in ("transferbenchmarks", "transferruns"):
+        for o in objs.list_namespaced_custom_object(G, V, NS, plural)["items"]:
+            objs.delete_namespaced_custom_object(G, V, NS, plural, o["metadata"]["name"])
+    wait_for("the benchmarks and their runs gone", lambda: not any(
+        objs.list_namespaced_custom_object(G, V, NS, p)["items"] for p in ("transferbenchmarks", "transferruns")),
+        timeout=120)
+    out = real_cluster.helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "180s", check=False)
+    assert out.returncode == 0, out.stderr
+    wait_for("no pods left in the release namespace", lambda: not core.list_namespaced_pod(NS).items,
+             timeout=180, detail=lambda: real_cluster.describe_pods(NS))
+    core.delete_namespace(NS)
+    wait_for("the namespace gone", lambda: NS not in {n.metadata.name for n in core.list_namespace().items},
+             timeout=180)
+    assert not {p for p in Path("/dev/shm").iterdir() if "tpcm" in p.name} - shm_before

@@ -19,7 +19,8 @@ class RFC3339FormField(forms.DateTimeField):
         try:
             return rfc3339.parse(value)
         except ValueError as err:
-            raise forms.ValidationError(str(err)) from None
+            # the text quotes the value, which may hold a "%": passed as a parameter, never as the format
+            raise forms.ValidationError("%(problem)s", params={"problem": str(err)}) from None
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
@@ -36,7 +37,10 @@ class IntegerFilter(filters.NumberFilter):
 
 @extend_schema_field(OpenApiTypes.DOUBLE)
 class FloatFilter(filters.NumberFilter):
-    field_class = forms.FloatField  # NumberFilter's decimal refuses values beyond 1e50
+    field_class = forms.FloatField
+
+    def get_max_validator(self):
+        return None  # NumberFilter refuses values beyond 1e50; any finite number is a valid bound
 
 
 class _ChoicesField(forms.MultipleChoiceField):

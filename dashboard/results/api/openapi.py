@@ -46,6 +46,18 @@ WRITE_ERRORS = {
 }
 
 
+# What a client does next with an ingest's answer: read a stored measurement back, read the grid of its benchmark.
+INGEST_LINKS = {
+    "StoredMeasurement": {"operationId": "v1_measurements_retrieve",
+                          "parameters": {"id": "$response.body#/ids/0"},
+                          "description": "the first measurement this request stored"},
+    "BenchmarkGrid": {"operationId": "v1_grid_retrieve",
+                      "parameters": {"benchmark": "$request.body#/benchmark/name",
+                                     "protocol": "$request.body#/measurements/0/protocol"},
+                      "description": "the grid of the batch's benchmark for its first measurement's protocol"},
+}
+
+
 def ingest_body() -> dict[str, Any]:
     """The contract's ingestBatch with its references inlined (the schema has no $defs of its own in OpenAPI)."""
     root = contract.schema()
@@ -94,4 +106,5 @@ def postprocess(result: dict[str, Any], generator, request, public) -> dict[str,
             if path.endswith("/ingest/") and method == "post":
                 operation["requestBody"] = {"required": True,
                                             "content": {"application/json": {"schema": ingest_body()}}}
+                operation["responses"]["200"]["links"] = INGEST_LINKS
     return result

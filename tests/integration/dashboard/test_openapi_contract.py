@@ -17,20 +17,12 @@ from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.generation import GenerationMode
 
-from tests.support.live_dashboard import running
-
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 EXAMPLES = 25  # per operation and phase: the whole run stays within a couple of minutes on 2 cores
 SEED = 17
 SETTINGS = hypothesis.settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
                                suppress_health_check=list(HealthCheck))
-
-
-@pytest.fixture(scope="module")
-def live_dashboard(postgres_server, tmp_path_factory):
-    with running(postgres_server, tmp_path_factory.mktemp("contract")) as dashboard:
-        yield dashboard
 
 
 DEFAULT_LIMITS = {key: thresholds.DEFAULTS[kind][level] for key, (kind, level) in thresholds.KEYS.items()}

@@ -124,7 +124,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["results.api.permissions.ReadAccess"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        "results.api.ordering.OrderingFilter",
     ],
     "EXCEPTION_HANDLER": "results.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "results.api.pagination.LimitOffsetPagination",

@@ -124,8 +124,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["results.api.permissions.ReadAccess"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        "results.api.ordering.OrderingFilter",
     ],
+    "EXCEPTION_HANDLER": "results.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "results.api.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_RENDERER_CLASSES": [
@@ -144,6 +145,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "OAS_VERSION": "3.1.0",  # the measurement contract is JSON Schema 2020-12, which OpenAPI 3.1 speaks
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "results.api.openapi.postprocess",
+    ],
 }
 
 LOGGING = {

@@ -3,9 +3,56 @@
 from __future__ import annotations
 
 import django_filters as filters
+from django import forms
 from django.db.models import Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 
+from results import rfc3339
 from results.models import PROTOCOLS, STATUSES, ApiToken, Benchmark, Measurement, Node, Run
+
+
+class RFC3339FormField(forms.DateTimeField):
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        try:
+            return rfc3339.parse(value)
+        except ValueError as err:
+            # the text quotes the value, which may hold a "%": passed as a parameter, never as the format
+            raise forms.ValidationError("%(problem)s", params={"problem": str(err)}) from None
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class RFC3339Filter(filters.DateTimeFilter):
+    """A time as the schema declares it (RFC 3339); django-filter's own takes any ISO 8601 form."""
+
+    field_class = RFC3339FormField
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class IntegerFilter(filters.NumberFilter):
+    field_class = forms.IntegerField
+
+
+@extend_schema_field(OpenApiTypes.DOUBLE)
+class FloatFilter(filters.NumberFilter):
+    field_class = forms.FloatField
+
+    def get_max_validator(self):
+        return None  # NumberFilter refuses values beyond 1e50; any finite number is a valid bound
+
+
+class _ChoicesField(forms.MultipleChoiceField):
+    def clean(self, value):
+        return super().clean([v for v in value or [] if v])
+
+
+class MultipleChoiceFilter(filters.MultipleChoiceFilter):
+    """Several choices (`?status=failed&status=cancelled`); an empty value is no filter, as for every other
+    optional parameter (HTML forms send them)."""
+
+    field_class = _ChoicesField
 
 
 def _benchmark_q(prefix: str, value: str) -> Q:
@@ -33,8 +80,8 @@ class BenchmarkFilterSet(filters.FilterSet):
 
 class RunFilterSet(filters.FilterSet):
     benchmark = filters.CharFilter(method="filter_benchmark", help_text='"namespace/name" or a name')
-    started_after = filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
-    started_before = filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    started_after = RFC3339Filter(field_name="started_at", lookup_expr="gte")
+    started_before = RFC3339Filter(field_name="started_at", lookup_expr="lt")
 
     class Meta:
         model = Run
@@ -49,12 +96,12 @@ class MeasurementFilterSet(filters.FilterSet):
     run = filters.CharFilter(field_name="run__uid", help_text="run uid")
     source = filters.CharFilter(field_name="source__name", help_text="source node name")
     destination = filters.CharFilter(field_name="destination__name", help_text="destination node name")
-    protocol = filters.MultipleChoiceFilter(choices=[(p, p) for p in PROTOCOLS])
-    streams = filters.NumberFilter(field_name="streams")
-    status = filters.MultipleChoiceFilter(choices=[(s, s) for s in STATUSES])
-    finished_after = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
-    finished_before = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
-    min_throughput_gbps = filters.NumberFilter(field_name="throughput_gbps", lookup_expr="gte")
+    protocol = MultipleChoiceFilter(choices=[(p, p) for p in PROTOCOLS])
+    streams = IntegerFilter(field_name="streams")
+    status = MultipleChoiceFilter(choices=[(s, s) for s in STATUSES])
+    finished_after = RFC3339Filter(field_name="finished_at", lookup_expr="gte")
+    finished_before = RFC3339Filter(field_name="finished_at", lookup_expr="lt")
+    min_throughput_gbps = FloatFilter(field_name="throughput_gbps", lookup_expr="gte")
 
     class Meta:
         model = Measurement

@@ -7,8 +7,11 @@ from datetime import timedelta
 
 from results.models import PROTOCOLS
 
-_DURATION = re.compile(r"^(\d+)([smhd]?)$")
+# Also the OpenAPI schema's pattern for duration parameters (results.api.openapi): one rule, two readers.
+DURATION_PATTERN = r"^([0-9]{1,12})([smhd]?)$"
+_DURATION = re.compile(DURATION_PATTERN)
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+LONGEST = timedelta(days=365 * 100)  # a longer window reads as "everything": no date arithmetic overflow
 
 
 class ParamError(ValueError):
@@ -21,10 +24,19 @@ class ParamError(ValueError):
 def duration(param: str, value: str | None, default: timedelta) -> timedelta:
     if not value:
         return default
-    match = _DURATION.match(value.strip())
+    match = _DURATION.match(value)
     if not match:
         raise ParamError(param, f"{value!r} is not a duration like 3600, 30m, 12h or 7d")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    return timedelta(seconds=min(int(match.group(1)) * _UNITS[match.group(2)], LONGEST.total_seconds()))
+
+
+def name(param: str, value: str | None) -> str:
+    """A required name (a node's, a benchmark's): not empty, no NUL (no database stores one)."""
+    if not value:
+        raise ParamError(param, "is required")
+    if "\x00" in value:
+        raise ParamError(param, "may not contain NUL characters")
+    return value
 
 
 def protocol(param: str, value: str | None) -> str:

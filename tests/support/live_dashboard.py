@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -86,3 +88,14 @@ class LiveDashboard:
             out += body["results"]
             url = body.get("next")
         return out
+
+
+@contextmanager
+def running(pg, workdir: Path) -> Iterator[LiveDashboard]:
+    """A started dashboard on a fresh database, stopped at the end (a module fixture's body)."""
+    dashboard = LiveDashboard(pg, workdir)
+    dashboard.start()
+    try:
+        yield dashboard
+    finally:
+        dashboard.stop()

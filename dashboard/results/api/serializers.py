@@ -6,11 +6,10 @@ Validation only: writes happen in results.services.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 
 from rest_framework import serializers
 
-from results import thresholds
+from results import rfc3339, thresholds
 from results.models import PROTOCOLS, STATUSES, Benchmark, FileTransfer, Measurement, Node, Run
 
 log = logging.getLogger(__name__)
@@ -19,18 +18,15 @@ log = logging.getLogger(__name__)
 
 
 class RFC3339Field(serializers.DateTimeField):
-    """A date-time with a UTC offset (RFC 3339, as the contract says), parsed with datetime.fromisoformat:
-    several times cheaper than DRF's generic parsing, which matters at 10 000 measurements a batch."""
+    """A date-time with a UTC offset (RFC 3339, as the contract says), parsed by results.rfc3339: several times
+    cheaper than DRF's generic parsing, which matters at 10 000 measurements a batch."""
 
     def to_internal_value(self, value):
         if isinstance(value, str):
             try:
-                parsed = datetime.fromisoformat(value)
-            except ValueError:
-                self.fail("invalid", format="RFC 3339, e.g. 2026-01-31T12:00:00Z")
-            if parsed.tzinfo is None:
-                raise serializers.ValidationError("needs a UTC offset (RFC 3339), e.g. 2026-01-31T12:00:00Z")
-            return parsed
+                return rfc3339.parse(value)
+            except ValueError as err:
+                raise serializers.ValidationError(str(err)) from None
         return super().to_internal_value(value)
 
 
@@ -89,6 +85,25 @@ class MeasurementIn(serializers.Serializer):
         return attrs
 
 
+def _without_nul(value):
+    """A JSON value with every NUL character (in keys and text) as U+FFFD: PostgreSQL's jsonb cannot store NUL,
+    and a stray one in a benchmark's spec or a node's labels must not cost the batch its measurements."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+class JSONObjectField(serializers.DictField):
+    """A free-form JSON object (a spec, labels, counts), stored as given but for NUL characters."""
+
+    def to_internal_value(self, data):
+        return _without_nul(super().to_internal_value(data))
+
+
 class ThresholdsField(serializers.DictField):
     """The TransferBenchmark's spec.thresholds: goodGbps, warnGbps, goodRttMs, warnRttMs (numbers, each optional;
     other keys are ignored and logged); errors are keyed by the threshold, so they read
@@ -111,7 +126,7 @@ class BenchmarkIn(serializers.Serializer):
     namespace = serializers.CharField(max_length=253)
     name = serializers.CharField(max_length=253)
     uid = serializers.CharField(max_length=64, allow_null=True, required=False)
-    spec = serializers.DictField(required=False)
+    spec = JSONObjectField(required=False)
     thresholds = ThresholdsField(required=False)
 
 
@@ -122,14 +137,14 @@ class RunIn(serializers.Serializer):
     started_at = RFC3339Field(allow_null=True, required=False)
     finished_at = RFC3339Field(allow_null=True, required=False)
     state = serializers.CharField(max_length=40, required=False, allow_blank=True)
-    counts = serializers.DictField(required=False)
+    counts = JSONObjectField(required=False)
 
 
 class NodeIn(serializers.Serializer):
     name = serializers.CharField(max_length=253)
     site = serializers.CharField(max_length=200, allow_null=True, allow_blank=True, required=False)
     address = serializers.CharField(max_length=253, allow_null=True, allow_blank=True, required=False)
-    labels = serializers.DictField(required=False)
+    labels = JSONObjectField(required=False)
     nic_speed_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
     loopback_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
 

@@ -3,7 +3,12 @@ from rest_framework.routers import DefaultRouter
 
 from results.api import views
 
-router = DefaultRouter()
+
+class Router(DefaultRouter):
+    include_format_suffixes = False  # ?format=csv|json, as the schema says; a suffix would shadow odd ids
+
+
+router = Router()
 router.register("nodes", views.NodeViewSet)
 router.register("benchmarks", views.BenchmarkViewSet)
 router.register("runs", views.RunViewSet)

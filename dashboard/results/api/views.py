@@ -19,37 +19,28 @@ from rest_framework.views import APIView
 
 from results import filters, metrics, params, selectors, services
 from results.api import serializers
+from results.api.errors import flatten_errors
+from results.api.pagination import LARGEST
 from results.api.permissions import WriteAccess
 from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
-from results.models import Benchmark, Measurement, Node, Run
+from results.models import PROTOCOLS, Benchmark, Measurement, Node, Run
 
 LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
 
+# Query parameters' schemas, as the views parse them (results.params).
+NAME = {"type": "string", "minLength": 1}
+PROTOCOL = {"type": "string", "enum": list(PROTOCOLS)}
+DURATION = {"type": "string", "pattern": params.DURATION_PATTERN}
 
-def flatten_errors(detail, prefix: str = "") -> list[dict[str, str]]:
-    """DRF's nested error structure as a list of {field: "measurements[3].protocol", message}."""
-    out: list[dict[str, str]] = []
-    if isinstance(detail, dict):
-        for key, value in detail.items():
-            name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
-            out.extend(flatten_errors(value, name))
-    elif isinstance(detail, list):
-        if all(isinstance(v, str) for v in detail):
-            out.extend({"field": prefix or "(body)", "message": str(v)} for v in detail)
-        else:
-            for i, value in enumerate(detail):
-                if value:
-                    out.extend(flatten_errors(value, f"{prefix}[{i}]"))
-    else:
-        out.append({"field": prefix or "(body)", "message": str(detail)})
-    return out
+
+def _streams(lo: int) -> dict:
+    return {"type": "integer", "minimum": lo, "maximum": 100}
+
 
 
 def _benchmark(request) -> Benchmark:
-    ref = request.query_params.get("benchmark")
-    if not ref:
-        raise ValidationError({"benchmark": "is required (namespace/name)"})
+    ref = _params(params.name, "benchmark", request.query_params.get("benchmark"))
     try:
         return selectors.get_benchmark(ref)
     except (Benchmark.DoesNotExist, Benchmark.MultipleObjectsReturned):
@@ -68,7 +59,7 @@ class IngestView(APIView):
 
     permission_classes = [WriteAccess]
 
-    @extend_schema(request=serializers.IngestBatchIn, responses={200: serializers.IngestResultOut})
+    @extend_schema(request=None, responses={200: serializers.IngestResultOut})  # body: results.api.openapi
     def post(self, request):
         serializer = serializers.IngestBatchIn(data=request.data)
         if not serializer.is_valid():
@@ -94,8 +85,8 @@ class CSVExportMixin:
             return super().list(request, *args, **kwargs)
         cap = settings.CSV_MAX_ROWS
         q = request.query_params
-        offset = _params(params.integer, "offset", q.get("offset"), 0, 0, 2**62)
-        limit = _params(params.integer, "limit", q.get("limit"), cap, 1, 2**62)
+        offset = _params(params.integer, "offset", q.get("offset"), 0, 0, LARGEST)
+        limit = _params(params.integer, "limit", q.get("limit"), cap, 1, LARGEST)
         take = min(limit, cap)
         queryset = self.filter_queryset(self.get_queryset())
         serializer = self.get_serializer()
@@ -111,38 +102,42 @@ class CSVExportMixin:
         return response
 
 
-class NodeViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
+class ArchiveViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
+    """A read-only list and detail, JSON or CSV. Any id reaches the view, which answers a JSON 404 for one that
+    is not a number (the router's default pattern stops at a dot and left Django's HTML 404 page)."""
+
+    lookup_value_regex = "[^/]+"
+    renderer_classes = LIST_RENDERERS
+
+
+class NodeViewSet(ArchiveViewSet):
     queryset = Node.objects.all()
     serializer_class = serializers.NodeSerializer
     filterset_class = filters.NodeFilterSet
     ordering_fields = ["name", "site", "last_seen"]
-    renderer_classes = LIST_RENDERERS
 
 
-class BenchmarkViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
+class BenchmarkViewSet(ArchiveViewSet):
     queryset = Benchmark.objects.all()
     serializer_class = serializers.BenchmarkSerializer
     filterset_class = filters.BenchmarkFilterSet
     ordering_fields = ["namespace", "name", "created"]
-    renderer_classes = LIST_RENDERERS
 
 
-class RunViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
+class RunViewSet(ArchiveViewSet):
     queryset = Run.objects.select_related("benchmark")
     serializer_class = serializers.RunSerializer
     filterset_class = filters.RunFilterSet
     ordering_fields = ["started_at", "finished_at", "name"]
-    renderer_classes = LIST_RENDERERS
 
 
-class MeasurementViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
+class MeasurementViewSet(ArchiveViewSet):
     # The related rows give names only: their JSON columns would be decoded for nothing on every row.
     queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark").defer(
         "source__labels", "destination__labels", "run__counts", "benchmark__spec", "benchmark__thresholds")
     filterset_class = filters.MeasurementFilterSet
     ordering_fields = ["finished_at", "started_at", "throughput_gbps", "rtt_ms", "protocol", "streams"]
     ordering = ["-finished_at", "id"]  # id: a stable order for offset paging and CSV continuation
-    renderer_classes = LIST_RENDERERS
 
     def get_serializer_class(self):
         if self.action == "retrieve":
@@ -156,11 +151,11 @@ class GridView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("benchmark", str, required=True, description="namespace/name"),
-            OpenApiParameter("protocol", str, required=True),
-            OpenApiParameter("streams", int, description="one stream setting (default: all)"),
+            OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"),
+            OpenApiParameter("protocol", PROTOCOL, required=True),
+            OpenApiParameter("streams", _streams(0), description="one stream setting (default: all)"),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
-            OpenApiParameter("window", str, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
+            OpenApiParameter("window", DURATION, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
         ],
         responses=serializers.GridSerializer,
     )
@@ -197,9 +192,7 @@ def grid_json(data: dict) -> dict:
 
 
 def _node(name: str | None, param: str) -> Node:
-    if not name:
-        raise ValidationError({param: "is required (node name)"})
-    return get_object_or_404(Node, name=name)
+    return get_object_or_404(Node, name=_params(params.name, param, name))
 
 
 class PairHistoryView(APIView):
@@ -207,10 +200,10 @@ class PairHistoryView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("source", str, required=True),
-            OpenApiParameter("destination", str, required=True),
+            OpenApiParameter("source", NAME, required=True),
+            OpenApiParameter("destination", NAME, required=True),
             OpenApiParameter("benchmark", str, description="namespace/name (default: every benchmark)"),
-            OpenApiParameter("since", OpenApiTypes.STR, description="how far back: 30d (default 90d)"),
+            OpenApiParameter("since", DURATION, description="how far back: 30d (default 90d)"),
         ],
         responses=serializers.HistoryPointSerializer(many=True),
     )
@@ -229,7 +222,7 @@ class ThroughputVsRttView(APIView):
     """Latest throughput of every pair against its RTT, per protocol."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("benchmark", str, required=True)],
+        parameters=[OpenApiParameter("benchmark", NAME, required=True, description="namespace/name")],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request):
@@ -242,10 +235,10 @@ class StreamsPairsView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("benchmark", str, required=True),
-            OpenApiParameter("protocol", str),
-            OpenApiParameter("low", int),
-            OpenApiParameter("high", int),
+            OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"),
+            OpenApiParameter("protocol", PROTOCOL),
+            OpenApiParameter("low", _streams(1), description="default 1"),
+            OpenApiParameter("high", _streams(1), description="default 8"),
         ],
         responses=serializers.StreamsPairSerializer(many=True),
     )

@@ -2,6 +2,8 @@ import pytest
 from rest_framework.test import APIClient
 from results import services
 
+from tests.support.live_dashboard import running
+
 
 @pytest.fixture
 def write_key(db):
@@ -16,3 +18,10 @@ def read_key(db):
 @pytest.fixture
 def client():
     return APIClient()
+
+
+@pytest.fixture(scope="module")
+def live_dashboard(postgres_server, tmp_path_factory):
+    """The real dashboard (gunicorn, PostgreSQL) for a module's HTTP clients; `.token` can ingest."""
+    with running(postgres_server, tmp_path_factory.mktemp("live")) as dashboard:
+        yield dashboard

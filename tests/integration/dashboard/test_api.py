@@ -332,10 +332,10 @@ def test_aggregates(client, archive):
     assert g["thresholds"] == {"ok": 30, "warning": 10}
     m = client.get("/api/v1/grid/?benchmark=mesh/bench1&protocol=builtin&streams=1&mode=median&window=3650d").json()
     assert m["cells"][0]["value"] == 12 and m["cells"][0]["count"] == 3
-    assert client.get("/api/v1/grid/?benchmark=mesh/bench1&protocol=builtin&window=soon").json() == {
-        "window": "'soon' is not a duration like 3600, 30m, 12h or 7d"}
+    assert client.get("/api/v1/grid/?benchmark=mesh/bench1&protocol=builtin&window=soon").json()["errors"] == [
+        {"field": "window", "message": "'soon' is not a duration like 3600, 30m, 12h or 7d"}]
     assert client.get("/api/v1/grid/?benchmark=mesh/nope&protocol=builtin").status_code == 404
-    assert "protocol" in client.get("/api/v1/grid/?benchmark=mesh/bench1").json()
+    assert "protocol" in [e["field"] for e in client.get("/api/v1/grid/?benchmark=mesh/bench1").json()["errors"]]
     h = client.get("/api/v1/pairs/history/?source=b&destination=a&since=3650d").json()
     assert len(h) == 7 and h[0]["finished_at"] <= h[-1]["finished_at"]
     rtt = client.get("/api/v1/compare/rtt/?benchmark=mesh/bench1").json()

@@ -48,13 +48,15 @@ def keep_cross_field_rules(body):
     are tested in test_api.py."""
     if not isinstance(body, dict):
         return body
-    for m in body.get("measurements") or []:
+    measurements = body.get("measurements")
+    for m in measurements if isinstance(measurements, list) else []:  # negative cases send any type here
         if not isinstance(m, dict):
             continue
         _ordered(m, "started_at", "finished_at")
         if isinstance(m.get("source"), str) and m.get("destination") == m["source"]:
             m["destination"] = (m["source"][:250] + "-to").strip() or "to"
-        for f in m.get("files") or []:
+        files = m.get("files")
+        for f in files if isinstance(files, list) else []:
             if isinstance(f, dict):
                 _ordered(f, "started_at", "finished_at")
     limits = (body.get("benchmark") or {}).get("thresholds") if isinstance(body.get("benchmark"), dict) else None

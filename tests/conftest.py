@@ -5,5 +5,4 @@ pytest_plugins = [
     "tests.support.postgres",
     "tests.support.controlplane",
     "tests.support.agents",
-    "tests.support.realcluster",
 ]

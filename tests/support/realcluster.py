@@ -1,4 +1,5 @@
-"""The `real_cluster` fixture: `tpcmesh-local cluster` (tpcmesh_operator.local.cluster) for the session, three
+"""The `real_cluster` fixture (tests/cluster/conftest.py makes it package-scoped: the cluster goes before the
+other packages' labs run): `tpcmesh-local cluster` (tpcmesh_operator.local.cluster) for the session, three
 nodes by default, each a kubelet with its own containerd in a network namespace of the WAN lab, with the support
 images (pause, CoreDNS, busybox) and tpcmesh's own images (`make images`, built here through the same script and
 cached) imported on every node. Logs and node states go to artifacts/real-cluster/ at the end."""
@@ -31,7 +32,7 @@ def build_images() -> list[Path]:
     return archives
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_cluster() -> Iterator[Cluster]:
     missing = missing_parts()
     if missing:

@@ -160,7 +160,9 @@ def finish_file(result: FileResult, spec: FileSpec, job: TransferJob, error: str
 
 
 def short(text: str, limit: int = 400) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    """The last lines of a program's output, for an error message. NULs are dropped: xrdcp ends some server
+    messages with one, and the measurement contract's text (stored in PostgreSQL) cannot hold it."""
+    lines = [line.strip() for line in text.replace("\x00", "").strip().splitlines() if line.strip()]
     out = " | ".join(lines[-4:])
     return out[-limit:]
 

@@ -112,4 +112,7 @@ def test_linked_operations_keep_the_schema(api_schema, live_dashboard):
             case.validate_response(response, checks=CHECKS.get_all())
 
     hypothesis.stateful.run_state_machine_as_test(
-        Workflow, settings=hypothesis.settings(SETTINGS, max_examples=EXAMPLES, stateful_step_count=6))
+        # No shrinking: it replays steps whose data came from the live server's earlier answers (links), which
+        # differ on replay and make Hypothesis stop with FlakyStrategyDefinition; a failure is reported unshrunk.
+        Workflow, settings=hypothesis.settings(SETTINGS, max_examples=EXAMPLES, stateful_step_count=6,
+                                               phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate]))

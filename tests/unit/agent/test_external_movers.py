@@ -114,3 +114,11 @@ def test_file_growth_peak_is_the_fastest_full_second(tmp_path):
     assert watch.peak_bps() == pytest.approx((1_800_000_000 - 2 * 10**8) * 8)  # 1.0 -> 2.0 s
     watch.samples = [(0.0, 1), (0.3, 10**9)]
     assert watch.peak_bps() is None
+
+
+def test_error_text_from_a_program_holds_no_nul():
+    from tpcmesh_agent.movers.external import short
+
+    # xrdcp's own words for a missing source (a server message ending with a NUL).
+    text = "Run: [ERROR] Server responded with an error: [3011] Unable to open /sets/x; no such file or directory\x00\n"
+    assert short(text) == text.removesuffix("\x00\n")

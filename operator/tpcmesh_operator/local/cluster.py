@@ -411,10 +411,10 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             _kill_node_tasks(node)
+        mount_namespaces = [_mount_namespace(node) for node in self.nodes]
         if self.lab is not None:
-            for node in self.nodes:
-                _kill_mount_namespace(node)
             self.lab.close()  # stops kubelets, kube-proxies, containerds, holders; removes namespaces
+        _kill_in_mount_namespaces({m for m in mount_namespaces if m})
         if self.control_plane is not None:
             self.control_plane.stop()
         if self.lab is not None and self.plan is not None:
@@ -484,18 +484,24 @@ def _kill_node_tasks(node: ClusterNode) -> None:
             subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", cid], capture_output=True, timeout=20)
 
 
-def _kill_mount_namespace(node: ClusterNode) -> None:
-    """Kill every process left in the node's mount namespace (containerd's shims run in a session of their own,
-    outside the lab's process list)."""
+def _mount_namespace(node: ClusterNode) -> int | None:
+    """The inode of the node's mount namespace (while its holder runs)."""
     if node.holder is None or node.holder.poll() is not None:
-        return
+        return None
     try:
-        target = os.stat(f"/proc/{node.holder.pid}/ns/mnt").st_ino
+        return os.stat(f"/proc/{node.holder.pid}/ns/mnt").st_ino
     except OSError:
+        return None
+
+
+def _kill_in_mount_namespaces(inodes: set[int]) -> None:
+    """Kill every process left in these mount namespaces after the lab stopped its own (containerd's shims run in
+    sessions of their own, outside the lab's process list)."""
+    if not inodes:
         return
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
         with contextlib.suppress(OSError):
-            if pid != node.holder.pid and os.stat(f"/proc/{pid}/ns/mnt").st_ino == target:
+            if os.stat(f"/proc/{pid}/ns/mnt").st_ino in inodes:
                 os.kill(pid, signal.SIGKILL)
 
 

@@ -29,6 +29,9 @@ class Settings:
     metrics_port: int = 8080  # 0: no metrics server
     metrics_address: str = "0.0.0.0"
     peering: str = "tpcmesh"  # kopf peering name (one active operator); empty: standalone
+    # Where benchmarks without spec.results deliver (the chart sets its own dashboard); empty: they must name one.
+    results_url: str = ""
+    results_token_file: str = ""  # the token for results_url, re-read after a 401
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -49,6 +52,8 @@ class Settings:
         if not 0 < s.status_budget_bytes < MAX_STATUS_BYTES:
             raise SettingsError(f"TPCMESH_OPERATOR_STATUS_BUDGET_BYTES: {s.status_budget_bytes} must be positive and "
                                 f"below {MAX_STATUS_BYTES}, where a status starts to lose its per-file details")
+        if s.results_url and not s.results_url.startswith(("http://", "https://")):
+            raise SettingsError(f"TPCMESH_OPERATOR_RESULTS_URL: expected an http(s) URL, got {s.results_url!r}")
         return s
 
     def agent_token(self) -> str:
@@ -60,3 +65,12 @@ class Settings:
 
     def ca(self) -> str | None:
         return self.ca_file if self.ca_file and Path(self.ca_file).exists() else None
+
+    def results_token(self) -> str | None:
+        """The default results endpoint's token; None when there is no file (yet): delivery then waits for it."""
+        if not self.results_token_file:
+            return None
+        try:
+            return Path(self.results_token_file).read_text().strip() or None
+        except OSError:
+            return None

@@ -87,7 +87,8 @@ class _Run:
     results: ResultsClient | None
 
 
-async def _prepare(name: str, namespace: str, uid: str, body: Mapping[str, Any], event: EventFn) -> _Run | None:
+async def _prepare(name: str, namespace: str, uid: str, body: Mapping[str, Any], settings: Settings,
+                   event: EventFn) -> _Run | None:
     """Spec, identity, status store and results client of a run; None (status Failed, an Event) if its spec is
     invalid."""
     status = dict(body.get("status") or {})
@@ -108,12 +109,19 @@ async def _prepare(name: str, namespace: str, uid: str, body: Mapping[str, Any],
     info = RunInfo(benchmark_namespace=namespace, benchmark_name=bench, run_name=name, run_uid=uid,
                    benchmark_uid=owner.get("uid"), scheduled_at=(body.get("spec") or {}).get("scheduledTime"))
     store = kube.KubeStatusStore(namespace, name, extra={"benchmarkSpec": to_dict(spec)})
-    return _Run(spec, info, store, await _results_client(spec, namespace, event))
+    return _Run(spec, info, store, await _results_client(spec, namespace, settings, event))
 
 
-async def _results_client(spec: BenchmarkSpec, namespace: str, event: EventFn) -> ResultsClient | None:
+async def _results_client(spec: BenchmarkSpec, namespace: str, settings: Settings,
+                          event: EventFn) -> ResultsClient | None:
+    """The benchmark's spec.results, else the operator's default endpoint (the chart's dashboard), else None."""
     if not spec.results:
-        return None
+        if not settings.results_url:
+            return None
+
+        async def from_file() -> str | None:  # a rotated Secret reaches the mounted file without a restart
+            return settings.results_token()
+        return ResultsClient(settings.results_url, settings.results_token(), token_source=from_file)
     token = None
     source = None
     if (ref := spec.results.token_secret) is not None:
@@ -149,7 +157,7 @@ async def drive_run(name: str, namespace: str, uid: str, body: Mapping[str, Any]
     status = dict(body.get("status") or {})
     if status.get("phase") in TERMINAL and not status.get("outbox"):
         return
-    prepared = await _prepare(name, namespace, uid, body, event)
+    prepared = await _prepare(name, namespace, uid, body, settings, event)
     if prepared is None:
         return
     spec, results = prepared.spec, prepared.results
@@ -218,7 +226,7 @@ async def deliver_deleted_run(name: str, namespace: str, uid: str, body: Mapping
     if ex is None:
         if not (body.get("status") or {}).get("outbox"):
             return
-        prepared = await _prepare(name, namespace, uid, body, event)
+        prepared = await _prepare(name, namespace, uid, body, settings, event)
         if prepared is None:
             return
         ex = RunExecutor(prepared.spec, prepared.info, StaticDirectory([]), None,  # type: ignore[arg-type]  # no tests

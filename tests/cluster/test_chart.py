@@ -63,6 +63,24 @@ def test_schema_rejects_bad_values():
         assert field in out.stderr
 
 
+def _operator_env(docs: list[dict]) -> dict[str, str]:
+    dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator"))
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_benchmarks_without_results_deliver_to_the_releases_dashboard(tmp_path):
+    env = _operator_env(render(None, "mesh"))
+    assert env["TPCMESH_OPERATOR_RESULTS_URL"] == "http://tpc-tpcmesh-dashboard.mesh.svc:80"
+    assert env["TPCMESH_OPERATOR_RESULTS_TOKEN_FILE"] == "/var/run/tpcmesh/results-token/token"
+    no_dashboard = tmp_path / "values.yaml"
+    no_dashboard.write_text("dashboard: {enabled: false}\n")
+    assert "TPCMESH_OPERATOR_RESULTS_URL" not in _operator_env(render(no_dashboard, "mesh"))
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("dashboard: {enabled: false}\noperator: {resultsUrl: 'https://grid.example.org'}\n")
+    assert _operator_env(render(elsewhere, "mesh"))["TPCMESH_OPERATOR_RESULTS_URL"] == "https://grid.example.org"
+
+
 def test_defaults_render_the_agent_daemonset_as_specified():
     docs = render(None, "tpcmesh")
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
@@ -266,9 +284,9 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
         out = control_plane.helm("install", "tpc", str(CHART), "--namespace", ns, "--create-namespace",
                                  "--set", "image.registry=example.invalid/tpcmesh", check=False)
         assert out.returncode == 0, out.stderr
-        # NOTES.txt: how to label nodes, reach the grid, point a benchmark at the dashboard, run `helm test`.
+        # NOTES.txt: how to label nodes, reach the grid, where benchmarks deliver, run `helm test`.
         for hint in ("kubectl label node <node> tpcmesh.io/fast-network=true", "port-forward svc/tpc-tpcmesh-dashboard",
-                     "url: http://tpc-tpcmesh-dashboard.tpcmesh-install.svc:80", "name: tpc-tpcmesh-results-token",
+                     "deliver to http://tpc-tpcmesh-dashboard.tpcmesh-install.svc:80.",
                      "helm test tpc -n tpcmesh-install"):
             assert hint in out.stdout, out.stdout
         core = client.CoreV1Api(control_plane.client())

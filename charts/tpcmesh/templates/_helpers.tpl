@@ -90,6 +90,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "http://%s-dashboard.%s.svc:%d" (include "tpcmesh.fullname" .) .Release.Namespace (int .Values.dashboard.service.port) }}
 {{- end }}
 
+{{/* The operator's default results endpoint: operator.resultsUrl, else this release's dashboard, else none. */}}
+{{- define "tpcmesh.operator.resultsUrl" -}}
+{{- if .Values.operator.resultsUrl }}{{ .Values.operator.resultsUrl }}
+{{- else if .Values.dashboard.enabled }}{{ include "tpcmesh.dashboard.url" . }}
+{{- end }}
+{{- end }}
+
 {{- define "tpcmesh.caBundleName" -}}
 {{- printf "%s-ca-bundle" (include "tpcmesh.fullname" .) }}
 {{- end }}

@@ -170,3 +170,38 @@ def test_settle_keeps_a_bounded_list_of_refused_records_and_counts_all() -> None
     assert len(status["rejected"]) == MAX_REJECTED and status["rejected"][-1]["measurement"]["id"] == "39"
     assert len(status["rejected"][0]["reason"]) == 1000
     json.dumps(status)
+
+
+def test_benchmarks_without_results_use_the_operators_default_endpoint(tmp_path):
+    """spec.results wins; without it the chart's TPCMESH_OPERATOR_RESULTS_URL, with the token re-read from its file
+    (a rotated Secret reaches the mounted file); with neither, no endpoint."""
+    from tpcmesh_operator.config import Settings, SettingsError
+    from tpcmesh_operator.rundriver import _results_client
+    from tpcmesh_operator.spec import parse_spec
+
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    settings = Settings.from_env({"TPCMESH_OPERATOR_RESULTS_URL": "http://dash.ns.svc:80",
+                                  "TPCMESH_OPERATOR_RESULTS_TOKEN_FILE": str(token)})
+    events: list[tuple[str, ...]] = []
+
+    async def made(spec, s):
+        c = await _results_client(spec, "ns", s, lambda *e: events.append(e))
+        if c is None:
+            return None
+        try:
+            first = c._client.headers.get("Authorization")
+            token.write_text("second\n")
+            reloaded = await c._reload_token()
+            return c.url, first, reloaded, c._client.headers.get("Authorization")
+        finally:
+            await c.aclose()
+
+    bare = parse_spec({"protocols": ["iperf3"]}, "spec")
+    assert asyncio.run(made(bare, settings)) == ("http://dash.ns.svc:80/api/v1/ingest/", "Token first", True,
+                                                 "Token second")
+    own = parse_spec({"protocols": ["iperf3"], "results": {"url": "https://elsewhere.example"}}, "spec")
+    assert asyncio.run(made(own, settings))[0] == "https://elsewhere.example/api/v1/ingest/"
+    assert asyncio.run(made(bare, Settings())) is None
+    with pytest.raises(SettingsError, match="TPCMESH_OPERATOR_RESULTS_URL: expected an http"):
+        Settings.from_env({"TPCMESH_OPERATOR_RESULTS_URL": "dash.ns.svc"})

@@ -72,6 +72,10 @@ images: ## Build the operator, agent and dashboard images (docker, else buildah:
 cluster: setup control-plane images ## A real 3-node Kubernetes cluster on this machine (root; Ctrl-C ends it)
 	$(VENV)/bin/tpcmesh-local cluster up
 
+.PHONY: cluster-demo
+cluster-demo: setup control-plane images ## The real cluster + the chart + PostgreSQL + the quick benchmark; prints the grid URL
+	$(VENV)/bin/tpcmesh-local cluster demo
+
 .PHONY: cluster-down
 cluster-down: ## Stop `make cluster` and remove what a killed one left behind
 	$(VENV)/bin/tpcmesh-local cluster down

@@ -11,18 +11,18 @@ chart's own.
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
+from tpcmesh_operator.local import clusterinstall
+from tpcmesh_operator.local.clusterinstall import ready_pods
+from tpcmesh_operator.local.postgres import for_cluster
 
 from tests.support.paths import ARTIFACTS, REPO
-from tests.support.postgres import start_postgres
 
 pytestmark = [pytest.mark.cluster, pytest.mark.netns]
 
@@ -51,40 +51,21 @@ def wait_for(what: str, fn, timeout: float, detail=lambda: "", interval: float =
 
 @pytest.fixture(scope="module")
 def database(real_cluster):
-    """PostgreSQL on the lab's host address, reachable from every node (pods leave their node masqueraded to the
-    node's address), password-protected for the lab's range."""
-    host = real_cluster.lab.host_address
-    server, base = start_postgres({"listen_addresses": f"'127.0.0.1,{host}'"})
-    password = secrets.token_hex(16)
-    with open(server.datadir / "pg_hba.conf", "a") as f:
-        f.write(f"host all all {real_cluster.lab.subnet} scram-sha-256\n")
-    psql = [str(server.bin / "psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", server.user, "-d", "postgres",
-            "-v", "ON_ERROR_STOP=1", "-qAt"]
-    subprocess.run([*psql, "-c", f"ALTER USER {server.user} PASSWORD '{password}'; SELECT pg_reload_conf();"],
-                   check=True, capture_output=True)
-    url = f"postgres://{server.user}:{password}@{host}:{server.port}/postgres"
+    """PostgreSQL on the lab's host address, reachable from every node, password-protected for the lab's range (the
+    same one `tpcmesh-local cluster demo` starts)."""
+    db = for_cluster(real_cluster.lab.host_address, real_cluster.lab.subnet)
     try:
-        yield url, psql
+        yield db.url, db.server.psql()
     finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        db.close()
 
 
 @pytest.fixture(scope="module")
 def installed(real_cluster, database):
     url, _ = database
-    core = client.CoreV1Api(real_cluster.client())
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
-    core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="tpcmesh-database"),
-                                                      string_data={"DATABASE_URL": url}))
-    for n in real_cluster.nodes:
-        core.patch_node(n.name, {"metadata": {"labels": {"tpcmesh.io/fast-network": "true"}}})
-    out = real_cluster.helm("install", RELEASE, str(CHART), "--namespace", NS, "--set", "image.pullPolicy=Never",
-                            "--set", "database.mode=external", "--set",
-                            "database.external.existingSecret=tpcmesh-database", check=False)
-    assert out.returncode == 0, out.stderr
+    clusterinstall.install(real_cluster, url, NS, RELEASE)  # what `tpcmesh-local cluster demo` runs
     try:
-        yield core
+        yield client.CoreV1Api(real_cluster.client())
     finally:
         real_cluster.helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "180s", check=False)
 
@@ -102,11 +83,6 @@ def save_artifacts(real_cluster, core: client.CoreV1Api) -> None:
         "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows) + "\n")
 
 
-def ready_pods(core: client.CoreV1Api, selector: str) -> list:
-    pods = core.list_namespaced_pod(NS, label_selector=selector).items
-    return [p for p in pods if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-
-
 def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed, database):
     core = installed
     objs = client.CustomObjectsApi(real_cluster.client())
@@ -115,7 +91,7 @@ def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed,
     # Every labelled node runs its agent as a real container on the node's own address; the agents got their
     # host certificates through the CSR flow (their init container waits for the signed certificate).
     agents = wait_for("a Ready agent on every node", lambda: (
-        p := ready_pods(core, "app.kubernetes.io/component=agent")) and len(p) == len(nodes) and p,
+        p := ready_pods(real_cluster, "agent", NS)) and len(p) == len(nodes) and p,
         timeout=420, detail=lambda: real_cluster.describe_pods(NS))
     for p in agents:
         assert p.status.host_ip == nodes[p.spec.node_name].address == p.status.pod_ip
@@ -124,11 +100,11 @@ def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed,
     signed = {c.spec.username for c in csrs if c.status.certificate and c.spec.signer_name == "tpcmesh.io/agent"}
     assert signed == {f"system:serviceaccount:{NS}:{FULLNAME}-agent"}, signed
     for component in ("operator", "dashboard"):
-        wait_for(f"the {component} Ready", lambda c=component: ready_pods(core, f"app.kubernetes.io/component={c}"),
+        wait_for(f"the {component} Ready", lambda c=component: ready_pods(real_cluster, c, NS),
                  timeout=300, detail=lambda: real_cluster.describe_pods(NS))
 
     # A small benchmark, every mover the issue names, 1 and 8 streams, reporting to the chart's dashboard.
-    tb = yaml.safe_load((REPO / "manifests" / "examples" / "quick-benchmark.yaml").read_text())
+    tb = clusterinstall.quick_benchmark()
     tb["metadata"]["name"] = "e2e"
     tb["spec"].update(protocols=PROTOCOLS, streams=STREAMS, concurrency=2, fileSet={"count": 2, "size": "8MB"},
                       latency={"enabled": True, "count": 3}, loopback={"enabled": False}, iperf3={"durationSeconds": 2},
@@ -201,7 +177,7 @@ def screenshot_grid(real_cluster, core: client.CoreV1Api) -> None:
     chromium = shutil.which("chromium")
     if chromium is None:
         return
-    pod = ready_pods(core, "app.kubernetes.io/component=dashboard")[0]
+    pod = ready_pods(real_cluster, "dashboard", NS)[0]
     out = ARTIFACTS / "real-cluster-grid.png"
     with_dir = Path(real_cluster.state) / "chromium"
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -243,8 +219,7 @@ def test_agent_and_operator_pods_deleted_mid_run(real_cluster, installed, databa
     tb = {"apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "faults"},
           "spec": {"schedule": "@every 24h", "protocols": ["iperf3"], "streams": [1], "iperf3": {"durationSeconds": 4},
                    "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": False}, "timeoutSeconds": 60,
-                   "retries": 0, "results": {"url": f"http://{FULLNAME}-dashboard.{NS}.svc:80",
-                                             "tokenSecret": {"name": f"{FULLNAME}-results-token", "key": "token"}}}}
+                   "retries": 0}}  # no spec.results: the chart's operator delivers to the release's dashboard
     objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
     first = wait_for("the faults benchmark's first run", lambda: [
         r["metadata"]["name"] for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
@@ -258,7 +233,7 @@ def test_agent_and_operator_pods_deleted_mid_run(real_cluster, installed, databa
     wait_for("every record of the run delivered", lambda: not run_status(objs, first).get("outbox"), timeout=120)
     failed = [r for r in stored_records(psql, first) if r[4] != "succeeded"]
     assert failed and all(victim in (r[1], r[2]) and r[5] for r in failed), failed
-    wait_for("the agent back on every node", lambda: len(ready_pods(core, "app.kubernetes.io/component=agent"))
+    wait_for("the agent back on every node", lambda: len(ready_pods(real_cluster, "agent", NS))
              == len(nodes), timeout=300, detail=lambda: real_cluster.describe_pods(NS))
 
     # The next run measures every pair again; the operator pod is deleted while it runs.
@@ -267,7 +242,7 @@ def test_agent_and_operator_pods_deleted_mid_run(real_cluster, installed, databa
         "spec": {"benchmarkRef": {"name": "faults"}}})
     wait_for("two tests of the next run done", lambda: run_status(objs, "faults-again").get("done", 0) >= 2,
              timeout=180)
-    operator = ready_pods(core, "app.kubernetes.io/component=operator")[0]
+    operator = ready_pods(real_cluster, "operator", NS)[0]
     core.delete_namespaced_pod(operator.metadata.name, NS)
     status = wait_run(objs, "faults-again", real_cluster)
     assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:2000]

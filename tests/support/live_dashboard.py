@@ -26,6 +26,7 @@ BIN = Path(sys.executable).parent
 class LiveDashboard:
     def __init__(self, pg, workdir: Path) -> None:
         self.db = f"op_{uuid.uuid4().hex[:10]}"
+        self.pg = pg
         subprocess.run(pg._cmd("createdb", "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.user, self.db),
                        check=True, capture_output=True)
         self.env = {**os.environ, "DATABASE_URL": f"postgres://{pg.user}@127.0.0.1:{pg.port}/{self.db}",
@@ -76,6 +77,15 @@ class LiveDashboard:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
+
+    def reset(self) -> None:
+        """Forget every stored result (tokens stay): each scenario of a stateful test starts from the same empty
+        database, with the same ids, so replaying it gives the same answers."""
+        tables = "results_node, results_benchmark, results_run, results_measurement, results_filetransfer, " \
+                 "results_pairlatest"
+        subprocess.run(self.pg._cmd("psql", "-h", "127.0.0.1", "-p", str(self.pg.port), "-U", self.pg.user,
+                                    "-d", self.db, "-v", "ON_ERROR_STOP=1", "-qc",
+                                    f"TRUNCATE {tables} RESTART IDENTITY CASCADE"), check=True, capture_output=True)
 
     def measurements(self) -> list[dict]:
         """Every stored measurement (the public read API)."""

@@ -26,11 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("cleanup", help="remove network namespaces, devices and data directories left by killed local runs")
     cluster = sub.add_parser("cluster", help="a real multi-node Kubernetes cluster on this machine (root)")
     csub = cluster.add_subparsers(dest="action", required=True)
-    up = csub.add_parser("up", help="start it and keep it until Ctrl-C or `cluster down`")
-    up.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
-    up.add_argument("--profile", default=None, help="WAN profile YAML or a shipped profile's name (default cluster)")
-    up.add_argument("--state-dir", type=Path, default=None,
-                    help="keep certificates, logs and the kubeconfig here (default: under ~/.cache/tpcmesh/cluster)")
+    for action, text in (("up", "start it and keep it until Ctrl-C or `cluster down`"),
+                         ("demo", "start it, install the chart with a PostgreSQL started here, run the quick benchmark "
+                                  "and print the grid's URL; keep it until Ctrl-C")):
+        up = csub.add_parser(action, help=text)
+        up.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
+        up.add_argument("--profile", default=None,
+                        help="WAN profile YAML or a shipped profile's name (default cluster)")
+        up.add_argument("--state-dir", type=Path, default=None,
+                        help="keep certificates, logs and the kubeconfig here (default: ~/.cache/tpcmesh/cluster/...)")
     csub.add_parser("down", help="stop a running `cluster up` and remove what killed ones left behind")
     bench = sub.add_parser("bench-fidelity", help="iperf3 vs the built-in mover on one emulated link")
     bench.add_argument("--output", type=Path, default=None, help="BENCHMARKS.md to update (default: print only)")

@@ -50,6 +50,7 @@ from .controlplane import (
     write_pki,
 )
 from .netns import Lab, LabError, remove_leftovers, used_networks
+from .postgres import stop_leftover
 from .profile import load_profile
 
 log = logging.getLogger("tpcmesh.local.cluster")
@@ -529,6 +530,7 @@ def down(state_root: Path = DEFAULT_STATE) -> list[str]:
                 os.kill(pid, signal.SIGTERM)
                 _wait_for(_gone(pid), 60, f"cluster process {pid} to stop", lambda: "")
             if d.exists():
+                stop_leftover(d / "postgres")  # a killed `cluster demo`'s database
                 _unmount_below(d)
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(str(d))
@@ -558,7 +560,7 @@ def _unmount_below(directory: Path) -> None:
 
 
 def cluster_main(args) -> int:
-    """`tpcmesh-local cluster up|down` (argparse namespace from __main__)."""
+    """`tpcmesh-local cluster up|demo|down` (argparse namespace from __main__)."""
     if args.action == "down":
         removed = down()
         print(f"Removed {len(removed)} leftovers" + (f": {', '.join(removed)}" if removed else ""))
@@ -568,25 +570,42 @@ def cluster_main(args) -> int:
     handler.setFormatter(logging.Formatter("%(message)s"))
     logging.getLogger("tpcmesh").addHandler(handler)
     cluster = Cluster(ClusterOptions(nodes=args.nodes, profile=args.profile, state_dir=args.state_dir))
+    database = None
     try:
         cluster.up()
-    except (ClusterError, LabError) as e:
+        assert cluster.lab is not None and cluster.lab.subnet is not None and cluster.state is not None
+        _print_cluster(cluster)
+        if args.action == "demo":
+            from . import clusterinstall
+            from .postgres import for_cluster
+
+            database = for_cluster(cluster.lab.host_address, cluster.lab.subnet, cluster.state / "postgres")
+            print(f"PostgreSQL for the dashboard: {cluster.lab.host_address}:{database.server.port} (started here)")
+            url = clusterinstall.demo(cluster, database.url)
+            print(f"\nThe grid: {url}\n  kubectl -n {clusterinstall.NAMESPACE} get transferbenchmarks,transferruns")
+        else:
+            print("  helm install tpcmesh charts/tpcmesh -n tpcmesh --create-namespace --set image.pullPolicy=Never "
+                  "(PostgreSQL: see README, or `tpcmesh-local cluster demo`)")
+        print("\nCtrl-C or `tpcmesh-local cluster down` ends it.")
+        signal.pause()
+    except (ClusterError, LabError, RuntimeError) as e:
         print(f"tpcmesh-local cluster: {e}", file=sys.stderr)
         return 1
-    try:
-        assert cluster.lab is not None
-        print(f"\nThe cluster is up: {len(cluster.nodes)} nodes")
-        for n in cluster.nodes:
-            print(f"  {n.name:<10} {n.address:<15} pods {n.pod_network}")
-        for i, a in enumerate(cluster.nodes):
-            for b in cluster.nodes[i + 1:]:
-                print(f"  {a.name} <-> {b.name}: RTT {cluster.lab.profile.rtt_ms(a.name, b.name):g} ms")
-        print(f"\n  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes -o wide\n"
-              f"  helm install tpcmesh charts/tpcmesh -n tpcmesh --create-namespace "
-              f"(images: make images; PostgreSQL: see README)\n\nCtrl-C or `tpcmesh-local cluster down` ends it.")
-        signal.pause()
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
+        if database is not None:
+            database.close()
         cluster.close()
     return 0
+
+
+def _print_cluster(cluster: Cluster) -> None:
+    assert cluster.lab is not None
+    print(f"\nThe cluster is up: {len(cluster.nodes)} nodes")
+    for n in cluster.nodes:
+        print(f"  {n.name:<10} {n.address:<15} pods {n.pod_network}")
+    for i, a in enumerate(cluster.nodes):
+        for b in cluster.nodes[i + 1:]:
+            print(f"  {a.name} <-> {b.name}: RTT {cluster.lab.profile.rtt_ms(a.name, b.name):g} ms")
+    print(f"\n  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes -o wide")

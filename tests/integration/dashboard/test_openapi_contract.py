@@ -1,9 +1,11 @@
 """The OpenAPI schema is a contract the dashboard keeps: schemathesis (all checks, positive and negative cases,
 a fixed seed, a bounded number of examples per operation) against the live dashboard on PostgreSQL, with a write
 token. Any drift between what the schema says and what the API answers (an undeclared status code, a valid request
-refused, an invalid one taken, a body off its schema) fails here. The stateful run over the schema's links is not
-here yet: against the live server it stopped with Hypothesis' FlakyStrategyDefinition in two clean-clone runs (its
-steps' data come from earlier answers)."""
+refused, an invalid one taken, a body off its schema) fails here. Then the stateful run over the schema's links
+(an ingest, then the measurement it stored and the grid of its benchmark), each scenario on an emptied database so
+that replays get the same answers (without that reset Hypothesis stopped with FlakyStrategyDefinition: a step's
+data came from answers that depended on what earlier scenarios had stored). And the check that the test can fail:
+the same run against the schema with one status code taken out reports it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from hypothesis import HealthCheck
 from results import thresholds
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
+from schemathesis.core.failures import FailureGroup
 from schemathesis.generation import GenerationMode
+from schemathesis.openapi.checks import UndefinedStatusCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -99,3 +103,46 @@ def test_every_operation_keeps_the_schema(api_schema, live_dashboard):
             except Exception as err:  # every operation is tried; the report lists them all
                 failures.append(f"{operation.label} ({mode.value}): {str(err)[:1500]}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_linked_operations_keep_the_schema(api_schema, live_dashboard):
+    """Ingest, then follow the schema's links (the stored measurement, the grid of its benchmark)."""
+    machine = api_schema.as_state_machine()
+
+    calls: list[str] = []
+
+    class Workflow(machine):  # type: ignore[misc,valid-type]
+        def setup(self):
+            live_dashboard.reset()
+
+        def before_call(self, case):
+            calls.append(case.operation.label)
+
+        def get_call_kwargs(self, case):
+            return {"headers": {"Authorization": f"Token {live_dashboard.token}"}}
+
+        def validate_response(self, response, case, **kwargs):
+            case.validate_response(response, checks=CHECKS.get_all())
+
+    Workflow.run(settings=hypothesis.settings(SETTINGS, max_examples=EXAMPLES, stateful_step_count=6))
+    followed = {label for label in calls if not label.startswith("POST")}
+    assert {"GET /api/v1/measurements/{id}/", "GET /api/v1/grid/"} <= followed, sorted(set(calls))
+
+
+def test_an_undeclared_status_code_fails_the_contract(live_dashboard):
+    """The contract test can fail: with 404 taken out of a measurement's documented answers, asking for a missing
+    one is reported as an undocumented status code."""
+    import httpx
+
+    raw = httpx.get(f"{live_dashboard.url}/api/schema/?format=json", timeout=30).json()
+    path = next(p for p in raw["paths"] if p.startswith("/api/v1/measurements/{"))
+    del raw["paths"][path]["get"]["responses"]["404"]
+    schema = schemathesis.openapi.from_dict(raw, config=SchemathesisConfig(seed=SEED))
+    schema.config.update(base_url=live_dashboard.url)
+    operation = schema[path]["GET"]
+    case = operation.Case(path_parameters={"id": "00000000-0000-4000-8000-000000000000"})
+    with pytest.raises(FailureGroup) as failure:
+        case.call_and_validate(checks=CHECKS.get_all())
+    found = failure.value.exceptions
+    assert [type(f) for f in found] == [UndefinedStatusCode], found
+    assert found[0].status_code == 404

@@ -86,3 +86,17 @@ def test_refused_documents_are_reported_by_jsonschema_with_their_path():
     assert not fast_accepts(doc)
     assert contract.contract_errors("ingestBatch", doc) == [
         {"field": "measurements[0].streams", "message": "'8' is not of type 'integer', 'null'"}]
+
+
+def test_a_name_is_blank_exactly_when_the_dashboard_trims_it_away():
+    """The contract's name pattern lists the whitespace characters itself: `\\s` means fewer characters in the
+    ECMA regexes clients validate with than in Python's str.strip, with which DRF trims (a name of U+001D passed
+    the schema and was refused as blank; schemathesis found it)."""
+    import re
+    import sys
+
+    pattern = re.compile(contract.schema()["$defs"]["name"]["pattern"])
+    for code in range(1, sys.maxunicode + 1):
+        ch = chr(code)
+        assert bool(pattern.match(ch)) == bool(ch.strip()), f"U+{code:04X}"
+    assert pattern.match(" \u001dA\u3000") and not pattern.match(" \u001d\u3000")

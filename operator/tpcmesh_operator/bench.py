@@ -11,8 +11,8 @@ import statistics
 import time
 from pathlib import Path
 
-from .planner import lower_bound, plan
-from .spec import parse_spec
+from .planner import lower_bound, plan, site_lower_bound
+from .spec import DEFAULT_SITE_LABEL, parse_spec
 
 SECTION = "bench-planner"
 
@@ -35,6 +35,59 @@ def measure(n: int, spec_raw: dict, repeats: int) -> dict:
             seen.update((s, d))
     return {"n": n, "settings": len(p.settings), "tests": p.num_tests, "rounds": p.rounds_per_setting,
             "bound": lower_bound(n), "total_rounds": p.num_rounds, "seconds": statistics.median(times)}
+
+
+def site_sizes(n: int, sites: int, equal: bool) -> list[int]:
+    """``n`` agents in ``sites`` sites: equal, or unequal (a fixed spread from 1 to about twice the mean)."""
+    if equal:
+        return [n // sites + (i < n % sites) for i in range(sites)]
+    weights = [1 + (i * 37) % sites for i in range(sites)]
+    sizes = [max(1, n * w // sum(weights)) for w in weights]
+    sizes[-1] += n - sum(sizes)
+    return sizes
+
+
+def measure_sites(n: int, sites: int, equal: bool, spec_raw: dict) -> dict:
+    """siteExclusive: one plan, checked (no site twice in a round, every pair once), rounds vs site_lower_bound."""
+    sizes = site_sizes(n, sites, equal)
+    labels = {f"s{s:02d}-n{i:04d}": {DEFAULT_SITE_LABEL: f"site-{s:02d}"}
+              for s, k in enumerate(sizes) for i in range(k)}
+    spec = parse_spec({**spec_raw, "roundPolicy": "siteExclusive"})
+    t0 = time.perf_counter()
+    p = plan(labels, spec)
+    p.round(0)
+    seconds = time.perf_counter() - t0
+    site_of = [int(a[1:3]) for a in p.agents]
+    pairs = 0
+    for r in p.pair_rounds:
+        busy: set[int] = set()
+        for s, d in r:
+            here = {site_of[s], site_of[d]}
+            assert not busy & here, "a site in two tests of a round"
+            busy |= here
+            pairs += 1
+    assert pairs == n * (n - 1)
+    bound = site_lower_bound(site_of, [(i, j) for i in range(n) for j in range(n) if i != j])
+    return {"n": n, "sites": sites, "sizes": f"{min(sizes)}-{max(sizes)}", "rounds": p.rounds_per_setting,
+            "bound": bound, "node_rounds": lower_bound(n), "seconds": seconds}
+
+
+def render_sites(rows: list[dict]) -> str:
+    lines = [
+        "",
+        "`roundPolicy: siteExclusive` (no site in two tests of a round, so tests never share a site's uplink), full "
+        "mesh, one plan each, checked. Site lower bound: max(the most tests touching one site, ⌈inter-site tests / "
+        "⌊S/2⌋⌉, ⌈(2 × inter-site + intra-site tests) / S⌉) per setting (planner.py). Goal: the bound for equal "
+        "sites; unequal sites show how far above it the schedule stays.",
+        "",
+        "| agents | sites | agents per site | rounds per setting | site lower bound | ratio | node-exclusive rounds "
+        "| planning time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['n']} | {r['sites']} | {r['sizes']} | {r['rounds']} | {r['bound']} | "
+                     f"{r['rounds'] / r['bound']:.3f} | {r['node_rounds']} | {r['seconds'] * 1000:.0f} ms |")
+    return "\n".join(lines)
 
 
 def render(rows: list[dict], spec_desc: str) -> str:
@@ -78,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     spec_raw = {"protocols": ["xrootd-https", "gridftp"], "streams": [8, 1], "latency": True}
     rows = [measure(int(n), spec_raw, 3) for n in args.agents.split(",")]
     body = render(rows, "the paper's settings (RTT + xrootd-https and gridftp × streams 8 and 1 = 5 settings)")
+    site_rows = [measure_sites(n, sites, equal, spec_raw)
+                 for n, sites, equal in ((100, 10, True), (1000, 50, True), (1000, 49, True), (1000, 50, False))]
+    body += "\n" + render_sites(site_rows)
     print(body)
     if args.output:
         write_section(args.output, SECTION, body)

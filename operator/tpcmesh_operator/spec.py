@@ -16,6 +16,8 @@ PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
 TPC_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp")
 DATASETS = ("small", "medium", "large")
 PAIR_MODES = ("fullMesh", "explicit", "groups")
+ROUND_POLICIES = ("nodeExclusive", "siteExclusive", "serial")
+DEFAULT_SITE_LABEL = "topology.kubernetes.io/zone"
 DIRECTIONS = ("both", "aToB", "bToA")
 CONCURRENCY_POLICIES = ("Forbid", "Replace")
 DESTINATIONS = ("store", "sink")
@@ -149,6 +151,8 @@ class BenchmarkSpec:
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
+    round_policy: str = "nodeExclusive"  # what may not share a round: planner.py
+    site_label: str = DEFAULT_SITE_LABEL
     successful_runs_history_limit: int = 3
     failed_runs_history_limit: int = 1
 
@@ -221,7 +225,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
         "streams",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
-        "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit",
+        "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
     }
     unknown = sorted(set(d) - known)
     if unknown:
@@ -349,6 +353,9 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if policy not in CONCURRENCY_POLICIES:
         raise SpecError(f"{path}.concurrencyPolicy",
                         f"must be one of {', '.join(CONCURRENCY_POLICIES)}, got {policy!r}")
+    round_policy = _get(d, "roundPolicy", path, str, "nodeExclusive")
+    if round_policy not in ROUND_POLICIES:
+        raise SpecError(f"{path}.roundPolicy", f"must be one of {', '.join(ROUND_POLICIES)}, got {round_policy!r}")
     thresholds = _thresholds(_get(d, "thresholds", path, dict, {}), f"{path}.thresholds")
 
     timeout_seconds = _int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400)
@@ -377,6 +384,8 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         thresholds=thresholds,
         results=results,
         concurrency_policy=policy,
+        round_policy=round_policy,
+        site_label=_get(d, "siteLabel", path, str, DEFAULT_SITE_LABEL) or DEFAULT_SITE_LABEL,
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
@@ -401,6 +410,8 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "retries": s.retries,
         "thresholds": dict(s.thresholds),
         "concurrencyPolicy": s.concurrency_policy,
+        "roundPolicy": s.round_policy,
+        "siteLabel": s.site_label,
         "successfulRunsHistoryLimit": s.successful_runs_history_limit,
         "failedRunsHistoryLimit": s.failed_runs_history_limit,
     }

@@ -1,0 +1,197 @@
+"""The data server's requests on files: ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>`` with the
+agent's bearer token; ``Range: bytes=a-b`` gives 206; the body goes out with ``os.sendfile`` on plain TCP) and
+``DELETE /files/incoming/<name>``. A connection idle for ``idle_timeout`` seconds is closed."""
+
+from __future__ import annotations
+
+import email.utils
+import hmac
+import logging
+import os
+import re
+import socket
+import ssl
+import struct
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...files import FileSetError, validate_name
+from .client import CHUNK, CONNECT_TIMEOUT
+
+if TYPE_CHECKING:
+    from .server import DataServer
+
+log = logging.getLogger(__name__)
+
+
+class FilesHandler(BaseHTTPRequestHandler):
+    """GET/HEAD of set and incoming files (zero-copy), DELETE of incoming ones, and the helpers COPY shares."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "tpcmesh-builtin"
+    server: DataServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("builtin %s: " + format, self.client_address[0], *args)
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(CONNECT_TIMEOUT)
+            self.request.do_handshake()
+        super().setup()
+        # a client that sends no request (or nothing more on a kept-alive connection) for this long is dropped
+        # (BaseHTTPRequestHandler ends on the timeout), so idle connections cannot pile up threads
+        self.connection.settimeout(self.server.settings.idle_timeout)
+
+    # -- helpers
+    def _error(self, code: int, message: str) -> None:
+        body = (message + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _resolve(self) -> tuple[Path, str, str] | None:
+        parts = urllib.parse.urlsplit(self.path).path.split("/")
+        if len(parts) != 4 or parts[0] != "" or parts[1] != "files":
+            self._error(404, f"no such resource {self.path!r}: use /files/<set>/<file>")
+            return None
+        try:
+            set_name = validate_name(urllib.parse.unquote(parts[2]), "set name")
+            name = validate_name(urllib.parse.unquote(parts[3]), "file name")
+        except FileSetError as e:
+            self._error(400, str(e))
+            return None
+        base = self.server.settings.incoming_dir if set_name == "incoming" else self.server.settings.sets_dir / set_name
+        return base / name, set_name, name
+
+    def _authorized(self) -> bool:
+        got = self.headers.get("Authorization", "")
+        want = "Bearer " + self.server.token()
+        if hmac.compare_digest(got.encode(), want.encode()):
+            return True
+        self._error(401, "missing or wrong bearer token (Authorization: Bearer <agent token>)")
+        return False
+
+    # -- GET / HEAD
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()
+
+    def do_GET(self) -> None:  # noqa: N802
+        r = self._resolve()
+        if r is None:
+            return
+        if r[1] == "incoming" and not self._authorized():  # what peers sent here is not for everyone to read
+            return
+        path = r[0]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            self._error(404, f"{r[1]}/{r[2]} does not exist on this agent")
+            return
+        try:
+            size = os.fstat(fd).st_size
+            start, end, code = 0, size, 200
+            rng = self.headers.get("Range")
+            if rng:
+                m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+                if not m or (m.group(1) == "" and m.group(2) == ""):
+                    self._error(416, f"unsupported Range {rng!r}: one bytes=a-b range only")
+                    return
+                if m.group(1) == "":
+                    start, end = max(0, size - int(m.group(2))), size
+                else:
+                    start = int(m.group(1))
+                    end = min(size, int(m.group(2)) + 1) if m.group(2) else size
+                if start >= size or start >= end:
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{size}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                code = 206
+            self.send_response(code)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(end - start))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Last-Modified", email.utils.formatdate(os.fstat(fd).st_mtime, usegmt=True))
+            if code == 206:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+            if "adler32" in self.headers.get("Want-Digest", "").lower():
+                ck = self.server.checksum(r[1], r[2], size)
+                if ck:
+                    self.send_header("Digest", "adler32=" + ck.split(":", 1)[1])
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            self.wfile.flush()
+            self._send_body(fd, start, end - start)
+        finally:
+            os.close(fd)
+
+    def _send_body(self, fd: int, offset: int, count: int) -> None:
+        rate = self.server.settings.builtin_max_rate
+        sock = self.connection
+        if isinstance(sock, ssl.SSLSocket):
+            buf = bytearray(CHUNK)
+            while count > 0:
+                n = os.preadv(fd, [memoryview(buf)[: min(CHUNK, count)]], offset)
+                if n <= 0:
+                    raise OSError("file shrank while being sent")
+                sock.sendall(memoryview(buf)[:n])
+                offset += n
+                count -= n
+            return
+        out = sock.fileno()
+        t0, sent = time.monotonic(), 0
+        step = max(1, rate // 20) if rate else 1 << 30
+        # sendfile needs a blocking fd (Python's socket timeout makes it non-blocking): bound a client that stops
+        # reading with SO_SNDTIMEO instead, and restore the idle timeout for the next request
+        idle = self.server.settings.idle_timeout
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(idle), int(idle % 1 * 1e6)))
+        try:
+            while count > 0:
+                n = os.sendfile(out, fd, offset, min(count, step))
+                if n == 0:
+                    raise OSError("file shrank while being sent")
+                offset += n
+                count -= n
+                sent += n
+                if rate:
+                    ahead = sent / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        finally:
+            sock.settimeout(idle)
+
+    def _incoming(self, action: str) -> tuple[Path, str] | None:
+        """The path and name of an authorized request's /files/incoming/<name>; None when it was answered (refused)."""
+        if not self._authorized():
+            return None
+        r = self._resolve()
+        if r is None:
+            return None
+        if r[1] != "incoming":
+            self._error(403, f"{self.command} may only {action} /files/incoming/<name>")
+            return None
+        return r[0], r[2]
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        target = self._incoming("remove")
+        if target is None:
+            return
+        try:
+            target[0].unlink()
+        except FileNotFoundError:
+            self._error(404, f"incoming/{target[1]} does not exist")
+            return
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+

@@ -1,0 +1,79 @@
+"""``BuiltinMover``: the destination agent's side of a builtin test: every file of the set pulled by client.pull,
+``concurrency`` at a time in threads, checksums verified, the job's timeout and cancellation shut the sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ...files import adler32_of
+from ..base import FileResult, FileSpec, Mover, Progress, TransferJob
+from .client import IDLE_TIMEOUT, Counter, PullError, SocketRegistry, _now, client_ssl_context, digest_checksum, pull
+
+
+class BuiltinMover(Mover):
+    protocol = "builtin"
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.idle_timeout = float(getattr(settings, "idle_timeout", IDLE_TIMEOUT))
+        self._registries: dict[str, SocketRegistry] = {}
+
+    def stop_test(self, test_id: str, reason: str) -> None:
+        """End a running test now: every file stops with ``reason`` and keeps the bytes it received."""
+        registry = self._registries.get(test_id)
+        if registry is not None:
+            registry.cancel(reason)
+
+    def _pull_one(self, job: TransferJob, spec: FileSpec, registry: SocketRegistry, progress: Progress,
+                  ssl_ctx: ssl.SSLContext | None) -> FileResult:
+        res = FileResult(name=spec.name, size=spec.size, started_at=_now())
+        counter = Counter(progress)
+        dest = job.destination_dir / spec.name if job.destination_dir is not None else None
+        meta: dict[str, str] = {}
+        want_digest = dest is not None and job.verify_checksums and not spec.checksum
+        try:
+            pull(job.source.host, job.source.port, f"/files/{job.file_set}/{spec.name}", spec.size, dest,
+                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None)
+        except PullError as e:
+            res.error = str(e)
+        except OSError as e:
+            res.error = f"{spec.name}: {e.strerror or e}"
+        res.bytes = counter.value
+        res.finished_at = _now()
+        expected = spec.checksum or digest_checksum(meta.get("digest"))
+        if res.error is None and dest is not None and job.verify_checksums and expected:
+            got = adler32_of(dest)
+            res.checksum_ok = got == expected
+            if not res.checksum_ok:
+                res.error = f"checksum mismatch: expected {expected}, received {got}"
+        progress.files_done += 1
+        return res
+
+    async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
+        registry = SocketRegistry()
+        self._registries[job.test_id] = registry
+        ssl_ctx = client_ssl_context(self.settings) if self.settings.builtin_tls else None
+        progress.files_total = len(job.files)
+        if job.destination_dir is not None:
+            job.destination_dir.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=max(1, min(job.concurrency, len(job.files))),
+                                      thread_name_prefix=f"builtin-{job.test_id[:8]}")
+        futures = [loop.run_in_executor(executor, self._pull_one, job, f, registry, progress, ssl_ctx)
+                   for f in job.files]
+        # the job's own timeout: shut the sockets so every file ends with the reason and the bytes it got
+        timer = loop.call_later(job.timeout, registry.cancel, f"timed out after {job.timeout:g} s")
+        try:
+            return list(await asyncio.gather(*futures))
+        except asyncio.CancelledError:
+            registry.cancel("cancelled")
+            raise
+        finally:
+            timer.cancel()
+            self._registries.pop(job.test_id, None)
+            registry.cancel("cancelled")
+            executor.shutdown(wait=False, cancel_futures=True)
+

@@ -1,0 +1,87 @@
+"""The built-in data server (the builtin port, plain HTTP by default, TLS optional): a threading HTTP/1.1 server
+whose handler is copy.CopyHandler; set manifests' checksums are cached by mtime."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import socketserver
+import ssl
+import threading
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from ...files import MANIFEST
+from .copy import CopyHandler
+
+log = logging.getLogger(__name__)
+
+
+class DataServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, settings: Any, token: Callable[[], str]) -> None:
+        self.settings = settings
+        self.token = token
+        family = socket.AF_INET6 if ":" in settings.address else socket.AF_INET
+        self.address_family = family
+        super().__init__((settings.address, settings.builtin_port), CopyHandler)
+        if settings.builtin_tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
+            self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+        self._thread: threading.Thread | None = None
+        self._manifest_lock = threading.Lock()
+        self._manifests: dict[str, tuple[int, dict[str, tuple[int, str | None]]]] = {}
+
+    def checksum(self, set_name: str, name: str, size: int) -> str | None:
+        """The published checksum of a set's file, from the set's manifest (cached by its mtime)."""
+        if set_name == "incoming":
+            return None
+        path = self.settings.sets_dir / set_name / MANIFEST
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        with self._manifest_lock:
+            cached = self._manifests.get(set_name)
+            if cached is None or cached[0] != mtime:
+                try:
+                    entries = {f["name"]: (int(f["size"]), f.get("checksum"))
+                               for f in json.loads(path.read_text())["files"]}
+                except (OSError, ValueError, KeyError, TypeError):
+                    return None
+                cached = (mtime, entries)
+                self._manifests[set_name] = cached
+        entry = cached[1].get(name)
+        return entry[1] if entry and entry[0] == size else None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a peer that goes away mid-body (cancelled or killed test) is routine, not a traceback on stderr
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError | BrokenPipeError):
+            log.info("Built-in data connection from %s ended: %s", client_address[0], exc)
+        else:
+            log.exception("Built-in data request from %s failed", client_address[0])
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the FQDN of the address (a DNS query); not needed here.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.settings.address, self.settings.builtin_port
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
+                                        name="builtin-data")
+        self._thread.start()
+        log.info("Started built-in data server on %s:%d (%s)", self.settings.address, self.settings.builtin_port,
+                 "TLS" if self.settings.builtin_tls else "plain TCP")
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler, and for the real nodes of `tpcmesh-local cluster`
-# kubelet, kube-proxy, the pause binary, CoreDNS, plus helm, from their Go modules (and pause.c) into a cache outside
+# kubelet, kube-proxy, the pause binary, CoreDNS, plus kubectl and helm for their users, from their Go modules (and pause.c) into a cache outside
 # the repository, so later runs (and CI on the same machine) reuse them.
 # Usage: tests/cluster/build-control-plane.sh   -> prints the bin directory on its last line.
 set -euo pipefail
@@ -25,8 +25,9 @@ VERSION_LDFLAGS+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/co
 VERSION_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1"
 VERSION_LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 need=()
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
-  if [ ! -x "$BIN/$b" ] || ! "$BIN/$b" --version 2>/dev/null | grep -qF "$K8S_VERSION"; then need+=("$b"); fi
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+  if [ "$b" = kubectl ]; then version=(version --client); else version=(--version); fi
+  if [ ! -x "$BIN/$b" ] || ! "$BIN/$b" "${version[@]}" 2>/dev/null | grep -qF "$K8S_VERSION"; then need+=("$b"); fi
 done
 
 if [ "${#need[@]}" -gt 0 ]; then
@@ -57,6 +58,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
   (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)

@@ -530,7 +530,7 @@ def down(state_root: Path = DEFAULT_STATE) -> list[str]:
                 os.kill(pid, signal.SIGTERM)
                 _wait_for(_gone(pid), 60, f"cluster process {pid} to stop", lambda: "")
             if d.exists():
-                stop_leftover(d / "postgres")  # a killed `cluster demo`'s database
+                stop_leftover(d / "postgres-dir")  # a killed `cluster demo`'s database
                 _unmount_below(d)
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(str(d))
@@ -569,6 +569,7 @@ def cluster_main(args) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
     logging.getLogger("tpcmesh").addHandler(handler)
+    logging.getLogger("tpcmesh").propagate = False  # printed once, by the handler above
     cluster = Cluster(ClusterOptions(nodes=args.nodes, profile=args.profile, state_dir=args.state_dir))
     database = None
     try:
@@ -579,7 +580,7 @@ def cluster_main(args) -> int:
             from . import clusterinstall
             from .postgres import for_cluster
 
-            database = for_cluster(cluster.lab.host_address, cluster.lab.subnet, cluster.state / "postgres")
+            database = for_cluster(cluster.lab.host_address, cluster.lab.subnet, cluster.state / "postgres-dir")
             print(f"PostgreSQL for the dashboard: {cluster.lab.host_address}:{database.server.port} (started here)")
             url = clusterinstall.demo(cluster, database.url)
             print(f"\nThe grid: {url}\n  kubectl -n {clusterinstall.NAMESPACE} get transferbenchmarks,transferruns")
@@ -608,4 +609,5 @@ def _print_cluster(cluster: Cluster) -> None:
     for i, a in enumerate(cluster.nodes):
         for b in cluster.nodes[i + 1:]:
             print(f"  {a.name} <-> {b.name}: RTT {cluster.lab.profile.rtt_ms(a.name, b.name):g} ms")
-    print(f"\n  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes -o wide")
+    print(f"\n  export KUBECONFIG={cluster.kubeconfig} PATH={BIN}:$PATH   # kubectl and helm built here"
+          "\n  kubectl get nodes -o wide")

@@ -55,6 +55,11 @@ class PostgresServer:
         return [str(self.bin / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", "postgres",
                 "-v", "ON_ERROR_STOP=1", "-qAt"]
 
+    def _run(self, *args: str) -> None:
+        r = subprocess.run(self._cmd(*args), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"PostgreSQL's {args[0]} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
+
     def start(self, extra_conf: dict[str, str] | None = None) -> None:
         conf = {
             "listen_addresses": "'127.0.0.1'",
@@ -67,13 +72,11 @@ class PostgresServer:
             "max_connections": "50",
             **(extra_conf or {}),
         }
-        subprocess.run(self._cmd("initdb", "-D", str(self.datadir), "-U", self.user, "--auth=trust", "-E", "UTF8",
-                                 "--no-sync"), check=True, capture_output=True)
+        self._run("initdb", "-D", str(self.datadir), "-U", self.user, "--auth=trust", "-E", "UTF8", "--no-sync")
         with open(self.datadir / "postgresql.conf", "a") as f:
             f.writelines(f"{k} = {v}\n" for k, v in conf.items())
         log = self.datadir.parent / "postgres.log"
-        subprocess.run(self._cmd("pg_ctl", "-D", str(self.datadir), "-l", str(log), "-w", "-t", "60", "start"),
-                       check=True, capture_output=True)
+        self._run("pg_ctl", "-D", str(self.datadir), "-l", str(log), "-w", "-t", "60", "start")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -88,14 +91,10 @@ class PostgresServer:
                        capture_output=True)
 
 
-def start_postgres(extra_conf: dict[str, str] | None = None,
-                   base: Path | None = None) -> tuple[PostgresServer, Path]:
-    """Start a throw-away server in ``base`` (default: a new temp dir); returns it and that directory (remove it
-    after stop())."""
-    if base is None:
-        base = Path(tempfile.mkdtemp(prefix="tpcmesh-pg-"))
-    else:
-        base.mkdir(parents=True, exist_ok=True)
+def start_postgres(extra_conf: dict[str, str] | None = None) -> tuple[PostgresServer, Path]:
+    """Start a throw-away server in a new temp dir (the `postgres` user must reach it: not under root's home);
+    returns it and that directory (remove it after stop())."""
+    base = Path(tempfile.mkdtemp(prefix="tpcmesh-pg-"))
     run_as = None
     if os.geteuid() == 0:
         run_as = "postgres"
@@ -106,12 +105,19 @@ def start_postgres(extra_conf: dict[str, str] | None = None,
     return server, base
 
 
-def stop_leftover(base: Path) -> None:
-    """Stop the server a killed process left in ``base`` (if any)."""
+def stop_leftover(pointer: Path) -> None:
+    """Stop and remove the server whose directory ``pointer`` names (for_cluster's record), left by a killed
+    process."""
+    try:
+        base = Path(pointer.read_text().strip())
+    except OSError:
+        return
     if (base / "data" / "postmaster.pid").exists():
-        bin_ = find_pg_bin()
-        cmd = [str(bin_ / "pg_ctl"), "-D", str(base / "data"), "-m", "immediate", "-w", "stop"]
+        cmd = [str(find_pg_bin() / "pg_ctl"), "-D", str(base / "data"), "-m", "immediate", "-w", "stop"]
         subprocess.run(["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd, capture_output=True)
+    if base.name.startswith("tpcmesh-pg-"):
+        shutil.rmtree(base, ignore_errors=True)
+    pointer.unlink(missing_ok=True)
 
 
 @dataclass
@@ -125,10 +131,13 @@ class ClusterDatabase:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def for_cluster(host: str, subnet: str, base: Path | None = None) -> ClusterDatabase:
+def for_cluster(host: str, subnet: str, pointer: Path | None = None) -> ClusterDatabase:
     """A server the cluster's pods reach on ``host`` (the lab's host address; pods leave their node masqueraded to
-    the node's address in ``subnet``), password-protected for that range, trust only over loopback."""
-    server, base = start_postgres({"listen_addresses": f"'127.0.0.1,{host}'"}, base)
+    the node's address in ``subnet``), password-protected for that range, trust only over loopback. Its directory
+    is written to ``pointer`` (for stop_leftover)."""
+    server, base = start_postgres({"listen_addresses": f"'127.0.0.1,{host}'"})
+    if pointer is not None:
+        pointer.write_text(f"{base}\n")
     password = secrets.token_hex(16)
     with open(server.datadir / "pg_hba.conf", "a") as f:
         f.write(f"host all all {subnet} scram-sha-256\n")

@@ -78,18 +78,15 @@ def grid_page(request, namespace: str, name: str):
     nodes = data["nodes"]
     if sort == "site":
         nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
-    cells = {(c["source"], c["destination"], c["streams"]): c for c in data["cells"]}
     now = data["generated_at"]
-
-    def half(src: str, dst: str, st: int):
-        c = cells.get((src, dst, st))
-        if c is None:
-            return "none", False, None
-        value = None if c["value"] is None else round(c["value"], 3)
-        info = [value, int(c["finished_at"].timestamp())]
+    # each cell's half (state, stale, tooltip) once; a cell is drawn twice (each direction's upper half)
+    drawn: dict[tuple[str, str, int], tuple[str, bool, list | None]] = {}
+    for c in data["cells"]:
+        info = [None if c["value"] is None else round(c["value"], 3), int(c["finished_at"].timestamp())]
         if c["status"] != "succeeded":
             info += [c["status"], (c["error"] or "")[:200]]
-        return c["state"], c["stale"], info
+        drawn[(c["source"], c["destination"], c["streams"])] = (c["state"], c["stale"], info)
+    missing = ("none", False, None)
 
     rows_html = []
     tips = []
@@ -109,12 +106,8 @@ def grid_page(request, namespace: str, name: str):
                     tds.append(f'<td class="diag a-{cls} b-{cls}"></td>')
                     tip_row.append({"loopback": value})
                 continue
-            if split == "direction":
-                a = half(src, dst, high)
-                b = half(dst, src, high)
-            else:
-                a = half(src, dst, high)
-                b = half(src, dst, low)
+            a = drawn.get((src, dst, high), missing)
+            b = drawn.get((dst, src, high) if split == "direction" else (src, dst, low), missing)
             classes = f"a-{a[0]} b-{b[0]}" + (" sa" if a[1] else "") + (" sb" if b[1] else "")
             tds.append(f'<td class="{classes}"></td>')
             tip_row.append([a[2], b[2]] if (a[2] or b[2]) else None)

@@ -378,6 +378,65 @@ def test_grid_cells_built_by_postgresql_match_the_python_path(client, archive):
             k: v for k, v in python.items() if k not in ("cells", "generated_at")}
 
 
+def test_every_grid_mode_built_by_postgresql_matches_the_portable_path(client, write_key):
+    """Latest, mean and median, one setting and every setting, throughput and RTT: the cells PostgreSQL builds
+    (the API's JSON, and grid()'s rows) equal the portable Python path's (SQLite's), with a run ingested late
+    (older than what is stored), cells whose window holds only failures, and measurements outside the window."""
+    import random
+
+    from results import selectors
+    from results.api.views import grid_json
+    from results.models import Benchmark
+
+    rng = random.Random(7)
+    now = datetime.now(UTC).replace(microsecond=0)
+    nodes = ["a", "b", "c", "d"]
+    runs = []
+    for k in range(9):  # every 20 h: the 7-day window holds the newest ones
+        t = now - timedelta(hours=20 * k + 1)
+        ms = []
+        for src in nodes:
+            for dst in nodes:
+                if src == dst:
+                    continue
+                failed = (src, dst) == ("d", "a") or rng.random() < 0.15  # d->a never succeeds
+                for streams in (1, 8):
+                    ms.append(measurement(src, dst, protocol="builtin", streams=streams, finished=t,
+                                          gbps=None if failed else round(rng.uniform(1, 50), 3),
+                                          status="failed" if failed else "succeeded",
+                                          error="refused" if failed else None))
+                ms.append(measurement(src, dst, protocol="rtt", rtt_ms=round(rng.uniform(0.2, 90), 3), finished=t))
+        runs.append(batch(ms, name="modes", run=f"r{k}"))
+    for body in [runs[0], *runs[2:], runs[1]]:  # the second newest run arrives last
+        assert post(client, body, write_key).status_code == 200
+    bench = Benchmark.objects.get(name="modes")
+    key = lambda c: (c["source"], c["destination"], c["streams"])  # noqa: E731
+    for protocol in ("builtin", "rtt"):
+        bounds = bench.effective_thresholds()[selectors.kind_for(protocol)]
+        for mode in selectors.GRID_MODES:
+            for streams in ([None, 8] if protocol == "builtin" else [None]):
+                url = f"/api/v1/grid/?benchmark=mesh/modes&protocol={protocol}&mode={mode}&window=7d"
+                api = client.get(url + (f"&streams={streams}" if streams else "")).json()
+                rows = selectors.grid(bench, protocol, streams=streams, mode=mode)
+                at = rows["generated_at"]
+                names = {n.id: n.name for n in selectors.benchmark_nodes(bench)}
+                portable = selectors._cells_in_python(bench, protocol, streams, at, bounds, mode, timedelta(days=7),
+                                                      names)
+                want = sorted(grid_json({**rows, "cells": portable})["cells"], key=key)
+                assert len(want) == 12 * (2 if streams is None and protocol == "builtin" else 1)
+                for got in (sorted(api["cells"], key=key), sorted(grid_json(rows)["cells"], key=key)):
+                    assert len(got) == len(want), (protocol, mode, streams)
+                    for g, w in zip(got, want, strict=True):
+                        assert abs(g.pop("age_seconds") - w["age_seconds"]) < 5, (protocol, mode, g, w)
+                        value = g.pop("value")
+                        assert value == (w["value"] if w["value"] is None else pytest.approx(w["value"], rel=1e-12))
+                        assert g == {k: v for k, v in w.items() if k not in ("age_seconds", "value")}, (mode, g, w)
+                if mode != "latest":  # d->a: only failures in the window
+                    da = next(c for c in want if (c["source"], c["destination"]) == ("d", "a"))
+                    assert (da["value"], da["status"]) == ((None, "failed") if protocol == "builtin"
+                                                           else (da["value"], "succeeded"))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_ingest_of_the_same_batch_stores_once(write_key):
     from concurrent.futures import ThreadPoolExecutor

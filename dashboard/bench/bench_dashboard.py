@@ -56,6 +56,7 @@ def log(msg: str) -> None:
 def generate(days: int) -> int:
     """Fill the archive in the database itself; returns the number of measurements."""
     from django.db import connection
+    from results.celljson import fill_sql
     from results.models import Benchmark, Node, Run
 
     bench = Benchmark.objects.create(namespace="bench", name="mesh", uid="bench-uid",
@@ -120,6 +121,7 @@ def generate(days: int) -> int:
             FROM results_measurement WHERE finished_at >= %s
             ORDER BY benchmark_id, protocol, COALESCE(streams, 0), source_id, destination_id, finished_at DESC
         """, [end - timedelta(days=1)])
+        cur.execute(fill_sql())  # the cells' stored JSON, as ingest writes it
         cur.execute("VACUUM ANALYZE")
         cur.execute("SELECT count(*) FROM results_measurement")
         return cur.fetchone()[0]

@@ -155,6 +155,8 @@ class PairLatest(models.Model):
     rtt_ms = models.FloatField(null=True, blank=True)
     status = models.CharField(max_length=12)
     error = models.CharField(max_length=200, null=True, blank=True, help_text="first 200 characters")
+    cell_json = models.TextField(null=True, blank=True,
+                                 help_text="PostgreSQL: the cell's JSON but age, staleness and state (celljson.py)")
 
     class Meta:
         constraints = [

@@ -221,13 +221,37 @@ def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: d
     """PostgreSQL only: the grid's cells as one JSON array built by the database (same fields as
     grid()["cells"]); spares Python ~10 µs per cell, which matters at 100×100.
 
-    json_agg over rows of named columns, not json_build_object per cell: the row's column names are looked up
-    once, not passed as 12 key arguments per cell; about 30 % less database time on 19 800 cells.
+    Latest: each cell's stored JSON body (celljson.py) with its age, staleness and state joined in front, about
+    2.5 times less database time than converting the rows. A window's aggregates: json_agg over rows of named
+    columns (not json_build_object per cell: the column names are looked up once).
     """
-    sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, iso_times=True)
+    if mode == "latest":
+        sql, args = _latest_json_sql(bench, protocol, streams, now, bounds)
+    else:
+        sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, iso_times=True)
+        sql = f"SELECT COALESCE(json_agg(c), '[]')::text FROM ({sql}) c"
     with connection.cursor() as cur:
-        cur.execute(f"SELECT COALESCE(json_agg(c), '[]')::text FROM ({sql}) c", args)
+        cur.execute(sql, args)
         return cur.fetchone()[0]
+
+
+def _latest_json_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime,
+                     bounds: dict[str, float]) -> tuple[str, dict[str, Any]]:
+    metric = metric_for(protocol)
+    better = ">=" if thresholds.HIGHER_IS_BETTER[kind_for(protocol)] else "<="
+    return f"""
+        SELECT '[' || COALESCE(string_agg(
+            '{{"age_seconds":' || round(age.seconds * 10) / 10 || ',"stale":' || (age.seconds > %(stale)s)
+            || ',"state":"' || CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN p.{metric} IS NULL THEN 'none'
+                                    WHEN p.{metric} {better} %(ok)s THEN 'ok'
+                                    WHEN p.{metric} {better} %(warning)s THEN 'warning' ELSE 'critical' END
+            || '",' || p.cell_json || '}}', ','), '') || ']'
+        FROM {PairLatest._meta.db_table} p
+        CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
+        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s
+          AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
+    """, {"bench": bench.id, "protocol": protocol, "streams": streams, "now": now.timestamp(),
+          "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]}
 
 
 def _pair_q(a: Node, b: Node) -> Q:

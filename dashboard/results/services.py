@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from results import metrics
+from results.celljson import cell_json_sql
 from results.models import ApiToken, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
 
 log = logging.getLogger(__name__)
@@ -87,13 +88,13 @@ LATEST_KEY = ["benchmark_id", "protocol", "streams", "source_id", "destination_i
 LATEST_COLUMNS = [*LATEST_KEY, *LATEST_FIELDS]
 
 
-def _latest_upsert() -> str:
+def _latest_upsert(fields: list[str] = LATEST_FIELDS) -> str:
     """The ON CONFLICT clause that keeps a grid cell (PairLatest) at its newest measurement: it only moves forward
     in time, so a concurrent ingest (or a late, older batch) never puts an older measurement back. Both
     storage paths use it."""
     table = PairLatest._meta.db_table
     return (f"ON CONFLICT ({', '.join(LATEST_KEY)}) DO UPDATE SET "
-            + ", ".join(f"{c} = EXCLUDED.{c}" for c in LATEST_FIELDS)
+            + ", ".join(f"{c} = EXCLUDED.{c}" for c in fields)
             + f" WHERE {table}.finished_at <= EXCLUDED.finished_at")
 
 
@@ -170,12 +171,17 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
             WITH created AS (
                 INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ORDER BY id
                 ON CONFLICT (id) DO NOTHING RETURNING {cols}
-            ), cells AS (
-                INSERT INTO {PairLatest._meta.db_table} ({", ".join(LATEST_COLUMNS)})
-                SELECT DISTINCT ON ({cell}) benchmark_id, {cell}, id, finished_at, throughput_gbps, rtt_ms, status,
-                       left(error, 200)
+            ), newest AS (
+                SELECT DISTINCT ON ({cell}) benchmark_id, protocol, COALESCE(streams, 0) AS streams, source_id,
+                       destination_id, id, finished_at, throughput_gbps, rtt_ms, status, left(error, 200) AS error
                 FROM created ORDER BY {cell}, finished_at DESC
-                {_latest_upsert()}
+            ), cells AS (
+                INSERT INTO {PairLatest._meta.db_table} ({", ".join(LATEST_COLUMNS)}, cell_json)
+                SELECT n.*, {cell_json_sql("n", "s.name", "d.name")}
+                FROM newest n JOIN {Node._meta.db_table} s ON s.id = n.source_id
+                JOIN {Node._meta.db_table} d ON d.id = n.destination_id
+                ORDER BY n.protocol, n.streams, n.source_id, n.destination_id
+                {_latest_upsert([*LATEST_FIELDS, "cell_json"])}
             )
             SELECT id FROM created""")
         created = {str(r[0]) for r in cur.fetchall()}

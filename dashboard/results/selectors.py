@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -55,13 +56,14 @@ def grid(
     window: timedelta = timedelta(days=7),
     now: datetime | None = None,
     cells_json: bool = False,
+    with_cells: bool = True,
 ) -> dict[str, Any]:
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
     Each cell: source, destination, streams, value (Gbit/s or ms), finished_at, age_seconds, stale, status,
     error, count, state (ok / warning / critical / failed / none by the benchmark's thresholds).
     `streams=None` returns every stream setting. `cells_json` (PostgreSQL only): the cells as one JSON array built
-    by the database (`cells_json` instead of `cells`).
+    by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
     """
     if mode not in GRID_MODES:
         raise ValueError(f"mode must be one of {', '.join(GRID_MODES)}, not {mode!r}")
@@ -72,7 +74,9 @@ def grid(
     names = {n.id: n.name for n in nodes}
     cells: list[dict[str, Any]] = []
     if cells_json:
-        cells_text = grid_cells_json(bench, protocol, streams, now, bounds, mode, window)
+        cells_text = grid_cells_json(bench, protocol, streams, now, bounds, mode, window) if with_cells else "[]"
+    elif not with_cells:
+        pass  # the page's latest grid: its cells come from drawn_cells
     elif connection.vendor == "postgresql" and mode != "latest":
         # aggregated by the database, with state, age and staleness (the JSON path's own query); the latest
         # cells are one narrow row each, which Python classifies faster than the database
@@ -252,6 +256,45 @@ def _latest_json_sql(bench: Benchmark, protocol: str, streams: int | None, now: 
           AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
     """, {"bench": bench.id, "protocol": protocol, "streams": streams, "now": now.timestamp(),
           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]}
+
+
+def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: str, streams: int | None,
+                now: datetime) -> dict[tuple[str, str, int], tuple[str, bool, str]]:
+    """What the grid page draws per cell: (state, stale, tooltip JSON) by (source, destination, streams); the
+    tooltip is [value to 3 decimals, finished epoch] plus [status, error] when it did not succeed.
+    ``grid_data`` (grid()'s output) gives them for any mode and database; without it (PostgreSQL, latest) the
+    database writes them from PairLatest, sparing a dict, a classification and a JSON encoding per cell."""
+    if grid_data is not None:
+        out = {}
+        for c in grid_data["cells"]:
+            info = [None if c["value"] is None else round(c["value"], 3), int(c["finished_at"].timestamp())]
+            if c["status"] != "succeeded":
+                info += [c["status"], (c["error"] or "")[:200]]
+            out[(c["source"], c["destination"], c["streams"])] = (c["state"], c["stale"], json.dumps(info))
+        return out
+    metric, kind = metric_for(protocol), kind_for(protocol)
+    bounds = bench.effective_thresholds()[kind]
+    better = ">=" if thresholds.HIGHER_IS_BETTER[kind] else "<="
+    sql = f"""
+        SELECT s.name, d.name, p.streams,
+            CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN p.{metric} IS NULL THEN 'none'
+                 WHEN p.{metric} {better} %(ok)s THEN 'ok' WHEN p.{metric} {better} %(warning)s THEN 'warning'
+                 ELSE 'critical' END,
+            %(now)s - date_part('epoch', p.finished_at) > %(stale)s,
+            '[' || coalesce(round(p.{metric}::numeric, 3)::float8::text, 'null') || ','
+                || floor(date_part('epoch', p.finished_at))::bigint
+                || CASE WHEN p.status <> 'succeeded'
+                        THEN ',' || to_json(p.status)::text || ',' || to_json(coalesce(p.error, ''))::text ELSE '' END
+                || ']'
+        FROM {PairLatest._meta.db_table} p
+        JOIN {Node._meta.db_table} s ON s.id = p.source_id JOIN {Node._meta.db_table} d ON d.id = p.destination_id
+        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s
+          AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
+    """
+    with connection.cursor() as cur:
+        cur.execute(sql, {"bench": bench.id, "protocol": protocol, "streams": streams, "now": now.timestamp(),
+                          "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]})
+        return {(src, dst, st): (state, stale, info) for src, dst, st, state, stale, info in cur.fetchall()}
 
 
 def _pair_q(a: Node, b: Node) -> Q:

@@ -115,3 +115,46 @@ def test_static_chart_library_is_served(client):
 
     assert finders.find("vendor/chart.umd.min.js"), "run hack/setup.sh (npm ci + dashboard/hack-assets.sh)"
     assert finders.find("results/grid.js")
+
+
+def test_the_pages_latest_cells_written_by_postgresql_match_the_portable_ones(client, write_key):
+    """The latest grid page reads its cells' state, staleness and tooltip straight from PostgreSQL; they equal
+    what the portable path (any mode, SQLite) derives from grid(), failures, stale cells and RTT included."""
+    import random
+
+    from django.utils import timezone
+    from results import selectors
+    from results.models import Benchmark
+
+    rng = random.Random(3)
+    now = datetime.now(UTC)
+    ms = []
+    for src in ("a", "b", "c", "d"):
+        for dst in ("a", "b", "c", "d"):
+            if src == dst:
+                continue
+            failed = rng.random() < 0.3
+            t = now - timedelta(hours=rng.choice([1, 30, 80]))
+            ms.append(measurement(src, dst, streams=8, gbps=None if failed else rng.uniform(0.5, 60),
+                                  status="failed" if failed else "succeeded",
+                                  error="refused <by> peer & more" if failed else None, finished=t))
+            ms.append(measurement(src, dst, protocol="rtt", rtt_ms=rng.uniform(0.1, 120), finished=t))
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, name="drawn")), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200
+    bench = Benchmark.objects.get(name="drawn")
+    at = timezone.now()
+    for protocol, streams in (("xrootd-https", 8), ("xrootd-https", None), ("rtt", None)):
+        lean = selectors.drawn_cells(None, bench, protocol, streams, at)
+        portable = selectors.drawn_cells(selectors.grid(bench, protocol, streams, now=at), bench, protocol, streams, at)
+        assert lean.keys() == portable.keys() and len(lean) == 12
+        for key, (state, stale, info) in portable.items():
+            got = lean[key]
+            assert got[:2] == (state, stale), (protocol, key)
+            want, have = json.loads(info), json.loads(got[2])
+            assert have[1:] == want[1:] and (have[0] is None) == (want[0] is None), (protocol, key)
+            assert want[0] is None or abs(have[0] - want[0]) <= 0.0011, (protocol, key)
+    page = client.get("/grid/mesh/drawn/?protocol=xrootd-https").content.decode()
+    data = json.loads(re.search(r'<script id="grid-data" type="application/json">(.*?)</script>', page, re.S)[1])
+    assert len(data["cells"]) == 4 and all(len(row) == 4 for row in data["cells"])
+    assert "refused <by> peer & more" in json.dumps(data) and "<by>" not in page  # escaped inside the script

@@ -1,0 +1,90 @@
+"""Step changes in a pair's history (throughput or RTT), not single outliers and not threshold crossings.
+
+Method: binary segmentation (the `ruptures` package) of the log of the values with the L1 cost (segment medians,
+so a lone outlier moves no segment), segments of at least MIN_RUNS runs, and a penalty that scales with the
+series' own noise: BETA x sigma x ln(n), sigma = the MAD of successive differences / sqrt 2 (robust to the steps
+themselves). A found break is a change only if the medians on its two sides differ by at least MIN_RATIO (a
+statistically clear 3 % shift is not news). On logs, a 20 % drop weighs the same at 1 and at 100 Gbit/s.
+
+`detect(values)` looks at one window of a history (oldest first) and returns its changes; `Tracker` runs it on
+the newest WINDOW runs each time a run arrives and remembers what it reported, as the dashboard does on ingest.
+BETA was chosen on synthetic.py's histories (`make bench-changes` prints the figures).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import ruptures
+
+MIN_RUNS = 3  # a change needs this many runs on each side: one or two odd runs are outliers
+BETA = 1.5
+MIN_RATIO = 1.1  # medians on the two sides differ by >= 10 %
+WINDOW = 40  # runs looked at on each arrival
+MIN_SIGMA = 0.01  # log units: a perfectly flat history still has a finite penalty
+MERGE_RUNS = 2  # a break found again within this many runs of a known one is that one
+
+
+@dataclass(frozen=True)
+class Change:
+    index: int  # the first run after the step (0 = the window's oldest)
+    before: float  # median of the segment before
+    after: float  # median of the segment after
+
+    @property
+    def ratio(self) -> float:
+        return self.after / self.before
+
+
+def noise(logs: np.ndarray) -> float:
+    """Robust scale of the run-to-run noise of a log series."""
+    if len(logs) < 3:
+        return MIN_SIGMA
+    d = np.diff(logs)
+    return max(1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2), MIN_SIGMA)
+
+
+def detect(values: Sequence[float], beta: float = BETA) -> list[Change]:
+    """The step changes in ``values`` (positive numbers, oldest first); none for fewer than 2 x MIN_RUNS runs."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2 * MIN_RUNS:
+        return []
+    if not np.all(np.isfinite(x)) or np.any(x <= 0):
+        raise ValueError("detect() needs positive, finite values (Gbit/s or ms)")
+    logs = np.log(x)
+    penalty = beta * noise(logs) * math.log(len(logs))
+    breaks = ruptures.Binseg(model="l1", min_size=MIN_RUNS, jump=1).fit(logs.reshape(-1, 1)).predict(pen=penalty)
+    edges = [0, *breaks]
+    out = []
+    for i, at in enumerate(breaks[:-1]):
+        before = float(np.median(x[edges[i]:at]))
+        after = float(np.median(x[at:edges[i + 2]]))
+        if max(before, after) / min(before, after) >= MIN_RATIO:
+            out.append(Change(at, before, after))
+    return out
+
+
+@dataclass
+class Tracker:
+    """Online use: feed runs one by one; each call returns the changes seen for the first time, indexed from the
+    history's first run. A break found again near a known one (the window moved, MERGE_RUNS) is not new."""
+
+    window: int = WINDOW
+    beta: float = BETA
+    values: list[float] = field(default_factory=list)
+    known: dict[int, int] = field(default_factory=dict)  # change index -> run at which it was first reported
+
+    def add(self, value: float) -> list[Change]:
+        self.values.append(value)
+        start = max(0, len(self.values) - self.window)
+        new = []
+        for c in detect(self.values[start:], self.beta):
+            at = start + c.index
+            if any(abs(at - k) <= MERGE_RUNS for k in self.known):
+                continue
+            self.known[at] = len(self.values) - 1
+            new.append(Change(at, c.before, c.after))
+        return new

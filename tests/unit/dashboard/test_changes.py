@@ -1,0 +1,50 @@
+"""Change detection (results/stats): steps found, outliers and threshold crossings not; the acceptance figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from results.stats import synthetic
+from results.stats.changes import MIN_RUNS, Tracker, detect
+
+
+def test_a_step_is_found_where_it_happened_with_both_levels():
+    rng = np.random.default_rng(1)
+    x = synthetic.history(rng, 30, [(18, 0.6)])
+    (change,) = detect(x)
+    assert change.index == 18
+    assert change.before == pytest.approx(10, rel=0.05) and change.ratio == pytest.approx(0.6, rel=0.06)
+
+
+def test_outliers_and_a_threshold_crossing_are_not_changes():
+    rng = np.random.default_rng(2)
+    x = synthetic.history(rng, 40, [])
+    x[[7, 21, 22]] *= 0.2  # one run, then two in a row, collapse: outliers, not a new level
+    assert detect(x) == []
+    # hovering around a warning threshold of 10 Gbit/s: a 4 % shift crosses it, and is not a change
+    assert detect(synthetic.history(rng, 40, [(20, 0.96)], level=10.2)) == []
+
+
+def test_the_tracker_reports_a_change_once_as_the_window_moves():
+    rng = np.random.default_rng(3)
+    tracker = Tracker(window=20)
+    reported = [(t, c.index) for t, v in enumerate(synthetic.history(rng, 60, [(25, 1.5)]))
+                for c in tracker.add(float(v))]
+    assert len(reported) == 1, reported  # once, however often the window still holds it
+    (t, index), = reported
+    assert abs(index - 25) <= 1 and index + MIN_RUNS - 1 <= t <= 25 + 3  # reported within 3 runs
+
+
+def test_bad_values_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="positive, finite"):
+        detect([1.0, 2.0, 0.0, 1.0, 2.0, 3.0])
+    assert detect([5.0, 5.0, 5.0]) == []  # too short to say anything
+
+
+def test_acceptance_figures_on_synthetic_histories():
+    """Steps of 20 % found within 3 runs in >= 95 % of the histories; < 1 false change per 100 runs of noise
+    (the figures `make bench-changes` writes to BENCHMARKS.md, same seed)."""
+    f = synthetic.measure()
+    assert f.detection_rate >= 0.95, f
+    assert f.false_per_100_runs < 1, f
+    assert max(f.delays) <= synthetic.DETECT_WITHIN

@@ -39,10 +39,15 @@ class TokenIssuer:
         return self._keyring
 
     def rotate(self) -> str:
-        """A new signing key now (the old one stays published until its tokens expired); returns the new kid."""
+        """Schedule a new signing key (published now, signing ``publish_ahead`` seconds later; the old one stays
+        published until its tokens expired); returns the new kid."""
         with self._lock:
             self._keyring = self._keyring.rotate(self._now())
-            return self._keyring.active.kid
+            return self._keyring.keys[-1].kid
+
+    def active_kid(self) -> str:
+        with self._lock:
+            return self._keyring.active(self._now()).kid
 
     def rotate_if_due(self) -> bool:
         with self._lock:
@@ -59,7 +64,7 @@ class TokenIssuer:
                               f"{self._keyring.max_lifetime} seconds")
         self.rotate_if_due()
         with self._lock:
-            key = self._keyring.active
+            key = self._keyring.active(self._now())
             claims = build_claims(self.issuer, req, self._now())
         return jwt.encode(claims, key.private_key, algorithm=ALGORITHM, headers={"kid": key.kid, "typ": "JWT"})
 

@@ -4,11 +4,13 @@ only the project's CA, and verifies a token with the published key; a rotated ke
 from __future__ import annotations
 
 import ssl
+import time
 
 import httpx
 import jwt
 import pytest
 from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
+from tpcmesh_operator.tokens.keyring import Keyring
 
 from tests.support.tokens import running_issuer
 
@@ -47,10 +49,15 @@ def test_endpoint_is_https_with_the_project_ca_only(tpcmesh_pki):
 
 
 def test_rotated_key_is_published_beside_the_new_one(tpcmesh_pki):
-    with running_issuer(tpcmesh_pki) as issuer:
+    skew = [0.0]  # the issuer's clock runs ahead to the new key's first second (a new key signs from the next one)
+    with running_issuer(tpcmesh_pki, keyring=Keyring.fresh(int(time.time()), publish_ahead=0),
+                        clock=lambda: time.time() + skew[0]) as issuer:
         before = issuer.issue(TokenRequest("node-b", AUD, (CREATE_INCOMING,), 120))
         issuer.rotate()
+        skew[0] = 1.0
         after = issuer.issue(TokenRequest("node-b", AUD, (CREATE_INCOMING,), 120))
+        assert jwt.get_unverified_header(before)["kid"] != jwt.get_unverified_header(after)["kid"]
         for token in (before, after):
             key = fetch_key(issuer.issuer, tpcmesh_pki.ca_file, jwt.get_unverified_header(token)["kid"])
-            assert jwt.decode(token, key.key, algorithms=["ES256"], audience=AUD)["scope"] == CREATE_INCOMING
+            # leeway: the second token's iat is the issuer's skewed second
+            assert jwt.decode(token, key.key, algorithms=["ES256"], audience=AUD, leeway=2)["scope"] == CREATE_INCOMING

@@ -79,7 +79,7 @@ def test_signed_token_verifies_with_the_published_key_and_names_its_kid():
     issuer = TokenIssuer(ISS, clock=clock)
     token = issuer.issue(TokenRequest("node-a", AUD, (CREATE_INCOMING,), 300))
     header = jwt.get_unverified_header(token)
-    assert header["alg"] == "ES256" and header["kid"] == issuer.keyring.active.kid
+    assert header["alg"] == "ES256" and header["kid"] == issuer.active_kid()
     claims = verify(token, issuer, clock.now)
     assert claims["scope"] == CREATE_INCOMING and claims["wlcg.ver"] == "1.0"
     with pytest.raises(jwt.InvalidAudienceError):
@@ -90,40 +90,48 @@ def test_signed_token_verifies_with_the_published_key_and_names_its_kid():
         verify(foreign, issuer, clock.now)
 
 
-def test_rotation_keeps_the_old_key_until_its_last_token_expired():
+def kids(issuer: TokenIssuer) -> set[str]:
+    return {k["kid"] for k in issuer.jwks()["keys"]}
+
+
+def test_rotation_publishes_the_next_key_ahead_and_keeps_the_old_one_until_its_last_token_expired():
     clock = Clock()
-    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=3600), rotate_every=86400,
-                         clock=clock)
-    old_token = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 3600))  # the longest lifetime allowed
-    old_kid = issuer.keyring.active.kid
+    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=3600, publish_ahead=900),
+                         rotate_every=86400, clock=clock)
+    old_kid = issuer.active_kid()
     clock.now += 100
     new_kid = issuer.rotate()
-    assert new_kid != old_kid
+    assert new_kid != old_kid and kids(issuer) == {old_kid, new_kid}  # published before it signs
+    clock.now += 899
+    old_token = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 3600))  # the last one of the old key, longest
+    assert jwt.get_unverified_header(old_token)["kid"] == old_kid
+    clock.now += 1  # publish_ahead after the rotation: the new key signs
     new_token = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 60))
-    assert jwt.get_unverified_header(new_token)["kid"] == new_kid
-    assert {k["kid"] for k in issuer.jwks()["keys"]} == {old_kid, new_kid}
-    clock.now += 3599  # the old token's exp is iat + 3600 = rotation + 3500: still published one second before
-    assert old_kid in {k["kid"] for k in issuer.jwks()["keys"]}
-    verify(old_token, issuer, clock.now - 100)
-    clock.now += 1  # retirement + max lifetime: no token of the old key can be valid any more
-    assert [k["kid"] for k in issuer.jwks()["keys"]] == [new_kid]
-    clock.now += 1
+    assert jwt.get_unverified_header(new_token)["kid"] == new_kid == issuer.active_kid()
+    clock.now += 3599  # one second before the old key's last possible token expires
+    assert kids(issuer) == {old_kid, new_kid}
+    verify(old_token, issuer, clock.now - 1)  # its own last valid second
+    clock.now += 1  # the switch + max lifetime: no token of the old key can be valid any more
+    assert kids(issuer) == {new_kid}
     issuer.rotate()  # the next rotation drops it from the keyring itself
     assert old_kid not in {k.kid for k in issuer.keyring.keys}
 
 
-def test_rotation_happens_when_due_and_lifetime_is_bounded_by_the_keyring():
+def test_rotation_is_scheduled_when_due_and_lifetime_is_bounded_by_the_keyring():
     clock = Clock()
-    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=600), rotate_every=1000,
-                         clock=clock)
-    first = issuer.keyring.active.kid
+    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=600, publish_ahead=100),
+                         rotate_every=1000, clock=clock)
+    first = issuer.active_kid()
+    clock.now += 899
     issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
-    clock.now += 999
-    issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
-    assert issuer.keyring.active.kid == first
-    clock.now += 1
+    assert len(issuer.jwks()["keys"]) == 1
+    clock.now += 1  # rotate_every - publish_ahead: the next key is scheduled (published), the first still signs
+    t = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
+    assert jwt.get_unverified_header(t)["kid"] == first and len(issuer.jwks()["keys"]) == 2
+    clock.now += 100
     t = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
     assert jwt.get_unverified_header(t)["kid"] != first
+    assert len(issuer.keyring.keys) == 2  # issuing again does not schedule yet another key
     with pytest.raises(ClaimsError, match="at most 600 seconds"):
         issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 601))
 

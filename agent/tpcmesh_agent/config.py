@@ -63,6 +63,17 @@ class Settings:
     xrootd_tpc_port: int = field(default=0, metadata={
         "help": "port of the local XRootD HTTP-TPC instance that pulls into incoming/ (only this agent connects to "
                 "it); 0: a free port, chosen when the agent starts"})
+    xrootd_token_issuer: str = field(default="", metadata={
+        "help": "token mode for XRootD over HTTPS: the URL of the issuer whose bearer tokens (WLCG JWT profile) the "
+                "instances require: the public one serves /sets only to a storage.read:/sets token, the local TPC one "
+                "writes /incoming only for a storage.create:/incoming token; empty: no tokens (the public instance "
+                "serves the sets to anyone, the local one to the agent's certificate)"})
+    xrootd_token_issuer_ca: Path | None = field(default=None, metadata={
+        "help": "CA (PEM) of the token issuer's HTTPS endpoint; XRootD's token validator trusts only the system's "
+                "bundle, so the instances see this CA added to it (a private mount namespace); empty: ca_file"})
+    xrootd_token_audience: str = field(default="", metadata={
+        "help": "the audience tokens must name for this agent's XRootD instances; empty: "
+                "https://<address>:<xrootd_https_port>"})
     gridftp_port: int = field(default=2811, metadata={"help": "GridFTP control port"})
     iperf3_port: int = field(default=5201, metadata={"help": "iperf3 server port"})
     gridftp_security: str = field(default="gsi", metadata={
@@ -115,6 +126,10 @@ class Settings:
                     "signed by); set gridftp_security=anonymous for unauthenticated ftp://")
         return None
 
+    def xrootd_audience(self) -> str:
+        """The audience XRootD's token validator accepts for this agent."""
+        return self.xrootd_token_audience or f"https://{self.address}:{self.xrootd_https_port}"
+
     def port_of(self, protocol: str) -> int | None:
         return {
             "builtin": self.builtin_port,
@@ -162,7 +177,15 @@ class Settings:
                                 "(or set allow_plain_http for development)")
         if self.builtin_tls and self.tls_cert is None:
             raise SettingsError("builtin_tls needs tls_cert and tls_key")
-        for name in ("tls_cert", "tls_key", "ca_file", "client_ca_file"):
+        if self.xrootd_token_issuer and (not self.xrootd_token_issuer.startswith("https://")
+                                         or self.xrootd_token_issuer.endswith("/")):
+            raise SettingsError(f"xrootd_token_issuer {self.xrootd_token_issuer!r}: expected "
+                                "https://host[:port][/path] without a trailing slash (token validators fetch keys "
+                                "only over HTTPS)")
+        if self.xrootd_token_issuer and " " in self.xrootd_audience():
+            raise SettingsError(f"xrootd_token_audience {self.xrootd_audience()!r}: expected one audience without "
+                                "spaces")
+        for name in ("tls_cert", "tls_key", "ca_file", "client_ca_file", "xrootd_token_issuer_ca"):
             p = getattr(self, name)
             if p is not None and not p.is_file():
                 raise SettingsError(f"{name} {p} does not exist")

@@ -27,6 +27,8 @@ PACKAGES: dict[str, str] = {
     "xrdcp": "xrootd-client",
     "xrdsssadmin": "xrootd-server",
     "libXrdSecsss-5.so": "xrootd-plugins",
+    "libXrdAccSciTokens-5.so": "xrootd-scitokens-plugins",
+    "unshare": "util-linux",
     "globus-gridftp-server": "globus-gridftp-server-progs",
     "globus-url-copy": "globus-gass-copy-progs",
     "iperf3": "iperf3",
@@ -65,6 +67,22 @@ class XrootdPaths:
     @property
     def log(self) -> Path:
         return self.runtime_dir / "xrootd.log"
+
+    @property
+    def scitokens_config(self) -> Path:
+        return self.runtime_dir / "scitokens.cfg"
+
+    @property
+    def token_cache(self) -> Path:
+        """XDG_CACHE_HOME of the instance: scitokens-cpp keeps the issuer's keys in <it>/scitokens/ (the run user's
+        home, e.g. nobody's /nonexistent, is not writable)."""
+        return self.runtime_dir / "token-cache"
+
+    @property
+    def ca_bundle(self) -> Path:
+        """The system CA bundle plus the token issuer's CA, bound over the system one in the instance's mount
+        namespace (xrootd_private_ca_argv)."""
+        return self.runtime_dir / "ca-bundle.crt"
 
     @property
     def gridmap(self) -> Path:
@@ -160,6 +178,8 @@ def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
     port = settings.xrootd_https_port
     lines = _common_xrootd(settings, paths, port, exports=("/sets r/o",))
     lines += _xrootd_tls(paths, port)
+    if settings.xrootd_token_issuer:
+        lines += _token_authorization(paths)
     return "\n".join(lines) + "\n"
 
 
@@ -171,15 +191,50 @@ def xrootd_tpc_config(settings: Any, paths: XrootdPaths) -> str:
     port = settings.xrootd_tpc_port
     lines = _common_xrootd(settings, paths, port, exports=("/incoming",))
     lines += _xrootd_tls(paths, port)
-    lines += [
-        "http.exthandler xrdtpc libXrdHttpTPC.so",
-        *_local_only(settings),
-        f"http.gridmap {paths.gridmap}",
-        "ofs.authorize 1",
-        f"acc.authdb {paths.authdb}",
-        "acc.audit deny",
-    ]
+    lines += ["http.exthandler xrdtpc libXrdHttpTPC.so", *_local_only(settings)]
+    if settings.xrootd_token_issuer:
+        lines += _token_authorization(paths)
+    else:
+        lines += [f"http.gridmap {paths.gridmap}", "ofs.authorize 1", f"acc.authdb {paths.authdb}", "acc.audit deny"]
     return "\n".join(lines) + "\n"
+
+
+# Token mode (settings.xrootd_token_issuer): the SciTokens authorization plugin is the only one (no '++' before it,
+# no chained default), so a request without a valid token is refused whatever else it presents.
+TOKEN_PLUGIN = "libXrdAccSciTokens.so"
+
+
+def _token_authorization(paths: XrootdPaths) -> list[str]:
+    return [
+        # XrdHttp hands the Authorization header to the authorization plugins as the 'authz' CGI element
+        "http.header2cgi Authorization authz",
+        "ofs.authorize 1",
+        f"ofs.authlib {TOKEN_PLUGIN} config={paths.scitokens_config}",
+        # warnings name why a token was refused (expired, audience, unknown issuer or key) without the token
+        "scitokens.trace error warning",
+    ]
+
+
+def scitokens_config(issuer: str, audience: str) -> str:
+    """The plugin's INI file: tokens of ``issuer`` naming ``audience``, their scopes relative to '/' (so
+    storage.read:/sets grants reading /sets); a request without a token is refused (onmissing deny)."""
+    for name, value in (("issuer", issuer), ("audience", audience)):
+        if not value or any(c in value for c in " ,\n[]"):
+            raise ValueError(f"token {name} {value!r} cannot be written into the SciTokens configuration")
+    return (f"[Global]\naudience = {audience}\nonmissing = deny\n\n"
+            f"[Issuer tpcmesh]\nissuer = {issuer}\nbase_path = /\n")
+
+
+SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def xrootd_private_ca_argv(bundle: Path, argv: list[str]) -> list[str]:
+    """Run ``argv`` in a private mount namespace where ``bundle`` is bound over the system CA bundle: scitokens-cpp
+    0.7 fetches the issuer's keys with libcurl, which trusts only the file compiled into Debian's libcurl (no
+    setting or environment variable of the plugin, the library or libcurl changes it). Needs CAP_SYS_ADMIN."""
+    script = 'mount --bind "$0" "$1" && shift && exec "$@"'  # $0: the bundle, $1: the system's
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(bundle), str(SYSTEM_CA_BUNDLE),
+            *argv]
 
 
 def xrootd_authdb() -> str:

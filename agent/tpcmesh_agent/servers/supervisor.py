@@ -232,11 +232,37 @@ class ServerSupervisor:
             if name in configs.TPC_SERVERS.values():
                 paths.authdb.write_text(configs.xrootd_authdb())
             paths.config.write_text(build(self.settings, paths))
-            return self._xrootd_argv(name, port, paths)
+            argv = self._xrootd_argv(name, port, paths)
+            return self._token_validation(paths, argv) if tokens else argv
 
         rt = self.runtime_dir / name
+        tokens = bool(self.settings.xrootd_token_issuer) and name.startswith("xrootd-https")
+        env = None
+        if tokens:
+            requires = (*requires, "libXrdAccSciTokens-5.so", "unshare")
+            env = {"XDG_CACHE_HOME": str(configs.XrootdPaths(rt).token_cache)}
         return ServerSpec(name, port, self.settings.address, requires, prepare, rt / "stdout.log", rt,
-                          (rt / configs.instance_name(name, port) / "xrootd.log",))
+                          (rt / configs.instance_name(name, port) / "xrootd.log",), env)
+
+    def _token_validation(self, paths: configs.XrootdPaths, argv: list[str]) -> list[str]:
+        """Token mode: the SciTokens plugin's configuration, a key cache the run user may write, and the issuer's CA
+        in the CA bundle the plugin's HTTPS client trusts (a private mount namespace; see
+        configs.xrootd_private_ca_argv)."""
+        s = self.settings
+        paths.scitokens_config.write_text(configs.scitokens_config(s.xrootd_token_issuer, s.xrootd_audience()))
+        shutil.rmtree(paths.token_cache, ignore_errors=True)  # keys of an earlier issuer at the same URL
+        paths.token_cache.mkdir(mode=0o700)
+        self._own(paths.token_cache)
+        issuer_ca = s.xrootd_token_issuer_ca or s.ca_file
+        if os.geteuid() != 0 or issuer_ca is None:
+            log.warning("XRootD validates tokens of %s with the system's CA bundle only: %s", s.xrootd_token_issuer,
+                        "the agent is not root (a private mount namespace needs it)" if issuer_ca else
+                        "no xrootd_token_issuer_ca or ca_file")
+            return argv
+        system = configs.SYSTEM_CA_BUNDLE.read_bytes() if configs.SYSTEM_CA_BUNDLE.is_file() else b""
+        paths.ca_bundle.write_bytes(system.rstrip(b"\n") + b"\n" + Path(issuer_ca).read_bytes())
+        paths.ca_bundle.chmod(0o644)
+        return configs.xrootd_private_ca_argv(paths.ca_bundle, argv)
 
     def specs(self) -> list[ServerSpec]:
         s = self.settings

@@ -185,3 +185,43 @@ def test_one_line_dn_is_what_openssl_prints(tmp_path):
     openssl = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "compat", "-in", str(cert)],
                              capture_output=True, text=True, check=True).stdout.strip().removeprefix("subject=")
     assert configs.one_line_dn(ca.cert_pem) == openssl.strip() == "/O=tpcmesh/CN=site CA, with a comma"
+
+
+ISSUER = "https://127.0.0.1:8443"
+
+
+@pytest.mark.parametrize("build", [configs.xrootd_https_config, configs.xrootd_tpc_config])
+def test_token_mode_makes_the_scitokens_plugin_the_only_authorization(tmp_path, build):
+    paths = configs.XrootdPaths(tmp_path, tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
+    lines = _directives(build(_settings(xrootd_token_issuer=ISSUER, xrootd_tpc_port=18445), paths))
+    assert "http.header2cgi Authorization authz" in lines and "ofs.authorize 1" in lines
+    # no '++': a request without a valid token gets no chained default authorization
+    assert f"ofs.authlib libXrdAccSciTokens.so config={tmp_path / 'scitokens.cfg'}" in lines
+    assert not [line for line in lines if line.startswith(("http.gridmap", "acc.authdb"))]
+    without = _directives(build(_settings(xrootd_tpc_port=18445), paths))
+    assert not [line for line in without if "SciTokens" in line or "header2cgi" in line]
+
+
+def test_scitokens_config_names_issuer_audience_and_refuses_requests_without_a_token():
+    text = configs.scitokens_config(ISSUER, "https://127.0.1.7:18444")
+    assert text == ("[Global]\naudience = https://127.0.1.7:18444\nonmissing = deny\n\n"
+                    "[Issuer tpcmesh]\nissuer = https://127.0.0.1:8443\nbase_path = /\n")
+    assert _settings().xrootd_audience() == "https://127.0.1.7:18444"
+    for bad in ("a b", "x,y", "", "a\n[Global]"):
+        with pytest.raises(ValueError, match="cannot be written into the SciTokens configuration"):
+            configs.scitokens_config(ISSUER, bad)
+
+
+def test_token_settings_refuse_an_issuer_that_is_not_https():
+    from tpcmesh_agent.config import SettingsError
+
+    for bad in ("http://x:1", "https://x:1/"):
+        with pytest.raises(SettingsError, match="xrootd_token_issuer"):
+            _settings(xrootd_token_issuer=bad, allow_plain_http=True).validate()
+
+
+def test_private_ca_wraps_the_server_in_its_own_mount_namespace():
+    argv = configs.xrootd_private_ca_argv(Path("/rt/ca-bundle.crt"), ["setpriv", "xrootd", "-c", "x.cfg"])
+    assert argv[:4] == ["unshare", "--mount", "--propagation", "private"]
+    assert argv[-6:] == ["/rt/ca-bundle.crt", "/etc/ssl/certs/ca-certificates.crt", "setpriv", "xrootd", "-c",
+                         "x.cfg"]

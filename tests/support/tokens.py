@@ -1,0 +1,23 @@
+"""A real token issuer on loopback for the tests: the operator's issuer, its HTTPS endpoint with a host certificate
+of the test CA."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from tpcmesh_operator.tokens.issuer import TokenIssuer
+from tpcmesh_operator.tokens.server import IssuerServer
+
+ISSUER_HOST = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def running_issuer(pki_: Any, name: str = "issuer", path: str = "", **issuer_kw: Any) -> Iterator[TokenIssuer]:
+    """An issuer serving its discovery document and JWKS at https://127.0.0.1:<free port><path>."""
+    cert, key = pki_.host_cert(name, [ISSUER_HOST])
+    with IssuerServer(ISSUER_HOST, 0, cert, key) as server:
+        issuer = TokenIssuer(f"https://{ISSUER_HOST}:{server.port}{path}", **issuer_kw)
+        server.serve(issuer)
+        yield issuer

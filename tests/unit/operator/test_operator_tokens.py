@@ -1,0 +1,143 @@
+"""The token issuer's claims and key rotation: WLCG profile claims, refusals that name the field, and a rotated key
+kept in the JWKS exactly until every token it signed has expired (verified with PyJWT against the JWKS)."""
+
+from __future__ import annotations
+
+import jwt
+import pytest
+from tpcmesh_operator.tokens.claims import (
+    CREATE_INCOMING,
+    READ_SETS,
+    ClaimsError,
+    TokenRequest,
+    build_claims,
+    discovery_document,
+)
+from tpcmesh_operator.tokens.issuer import TokenIssuer
+from tpcmesh_operator.tokens.keyring import Keyring
+
+ISS = "https://issuer.example:8443"
+AUD = "https://node-a:1094"
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def verify(token: str, issuer: TokenIssuer, now: float, audience: str = AUD) -> dict:
+    """PyJWT's own validation against the issuer's published JWKS, as a storage element would do it; the times are
+    checked against the test's clock (PyJWT reads the machine's)."""
+    kid = jwt.get_unverified_header(token)["kid"]
+    keys = {k["kid"]: k for k in issuer.jwks()["keys"]}
+    if kid not in keys:
+        raise LookupError(f"kid {kid} is not published")
+    claims = jwt.decode(token, jwt.PyJWK(keys[kid]).key, algorithms=["ES256"], audience=audience,
+                        issuer=issuer.issuer, options={"verify_exp": False, "verify_nbf": False, "verify_iat": False,
+                                                       "require": ["exp", "nbf", "iat", "jti", "sub"]})
+    if not claims["nbf"] <= now < claims["exp"]:
+        raise jwt.ExpiredSignatureError(f"not valid at {now}")
+    return claims
+
+
+def test_claims_follow_the_wlcg_profile():
+    c = build_claims(ISS, TokenRequest("node-a", AUD, (READ_SETS,), 600), now=1000, jti="j1")
+    assert c == {"wlcg.ver": "1.0", "iss": ISS, "sub": "node-a", "aud": AUD, "scope": "storage.read:/sets",
+                 "iat": 1000, "nbf": 1000, "exp": 1600, "jti": "j1"}
+    two = build_claims(ISS, TokenRequest("n", AUD, (READ_SETS, CREATE_INCOMING), 60), now=0)
+    assert two["scope"] == "storage.read:/sets storage.create:/incoming"
+    assert two["jti"] != build_claims(ISS, TokenRequest("n", AUD, (READ_SETS,), 60), now=0)["jti"]
+
+
+@pytest.mark.parametrize(("issuer", "req", "names"), [
+    ("http://insecure", TokenRequest("n", AUD, (READ_SETS,), 60), "issuer"),
+    (ISS + "/", TokenRequest("n", AUD, (READ_SETS,), 60), "issuer"),
+    (ISS, TokenRequest("", AUD, (READ_SETS,), 60), "subject"),
+    (ISS, TokenRequest("n", "a b", (READ_SETS,), 60), "audience"),
+    (ISS, TokenRequest("n", AUD, (), 60), "scopes"),
+    (ISS, TokenRequest("n", AUD, ("read:/sets",), 60), "scope 'read:/sets'"),
+    (ISS, TokenRequest("n", AUD, ("storage.read:/sets/../etc",), 60), "scope"),
+    (ISS, TokenRequest("n", AUD, ("storage.write:/x",), 60), "scope"),
+    (ISS, TokenRequest("n", AUD, (READ_SETS,), 0), "lifetime 0"),
+    (ISS, TokenRequest("n", AUD, (READ_SETS,), 10**6), "lifetime 1000000"),
+])
+def test_bad_requests_are_refused_naming_the_field(issuer, req, names):
+    with pytest.raises(ClaimsError, match=names.replace("(", r"\(")):
+        build_claims(issuer, req, now=0)
+
+
+def test_discovery_document_points_at_the_jwks():
+    d = discovery_document(ISS + "/tpcmesh")
+    assert d["issuer"] == ISS + "/tpcmesh" and d["jwks_uri"] == ISS + "/tpcmesh/jwks"
+
+
+def test_signed_token_verifies_with_the_published_key_and_names_its_kid():
+    clock = Clock()
+    issuer = TokenIssuer(ISS, clock=clock)
+    token = issuer.issue(TokenRequest("node-a", AUD, (CREATE_INCOMING,), 300))
+    header = jwt.get_unverified_header(token)
+    assert header["alg"] == "ES256" and header["kid"] == issuer.active_kid()
+    claims = verify(token, issuer, clock.now)
+    assert claims["scope"] == CREATE_INCOMING and claims["wlcg.ver"] == "1.0"
+    with pytest.raises(jwt.InvalidAudienceError):
+        verify(token, issuer, clock.now, audience="https://other:1094")
+    other = TokenIssuer(ISS, clock=clock)  # same URL, another key: its tokens do not verify with ours
+    foreign = other.issue(TokenRequest("node-a", AUD, (CREATE_INCOMING,), 300))
+    with pytest.raises(LookupError):
+        verify(foreign, issuer, clock.now)
+
+
+def kids(issuer: TokenIssuer) -> set[str]:
+    return {k["kid"] for k in issuer.jwks()["keys"]}
+
+
+def test_rotation_publishes_the_next_key_ahead_and_keeps_the_old_one_until_its_last_token_expired():
+    clock = Clock()
+    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=3600, publish_ahead=900),
+                         rotate_every=86400, clock=clock)
+    old_kid = issuer.active_kid()
+    clock.now += 100
+    new_kid = issuer.rotate()
+    assert new_kid != old_kid and kids(issuer) == {old_kid, new_kid}  # published before it signs
+    clock.now += 899
+    old_token = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 3600))  # the last one of the old key, longest
+    assert jwt.get_unverified_header(old_token)["kid"] == old_kid
+    clock.now += 1  # publish_ahead after the rotation: the new key signs
+    new_token = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 60))
+    assert jwt.get_unverified_header(new_token)["kid"] == new_kid == issuer.active_kid()
+    clock.now += 3599  # one second before the old key's last possible token expires
+    assert kids(issuer) == {old_kid, new_kid}
+    verify(old_token, issuer, clock.now - 1)  # its own last valid second
+    clock.now += 1  # the switch + max lifetime: no token of the old key can be valid any more
+    assert kids(issuer) == {new_kid}
+    issuer.rotate()  # the next rotation drops it from the keyring itself
+    assert old_kid not in {k.kid for k in issuer.keyring.keys}
+
+
+def test_rotation_is_scheduled_when_due_and_lifetime_is_bounded_by_the_keyring():
+    clock = Clock()
+    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=600, publish_ahead=100),
+                         rotate_every=1000, clock=clock)
+    first = issuer.active_kid()
+    clock.now += 899
+    issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
+    assert len(issuer.jwks()["keys"]) == 1
+    clock.now += 1  # rotate_every - publish_ahead: the next key is scheduled (published), the first still signs
+    t = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
+    assert jwt.get_unverified_header(t)["kid"] == first and len(issuer.jwks()["keys"]) == 2
+    clock.now += 100
+    t = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
+    assert jwt.get_unverified_header(t)["kid"] != first
+    assert len(issuer.keyring.keys) == 2  # issuing again does not schedule yet another key
+    with pytest.raises(ClaimsError, match="at most 600 seconds"):
+        issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 601))
+
+
+def test_jwks_carries_public_keys_only():
+    issuer = TokenIssuer(ISS)
+    (key,) = issuer.jwks()["keys"]
+    assert key["kty"] == "EC" and key["crv"] == "P-256" and key["alg"] == "ES256" and key["use"] == "sig"
+    assert "d" not in key

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from results import params, selectors, thresholds
 from results.access import read_access_required
 from results.models import Benchmark, Node, Run
+from results.stats import changes as change_detection
 
 
 def healthz(request):
@@ -182,8 +183,10 @@ def pair_page(request, source: str, destination: str):
         series.setdefault(label, []).append([t, round(p["throughput_gbps"], 3)])
     files = selectors.pair_latest_run_files(a, b, bench)
     groups = files["groups"] if files else []
+    changes, levels = _steps(series)
     plot = {
         "throughput": series,
+        "levels": levels,
         "rtt": rtt,
         # The latest run's per-file seconds: a strip of points per direction and setting, with the median.
         "files": [{"label": [f'{g["source"]} → {g["destination"]}', f'{g["protocol"]} ×{g["streams"] or 1}'],
@@ -192,10 +195,29 @@ def pair_page(request, source: str, destination: str):
     }
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
-        "errors": selectors.pair_errors(a, b, bench),
+        "errors": selectors.pair_errors(a, b, bench), "changes": changes,
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
+
+
+def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list]]:
+    """Step changes in each throughput series of the pair page (stats.changes, over the shown history) and the
+    levels between them, as [[t, median], [t, median], null, ...] line segments for the plot."""
+    found, levels = [], {}
+    for label, points in series.items():
+        values = [v for _, v in points]
+        if len(values) < 2 * change_detection.MIN_RUNS or min(values) <= 0:
+            continue
+        steps = change_detection.detect(values)
+        line: list = []
+        for first, last, median in change_detection.levels(values, steps):
+            line += [[points[first][0], median], [points[last][0], median], None]
+        levels[label] = line[:-1]
+        for c in steps:
+            found.append({"series": label, "at": datetime.fromtimestamp(points[c.index][0] / 1000, UTC),
+                          "before": c.before, "after": c.after, "percent": (c.ratio - 1) * 100})
+    return sorted(found, key=lambda c: c["at"], reverse=True), levels
 
 
 @read_access_required

@@ -67,6 +67,13 @@ def detect(values: Sequence[float], beta: float = BETA) -> list[Change]:
     return out
 
 
+def levels(values: Sequence[float], changes: Sequence[Change]) -> list[tuple[int, int, float]]:
+    """(first, last, median) of each stretch between ``changes`` (found in ``values``): what a plot draws."""
+    x = np.asarray(values, dtype=float)
+    edges = [0, *(c.index for c in changes), len(x)]
+    return [(a, b - 1, float(np.median(x[a:b]))) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+
+
 @dataclass
 class Tracker:
     """Online use: feed runs one by one; each call returns the changes seen for the first time, indexed from the

@@ -158,3 +158,33 @@ def test_the_pages_latest_cells_written_by_postgresql_match_the_portable_ones(cl
     data = json.loads(re.search(r'<script id="grid-data" type="application/json">(.*?)</script>', page, re.S)[1])
     assert len(data["cells"]) == 4 and all(len(row) == 4 for row in data["cells"])
     assert "refused <by> peer & more" in json.dumps(data) and "<by>" not in page  # escaped inside the script
+
+
+def test_the_pair_page_shows_a_step_change_and_the_levels(client, write_key):
+    """A pair whose throughput fell from ~20 to ~10 Gbit/s and stayed there: the page lists the step (when, before,
+    after, -50 %) and plots the two levels; the other direction, steady with an outlier, has none."""
+    import random
+
+    rng = random.Random(5)
+    now = datetime.now(UTC)
+    ms = []
+    for k in range(20):
+        t = now - timedelta(hours=12 * (20 - k))
+        level = 20 if k < 12 else 10
+        ms.append(measurement("s1", "s2", gbps=level * rng.uniform(0.95, 1.05), finished=t))
+        ms.append(measurement("s2", "s1", gbps=(3 if k == 7 else 15) * rng.uniform(0.95, 1.05), finished=t))
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, name="steps")), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200
+    page = client.get("/pair/s1/s2/?benchmark=mesh/steps").content.decode()
+    rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td><td class=\"(\w+)\">"
+                      r"([^<]+)</td></tr>", page)
+    assert len(rows) == 1, rows
+    when, series, before, after, cls, change = rows[0]
+    assert html.unescape(series) == "xrootd-https ×1 s1 → s2" and cls == "worse"
+    assert float(before) == pytest.approx(20, rel=0.06) and float(after) == pytest.approx(10, rel=0.06)
+    assert change.replace("\u2009", " ").strip() in ("-50 %", "-49 %", "-51 %", "-48 %", "-52 %")
+    data = json.loads(re.search(r'<script id="pair-data" type="application/json">(.*?)</script>', page, re.S)[1])
+    line = data["levels"]["xrootd-https ×1 s1 → s2"]
+    assert len([p for p in line if p is None]) == 1  # two levels, one gap
+    assert [len(v) for v in data["levels"].values()] == [5, 2]  # the steady direction: one level

@@ -13,6 +13,15 @@ window.tpcmesh = (function () {
       datasets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(i), backgroundColor: color(i++),
         yAxisID: "y", pointRadius: 1.5, borderWidth: 1, showLine: true });
     }
+    // the level between step changes (stats.changes): a dashed line per series, in its colour
+    let k = 0;
+    for (const [label, points] of Object.entries(data.throughput)) {
+      const line = data.levels[label];
+      if (line) datasets.push({ label: label + " level", data: line.map((p) => (p ? { x: p[0], y: p[1] } : { x: null, y: null })),
+        borderColor: color(k), backgroundColor: color(k), yAxisID: "y", pointRadius: 0, borderWidth: 2, borderDash: [6, 4],
+        showLine: true, spanGaps: false });
+      k++;
+    }
     for (const [label, points] of Object.entries(data.rtt)) {
       datasets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(i), backgroundColor: color(i++),
         yAxisID: "rtt", pointRadius: 1, borderWidth: 1, borderDash: [4, 3], showLine: true });

@@ -19,6 +19,7 @@ from results import params, selectors, thresholds
 from results.access import read_access_required
 from results.models import Benchmark, Node, Run
 from results.stats import changes as change_detection
+from results.stats.level import recent_level
 
 
 def healthz(request):
@@ -183,7 +184,7 @@ def pair_page(request, source: str, destination: str):
         series.setdefault(label, []).append([t, round(p["throughput_gbps"], 3)])
     files = selectors.pair_latest_run_files(a, b, bench)
     groups = files["groups"] if files else []
-    changes, levels = _steps(series)
+    changes, levels, recent = _steps(series)
     plot = {
         "throughput": series,
         "levels": levels,
@@ -195,21 +196,25 @@ def pair_page(request, source: str, destination: str):
     }
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
-        "errors": selectors.pair_errors(a, b, bench), "changes": changes,
+        "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent,
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
 
 
-def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list]]:
-    """Step changes in each throughput series of the pair page (stats.changes, over the shown history) and the
-    levels between them, as [[t, median], [t, median], null, ...] line segments for the plot."""
-    found, levels = [], {}
+def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list], list[dict]]:
+    """Step changes in each throughput series of the pair page (stats.changes, over the shown history), the
+    levels between them as [[t, median], [t, median], null, ...] line segments for the plot, and each series'
+    recent level (since its last step) with a 95 % interval."""
+    found, levels, recent = [], {}, []
     for label, points in series.items():
         values = [v for _, v in points]
         if len(values) < 2 * change_detection.MIN_RUNS or min(values) <= 0:
             continue
         steps = change_detection.detect(values)
+        level = recent_level(values, since=steps[-1].index if steps else 0)
+        if level is not None:
+            recent.append({"series": label, "level": level})
         line: list = []
         for first, last, median in change_detection.levels(values, steps):
             line += [[points[first][0], median], [points[last][0], median], None]
@@ -217,7 +222,7 @@ def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list]]:
         for c in steps:
             found.append({"series": label, "at": datetime.fromtimestamp(points[c.index][0] / 1000, UTC),
                           "before": c.before, "after": c.after, "percent": (c.ratio - 1) * 100})
-    return sorted(found, key=lambda c: c["at"], reverse=True), levels
+    return sorted(found, key=lambda c: c["at"], reverse=True), levels, recent
 
 
 @read_access_required

@@ -187,4 +187,10 @@ def test_the_pair_page_shows_a_step_change_and_the_levels(client, write_key):
     data = json.loads(re.search(r'<script id="pair-data" type="application/json">(.*?)</script>', page, re.S)[1])
     line = data["levels"]["xrootd-https ×1 s1 → s2"]
     assert len([p for p in line if p is None]) == 1  # two levels, one gap
-    assert [len(v) for v in data["levels"].values()] == [5, 2]  # the steady direction: one level
+    assert len(data["levels"]["xrootd-https ×1 s2 → s1"]) == 2  # the steady direction: one level
+    levels = re.search(r'<table class="list" id="levels">(.*?)</table>', page, re.S)[1]
+    recent = re.findall(r"<tr><td>([^<]+)</td><td>([\d.]+)</td><td>([\d.]+) – ([\d.]+)</td><td>(\d+)</td></tr>",
+                        levels)
+    by_series = {html.unescape(s): (float(m), float(lo), float(hi), int(n)) for s, m, lo, hi, n in recent}
+    m, lo, hi, n = by_series["xrootd-https ×1 s1 → s2"]
+    assert n == 8 and lo <= m <= hi and m == pytest.approx(10, rel=0.06)  # since the step: 8 runs at ~10

@@ -48,3 +48,19 @@ def test_acceptance_figures_on_synthetic_histories():
     assert f.detection_rate >= 0.95, f
     assert f.false_per_100_runs < 1, f
     assert max(f.delays) <= synthetic.DETECT_WITHIN
+
+
+def test_the_recent_level_is_the_median_since_the_last_step_with_its_interval():
+    from results.stats.level import recent_level
+
+    rng = np.random.default_rng(4)
+    x = synthetic.history(rng, 40, [(25, 0.5)])
+    (change,) = detect(x)
+    level = recent_level(x, since=change.index)
+    assert level is not None and level.runs == 15
+    assert level.low <= level.median <= level.high and level.median == pytest.approx(5, rel=0.05)
+    assert level.high - level.low < 0.1 * level.median  # 5 % noise, 15 runs: a narrow interval
+    wide = recent_level(synthetic.history(np.random.default_rng(4), 6, []) * rng.uniform(0.5, 1.5, 6))
+    assert wide is not None and wide.high - wide.low > level.high - level.low
+    assert recent_level([1.0, 2.0]) is None
+    assert recent_level([3.0, 3.0, 3.0]) == type(level)(3.0, 3.0, 3.0, 3)

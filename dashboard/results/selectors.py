@@ -189,6 +189,15 @@ def _window_cells_sql(bench: Benchmark, protocol: str, streams: int | None, now:
     """, {"bench": bench.id, "protocol": protocol, "since": now - window}
 
 
+def _state_sql(value: str, protocol: str) -> str:
+    """SQL for a cell's state (thresholds.classify's rule) from its ``value`` column and ``p.status``; the
+    thresholds come as the %(ok)s and %(warning)s parameters."""
+    better = ">=" if thresholds.HIGHER_IS_BETTER[kind_for(protocol)] else "<="
+    return (f"CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN {value} IS NULL THEN 'none' "
+            f"WHEN {value} {better} %(ok)s THEN 'ok' WHEN {value} {better} %(warning)s THEN 'warning' "
+            "ELSE 'critical' END")
+
+
 CELL_COLUMNS = ("source", "destination", "streams", "value", "finished_at", "age_seconds", "stale", "status", "error",
                 "count", "state")
 
@@ -197,7 +206,6 @@ def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: dateti
                mode: str, window: timedelta, iso_times: bool) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: the grid's cells (CELL_COLUMNS) with their state, age and staleness; ``iso_times`` writes
     finished_at as RFC 3339 text (for JSON) instead of a timestamp."""
-    better = ">=" if thresholds.HIGHER_IS_BETTER[kind_for(protocol)] else "<="
     if mode == "latest":
         inner, args = _latest_cells_sql(bench, protocol, streams)
     else:
@@ -208,9 +216,7 @@ def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: dateti
         SELECT s.name AS source, d.name AS destination, p.streams, p.value, {finished} AS finished_at,
             round(age.seconds * 10) / 10 AS age_seconds, age.seconds > %(stale)s AS stale,
             p.status, p.error, p.count,
-            CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN p.value IS NULL THEN 'none'
-                 WHEN p.value {better} %(ok)s THEN 'ok' WHEN p.value {better} %(warning)s THEN 'warning'
-                 ELSE 'critical' END AS state
+            {_state_sql("p.value", protocol)} AS state
         FROM ({inner}) p
         JOIN {Node._meta.db_table} s ON s.id = p.source_id
         JOIN {Node._meta.db_table} d ON d.id = p.destination_id
@@ -242,13 +248,10 @@ def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: d
 def _latest_json_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime,
                      bounds: dict[str, float]) -> tuple[str, dict[str, Any]]:
     metric = metric_for(protocol)
-    better = ">=" if thresholds.HIGHER_IS_BETTER[kind_for(protocol)] else "<="
     return f"""
         SELECT '[' || COALESCE(string_agg(
             '{{"age_seconds":' || round(age.seconds * 10) / 10 || ',"stale":' || (age.seconds > %(stale)s)
-            || ',"state":"' || CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN p.{metric} IS NULL THEN 'none'
-                                    WHEN p.{metric} {better} %(ok)s THEN 'ok'
-                                    WHEN p.{metric} {better} %(warning)s THEN 'warning' ELSE 'critical' END
+            || ',"state":"' || {_state_sql("p." + metric, protocol)}
             || '",' || p.cell_json || '}}', ','), '') || ']'
         FROM {PairLatest._meta.db_table} p
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
@@ -274,12 +277,9 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
         return out
     metric, kind = metric_for(protocol), kind_for(protocol)
     bounds = bench.effective_thresholds()[kind]
-    better = ">=" if thresholds.HIGHER_IS_BETTER[kind] else "<="
     sql = f"""
         SELECT s.name, d.name, p.streams,
-            CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN p.{metric} IS NULL THEN 'none'
-                 WHEN p.{metric} {better} %(ok)s THEN 'ok' WHEN p.{metric} {better} %(warning)s THEN 'warning'
-                 ELSE 'critical' END,
+            {_state_sql("p." + metric, protocol)},
             %(now)s - date_part('epoch', p.finished_at) > %(stale)s,
             '[' || coalesce(round(p.{metric}::numeric, 3)::float8::text, 'null') || ','
                 || floor(date_part('epoch', p.finished_at))::bigint

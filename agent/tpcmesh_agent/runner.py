@@ -21,7 +21,7 @@ from . import memory, records
 from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
-from .movers.base import Endpoint, FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob
+from .movers.base import BearerTokens, Endpoint, FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,8 @@ class TransferRunner:
         return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port), files=files,
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
                            destination_dir=dest_dir, verify_checksums=verify,
-                           duration=float(duration) if duration is not None else None)
+                           duration=float(duration) if duration is not None else None,
+                           tokens=_tokens(body.get("tokens"), protocol))
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -368,3 +369,25 @@ class TransferRunner:
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+TOKEN_PROTOCOLS = ("xrootd-https",)
+MAX_TOKEN_CHARS = 8192
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+
+
+def _tokens(given: Any, protocol: str) -> BearerTokens | None:
+    """``tokens: {read, create}`` of a token-authorized copy; errors name the field, never the token's text."""
+    if given is None:
+        return None
+    if protocol not in TOKEN_PROTOCOLS:
+        raise ApiError(422, f"tokens apply to {', '.join(TOKEN_PROTOCOLS)} only, not {protocol!r}")
+    if not isinstance(given, dict) or set(given) != {"read", "create"}:
+        raise ApiError(422, "tokens must be an object {read, create}: the source's read token and the landing's "
+                            "create token")
+    for name in ("read", "create"):
+        value = given[name]
+        if not isinstance(value, str) or len(value) > MAX_TOKEN_CHARS or not _TOKEN_RE.fullmatch(value):
+            raise ApiError(422, f"tokens.{name} must be a compact JWT (three base64url parts, at most "
+                                f"{MAX_TOKEN_CHARS} characters)")
+    return BearerTokens(read=given["read"], create=given["create"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -37,6 +37,15 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class BearerTokens:
+    """Tokens of a token-authorized third-party copy: ``read`` is forwarded to the source (storage.read:/sets),
+    ``create`` authorizes the landing (storage.create:/incoming). Secrets: never in a repr, a log or a record."""
+
+    read: str = field(repr=False)
+    create: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class TransferJob:
     test_id: str
     protocol: str
@@ -49,6 +58,7 @@ class TransferJob:
     destination_dir: Path | None  # None: sink (discard the bytes)
     verify_checksums: bool = True
     duration: float | None = None  # seconds a timed test (iperf3) runs; None: the mover's default
+    tokens: BearerTokens | None = None  # token mode (xrootd-https); None: the protocol's usual authorization
 
 
 @dataclass

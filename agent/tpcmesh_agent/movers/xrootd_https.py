@@ -19,7 +19,17 @@ import aiohttp
 
 from ..markers import MarkerParser, MarkerStreamError
 from ..servers.configs import TPC_SERVERS
-from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
+from ..tokens import Expectation, refusal_reason
+from .base import (
+    BearerTokens,
+    FileResult,
+    FileSpec,
+    Mover,
+    MoverUnavailable,
+    Progress,
+    TransferJob,
+    run_files_concurrently,
+)
 from .external import FileWatch, finish_file, now, prepare_destination, short
 
 MAX_STREAMS = 100  # XRootD answers 500 above this
@@ -94,7 +104,7 @@ class XrootdHttpsMover(Mover):
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
         source = f"{self.source_scheme}://{job.source.hostport()}/sets/{job.file_set}/{spec.name}"
         headers = {"Source": source, "Credential": "none", "X-Number-Of-Streams": str(job.streams),
-                   "Overwrite": "T"}
+                   "Overwrite": "T", **token_headers(job.tokens)}
         parser = MarkerParser()
         error: str | None = None
         assert job.destination_dir is not None
@@ -111,12 +121,14 @@ class XrootdHttpsMover(Mover):
                                            timeout=timeout) as resp:
                     if resp.status not in (200, 201, 202):
                         body = await resp.text(errors="replace")
-                        raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}")
+                        # XrdHttpTPC answers a refused COPY with 401, the data path a refused request with 403
+                        why = self._landing_refusal(job, f"{dest}/{spec.name}") if resp.status in (401, 403) else ""
+                        raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}{why}")
                     async for chunk in resp.content.iter_any():
                         parser.feed(chunk)
             outcome = parser.close()
             if not outcome.ok:
-                error = f"XRootD HTTP-TPC failed: {outcome.message}"
+                error = f"XRootD HTTP-TPC failed: {outcome.message}" + self._source_refusal(job, spec, outcome.message)
         except TimeoutError:
             error = f"timed out after {job.timeout:g} s"
         except MarkerStreamError as e:
@@ -131,6 +143,31 @@ class XrootdHttpsMover(Mover):
         if result.bytes > watch.reported:
             progress.add_bytes(result.bytes - watch.reported)
         return result
+
+
+    def _landing_refusal(self, job: TransferJob, path: str) -> str:
+        """Why the local instance refused the create token (token mode), else nothing."""
+        if job.tokens is None or not self.settings.xrootd_token_issuer:
+            return ""
+        want = Expectation(self.settings.xrootd_token_issuer, self.settings.xrootd_audience(), "create", path)
+        return f" (create token: {refusal_reason(job.tokens.create, want, time.time())})"
+
+    def _source_refusal(self, job: TransferJob, spec: FileSpec, message: str) -> str:
+        """Why the source refused the forwarded read token, when it answered 403 (its audience by the agents'
+        convention: https://<host>:<port>, the issuer this agent trusts)."""
+        if job.tokens is None or "403" not in message or not self.settings.xrootd_token_issuer:
+            return ""
+        want = Expectation(self.settings.xrootd_token_issuer, f"https://{job.source.hostport()}", "read",
+                           f"/sets/{job.file_set}/{spec.name}")
+        return f" (read token: {refusal_reason(job.tokens.read, want, time.time())})"
+
+
+def token_headers(tokens: BearerTokens | None) -> dict[str, str]:
+    """The COPY's own authorization (the create token, checked by the local instance) and the one XRootD forwards
+    to the source (TransferHeader<name>: sent to the source as <name>)."""
+    if tokens is None:
+        return {}
+    return {"Authorization": f"Bearer {tokens.create}", "TransferHeaderAuthorization": f"Bearer {tokens.read}"}
 
 
 class XrootdHttpMover(XrootdHttpsMover):

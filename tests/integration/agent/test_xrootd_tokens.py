@@ -138,3 +138,68 @@ def test_refused_without_a_valid_token_and_the_reason_is_named(agent, issuers, o
         assert not (a.data_dir / "data" / path.lstrip("/")).exists()
     reason = refusal_reason(token, Expectation(issuers[0].issuer, _audience(a), operation, path), time.time())
     assert REFUSALS[case] in reason, reason
+
+
+# ---- HTTP-TPC pull between two agents with tokens -------------------------------------------------------------
+
+SENT: list[str] = []  # every token the pulls used: none may show up in a log, record, status or metric
+
+
+@pytest.fixture(scope="module")
+def dst(module_agent_factory, issuers):
+    return module_agent_factory(protocols=("xrootd-https",), run_user="nobody", xrootd_token_issuer=issuers[0].issuer,
+                                **xrootd_ports())
+
+
+def _pull(src, dst, files, read: str, create: str, streams: int = 1) -> dict:
+    SENT.extend((read, create))
+    return dst.transfer(protocol="xrootd-https", source={"host": src.address, "port": src.ports["xrootd_https_port"]},
+                        file_set={"count": COUNT, "size": SIZE}, files=files, streams=streams, timeout_seconds=60,
+                        destination="store", tokens={"read": read, "create": create}, timeout=90)
+
+
+@pytest.mark.parametrize("streams", [1, 4])
+def test_token_pull_moves_the_set(agent, dst, issuers, streams):
+    """The destination's COPY carries the create token; XRootD forwards the read token to the source
+    (TransferHeaderAuthorization), which serves /sets only to it."""
+    src, files, _ = agent
+    ours = issuers[0]
+    read = ours.issue(TokenRequest(dst.name, _audience(src), (READ_SETS,), 300))
+    create = ours.issue(TokenRequest(dst.name, _audience(dst), (CREATE_INCOMING,), 300))
+    rec = _pull(src, dst, files, read, create, streams)
+    assert rec["status"] == "succeeded", rec
+    assert rec["checksum"] == "ok" and rec["total_bytes"] == COUNT * SIZE
+
+
+@pytest.mark.parametrize(("which", "says"), [
+    ("read", "read token: the token is for audience"),  # the source refuses what XRootD forwarded
+    ("create", "create token: the token's scope 'storage.read:/sets' does not grant create"),
+])
+def test_token_pull_refused_names_which_token_and_why(agent, dst, issuers, which, says):
+    src, files, _ = agent
+    ours = issuers[0]
+    good_read = ours.issue(TokenRequest(dst.name, _audience(src), (READ_SETS,), 300))
+    good_create = ours.issue(TokenRequest(dst.name, _audience(dst), (CREATE_INCOMING,), 300))
+    if which == "read":  # a read token for the destination itself, not the source
+        rec = _pull(src, dst, files, ours.issue(TokenRequest(dst.name, _audience(dst), (READ_SETS,), 300)),
+                    good_create)
+    else:
+        rec = _pull(src, dst, files, good_read, ours.issue(TokenRequest(dst.name, _audience(dst), (READ_SETS,), 300)))
+    assert rec["status"] == "failed", rec
+    assert says in rec["error"], rec["error"]
+    assert ("403" if which == "read" else "401") in rec["error"]  # XrdHttpTPC refuses a COPY with 401
+
+
+def test_tokens_never_appear_in_logs_records_status_or_metrics(agent, dst):
+    src = agent[0]
+    assert SENT, "run with the pull tests"
+    seen = {"destination log": dst.log(), "source log": src.log(), "destination metrics": dst.metrics(),
+            "transfers": dst.get("/api/v1/transfers").text}
+    for handle, label in ((src, "source"), (dst, "destination")):
+        for path in handle.data_dir.rglob("*.log"):
+            seen[f"{label} {path.relative_to(handle.data_dir)}"] = path.read_text(errors="replace")
+    assert len([w for w in seen if w.endswith("xrootd.log")]) == 4, sorted(seen)  # both instances of both agents
+    for token in SENT:
+        for part in (token, token.split(".")[2]):  # the whole token or its signature alone
+            leaked = [where for where, text in seen.items() if part in text]
+            assert not leaked, f"a token appears in {leaked}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from pathlib import Path
 
@@ -100,3 +101,30 @@ def test_iperf3_is_a_sink_and_needs_no_file_set_budget(tmp_path, destination):
     assert job.destination_dir is None
     with pytest.raises(ApiError, match="does not fit the budget"):  # the same set is refused for a store
         runner.parse({**body, "protocol": "builtin", "destination": "store"})
+
+
+JWT = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJuIn0.c2lnbmF0dXJl"
+
+
+def test_tokens_are_taken_for_xrootd_https_and_kept_out_of_reprs(tmp_path):
+    runner = _runner(tmp_path, Hangs())
+    job = runner.parse(_body(protocol="xrootd-https", tokens={"read": JWT, "create": JWT + "x"}))
+    assert job.tokens is not None and (job.tokens.read, job.tokens.create) == (JWT, JWT + "x")
+    assert JWT not in repr(job) and "c2lnbmF0dXJl" not in repr(job)
+    assert runner.parse(_body(protocol="xrootd-https")).tokens is None
+
+
+@pytest.mark.parametrize(("over", "says"), [
+    ({"tokens": {"read": JWT, "create": JWT}}, "tokens apply to xrootd-https only, not 'builtin'"),
+    ({"protocol": "xrootd-https", "tokens": {"read": JWT}}, "tokens must be an object {read, create}"),
+    ({"protocol": "xrootd-https", "tokens": "x"}, "tokens must be an object"),
+    ({"protocol": "xrootd-https", "tokens": {"read": "not a jwt", "create": JWT}}, "tokens.read must be a compact JWT"),
+    ({"protocol": "xrootd-https", "tokens": {"read": JWT, "create": JWT + "\nX"}}, "tokens.create must be"),
+    ({"protocol": "xrootd-https", "tokens": {"read": JWT + "\n", "create": JWT}}, "tokens.read must be"),
+    ({"protocol": "xrootd-https", "tokens": {"read": JWT, "create": "a." * 5000}}, "tokens.create must be"),
+])
+def test_bad_tokens_are_refused_naming_the_field_not_the_value(tmp_path, over, says):
+    runner = _runner(tmp_path, Hangs())
+    with pytest.raises(ApiError, match=re.escape(says)) as e:
+        runner.parse(_body(**over))
+    assert "not a jwt" not in str(e.value.args) and JWT not in str(e.value.args)

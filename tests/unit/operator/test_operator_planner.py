@@ -158,8 +158,8 @@ def test_site_exclusive_meets_the_bound_for_equal_sites(sizes: list[int]) -> Non
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=8), st.integers(0, 3))
 def test_site_exclusive_any_sites(sizes: list[int], unlabelled: int) -> None:
     """Unequal sites and nodes without a site: still no site twice in a round, every pair once, never below the
-    bound, and close to it (at most 10.3 % above in 700 random mixes of up to 11 sites; `make bench-planner`
-    shows the bound met at 1000 agents)."""
+    bound, and close to it: at most 21.6 % above it over every mix this test can draw (enumerated once: 12,007 mixes,
+    worst six sites of 3 and one lone agent; `make bench-planner` shows the bound met at 1000 agents in equal sites)."""
     labels = {**sited(sizes), **{f"lone-{i}": {} for i in range(unlabelled)}}
     p = plan(labels, site_spec())
     done = pairs_and_check_sites(p, labels)
@@ -169,7 +169,7 @@ def test_site_exclusive_any_sites(sizes: list[int], unlabelled: int) -> None:
     sites = {s: k for k, s in enumerate(sorted({labels[a].get(ZONE) or a for a in labels}))}
     site_of = [sites[labels[a].get(ZONE) or a] for a in p.agents]
     bound = site_lower_bound(site_of, [(index[a], index[b]) for a in labels for b in labels if a != b])
-    assert bound <= p.rounds_per_setting <= 1.15 * bound
+    assert bound <= p.rounds_per_setting <= 1.22 * bound
 
 
 def test_site_label_is_the_benchmarks_choice() -> None:

@@ -9,6 +9,9 @@ TPCMESH_DASHBOARD_* variables:
                  user (Django accounts, /accounts/login/) or an API token
   MAX_BODY_BYTES largest accepted request body in bytes (default 32 MiB); larger ingests get 413
   STALE_SECONDS  a grid cell older than this is drawn as stale (default 2 days)
+  ANALYSIS       change detection and problem rules after ingest: "background" (a thread per process),
+                 "inline" (inside the ingest request), "off" (only `manage.py analyse`); "auto" (default):
+                 background on PostgreSQL, inline on SQLite (one writer at a time: a thread would meet "locked")
   CSV_MAX_ROWS   most rows one ?format=csv export streams (default 100 000); a last "# truncated" line says so
 DATABASE_URL: any dj-database-url URL (postgres://...); a SQLite file dashboard/db.sqlite3 when unset.
 """
@@ -38,6 +41,9 @@ if READ_ACCESS not in ("open", "token"):
     raise ValueError(f"TPCMESH_DASHBOARD_READ_ACCESS must be 'open' or 'token', not {READ_ACCESS!r}")
 MAX_BODY_BYTES = int(_env("MAX_BODY_BYTES", str(32 * 1024 * 1024)))
 STALE_SECONDS = int(_env("STALE_SECONDS", str(2 * 24 * 3600)))
+ANALYSIS = _env("ANALYSIS", "auto")
+if ANALYSIS not in ("auto", "background", "inline", "off"):
+    raise ValueError(f"TPCMESH_DASHBOARD_ANALYSIS must be 'auto', 'background', 'inline' or 'off', not {ANALYSIS!r}")
 CSV_MAX_ROWS = int(_env("CSV_MAX_ROWS", "100000"))
 # The whole ingest body is read at once; Django's own limit must not refuse it before our 413 does.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES

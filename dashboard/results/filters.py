@@ -8,8 +8,21 @@ from django.db.models import Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from results import rfc3339
-from results.models import PROTOCOLS, STATUSES, ApiToken, Benchmark, Measurement, Node, Run
+from results import problems, rfc3339
+from results.models import (
+    METRICS,
+    PROTOCOLS,
+    SEVERITIES,
+    STATUSES,
+    ApiToken,
+    Benchmark,
+    Change,
+    Maintenance,
+    Measurement,
+    Node,
+    Problem,
+    Run,
+)
 
 
 class RFC3339FormField(forms.DateTimeField):
@@ -41,6 +54,22 @@ class FloatFilter(filters.NumberFilter):
 
     def get_max_validator(self):
         return None  # NumberFilter refuses values beyond 1e50; any finite number is a valid bound
+
+
+class _BooleanField(forms.Field):
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        if value in ("true", "false"):
+            return value == "true"
+        raise forms.ValidationError("%(v)r is not a boolean: use true or false", params={"v": value})
+
+
+@extend_schema_field(OpenApiTypes.BOOL)
+class BooleanFilter(filters.BooleanFilter):
+    """true or false, as the schema says (django-filter's own also takes 1, yes, null, unknown ...)."""
+
+    field_class = _BooleanField
 
 
 class _ChoicesField(forms.MultipleChoiceField):
@@ -78,8 +107,25 @@ class BenchmarkFilterSet(filters.FilterSet):
         fields = ["namespace", "name", "uid"]
 
 
-class RunFilterSet(filters.FilterSet):
+class OfBenchmark(filters.FilterSet):
+    """?benchmark=namespace/name (or a unique name) for models with a benchmark."""
+
     benchmark = filters.CharFilter(method="filter_benchmark", help_text='"namespace/name" or a name')
+
+    def filter_benchmark(self, queryset, name, value):
+        return queryset.filter(_benchmark_q("benchmark__", value))
+
+
+class OfPair(OfBenchmark):
+    """A pair's ends and its setting, for models with source, destination, protocol and streams."""
+
+    source = filters.CharFilter(field_name="source__name", help_text="source node name")
+    destination = filters.CharFilter(field_name="destination__name", help_text="destination node name")
+    protocol = MultipleChoiceFilter(choices=[(p, p) for p in PROTOCOLS])
+    streams = IntegerFilter(field_name="streams")
+
+
+class RunFilterSet(OfBenchmark):
     started_after = RFC3339Filter(field_name="started_at", lookup_expr="gte")
     started_before = RFC3339Filter(field_name="started_at", lookup_expr="lt")
 
@@ -87,17 +133,9 @@ class RunFilterSet(filters.FilterSet):
         model = Run
         fields = ["uid", "name", "state"]
 
-    def filter_benchmark(self, queryset, name, value):
-        return queryset.filter(_benchmark_q("benchmark__", value))
 
-
-class MeasurementFilterSet(filters.FilterSet):
-    benchmark = filters.CharFilter(method="filter_benchmark", help_text='"namespace/name" or a name')
+class MeasurementFilterSet(OfPair):
     run = filters.CharFilter(field_name="run__uid", help_text="run uid")
-    source = filters.CharFilter(field_name="source__name", help_text="source node name")
-    destination = filters.CharFilter(field_name="destination__name", help_text="destination node name")
-    protocol = MultipleChoiceFilter(choices=[(p, p) for p in PROTOCOLS])
-    streams = IntegerFilter(field_name="streams")
     status = MultipleChoiceFilter(choices=[(s, s) for s in STATUSES])
     finished_after = RFC3339Filter(field_name="finished_at", lookup_expr="gte")
     finished_before = RFC3339Filter(field_name="finished_at", lookup_expr="lt")
@@ -107,11 +145,53 @@ class MeasurementFilterSet(filters.FilterSet):
         model = Measurement
         fields = ["benchmark", "run", "source", "destination", "protocol", "streams", "status"]
 
-    def filter_benchmark(self, queryset, name, value):
-        return queryset.filter(_benchmark_q("benchmark__", value))
-
 
 class ApiTokenFilterSet(filters.FilterSet):
     class Meta:
         model = ApiToken
         fields = ["name", "write", "enabled"]
+
+
+class ChangeFilterSet(OfPair):
+    node = filters.CharFilter(method="filter_node", help_text="either end of the pair")
+    metric = MultipleChoiceFilter(choices=[(m, m) for m in METRICS])
+    worse = BooleanFilter(field_name="worse", help_text="true: only drops in throughput / rises in RTT")
+    since = RFC3339Filter(field_name="at", lookup_expr="gte")
+    until = RFC3339Filter(field_name="at", lookup_expr="lt")
+
+    class Meta:
+        model = Change
+        fields = ["benchmark", "source", "destination", "protocol", "streams", "metric", "worse"]
+
+    def filter_node(self, queryset, name, value):
+        return queryset.filter(Q(source__name=value) | Q(destination__name=value))
+
+
+class ProblemFilterSet(OfBenchmark):
+    kind = MultipleChoiceFilter(choices=[(k, k) for k in problems.KINDS])
+    severity = MultipleChoiceFilter(choices=[(s, s) for s in SEVERITIES])
+    active = BooleanFilter(field_name="resolved_at", lookup_expr="isnull",
+                                   help_text="true: not resolved (default: every problem)")
+
+    class Meta:
+        model = Problem
+        fields = ["benchmark", "kind", "severity", "active"]
+
+
+class MaintenanceFilterSet(filters.FilterSet):
+    node = filters.CharFilter(method="filter_node", help_text="windows on this node, as a node or an end of a pair")
+    active = BooleanFilter(method="filter_active", help_text="true: in force now")
+
+    class Meta:
+        model = Maintenance
+        fields = ["node", "active"]
+
+    def filter_node(self, queryset, name, value):
+        return queryset.filter(Q(node__name=value) | Q(source__name=value) | Q(destination__name=value))
+
+    def filter_active(self, queryset, name, value):
+        from django.utils import timezone
+
+        now = timezone.now()
+        live = Q(starts_at__lte=now, ends_at__gt=now)
+        return queryset.filter(live) if value else queryset.exclude(live)

@@ -2,6 +2,7 @@
 
 PairLatest is a summary kept by services.ingest: the newest measurement of each
 (benchmark, protocol, streams, source, destination), so the "latest" grid reads one row per cell.
+Change, Problem and Maintenance are what watching the mesh over time adds (results.analysis writes the first two).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from results.thresholds import effective as effective_bounds
 PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3", "rtt"]
 TPC_PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp"]
 STATUSES = ["succeeded", "failed", "cancelled"]
+AUTH_MODES = ["token", "x509", "none"]
+METRICS = ["throughput_gbps", "rtt_ms"]
+SEVERITIES = ["critical", "warning"]
 
 
 class Node(models.Model):
@@ -98,6 +102,8 @@ class Measurement(models.Model):
     error = models.TextField(null=True, blank=True)
     checksum = models.CharField(max_length=12, null=True, blank=True)
     destination_kind = models.CharField(max_length=8, null=True, blank=True)
+    auth = models.CharField(max_length=8, null=True, blank=True, choices=[(a, a) for a in AUTH_MODES],
+                            help_text="how the transfer was authorized: token, x509 or none")
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()
     ingested_at = models.DateTimeField(auto_now_add=True)
@@ -157,6 +163,8 @@ class PairLatest(models.Model):
     error = models.CharField(max_length=200, null=True, blank=True, help_text="first 200 characters")
     cell_json = models.TextField(null=True, blank=True,
                                  help_text="PostgreSQL: the cell's JSON but age, staleness and state (celljson.py)")
+    analysed_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="finished_at of the newest measurement change detection has seen")
 
     class Meta:
         constraints = [
@@ -203,3 +211,90 @@ class ApiToken(models.Model):
     @property
     def is_authenticated(self) -> bool:
         return True
+
+
+class Change(models.Model):
+    """A step change in one cell's history (results.stats.changes): the first run after the step, the medians of
+    the stretches on each side, and when it was found."""
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="changes")
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    protocol = models.CharField(max_length=20)
+    streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurements have no stream count")
+    metric = models.CharField(max_length=20, choices=[(m, m) for m in METRICS])
+    measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+",
+                                    help_text="the first measurement after the step")
+    at = models.DateTimeField(help_text="when that measurement finished")
+    before = models.FloatField(help_text="median of the stretch before")
+    after = models.FloatField(help_text="median of the stretch after")
+    worse = models.BooleanField(help_text="lower throughput or higher RTT")
+    detected_at = models.DateTimeField()
+    runs_to_detect = models.PositiveIntegerField(help_text="runs after the step, counting its first, when found")
+
+    class Meta:
+        ordering = ["-at", "id"]
+        constraints = [models.UniqueConstraint(fields=["measurement", "metric"], name="change_measurement_metric")]
+        indexes = [
+            models.Index(fields=["benchmark", "-at"], name="change_benchmark_at"),
+            models.Index(fields=["source", "destination", "-at"], name="change_pair_at"),
+        ]
+
+    @property
+    def ratio(self) -> float:
+        return self.after / self.before if self.before else float("inf")
+
+
+class Maintenance(models.Model):
+    """A node, or a pair (both directions), in maintenance from ``starts_at`` to ``ends_at``: its cells show the
+    maintenance colour, it raises no problem, and the operator leaves it out of runs."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    destination = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    reason = models.CharField(max_length=500)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150, help_text="a user, an API token's name, or operator:<cluster>")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-starts_at", "id"]
+        indexes = [models.Index(fields=["ends_at"], name="maintenance_ends")]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(node__isnull=False, source__isnull=True, destination__isnull=True)
+                           | models.Q(node__isnull=True, source__isnull=False, destination__isnull=False)),
+                name="maintenance_node_or_pair"),
+            models.CheckConstraint(condition=models.Q(ends_at__gt=models.F("starts_at")),
+                                   name="maintenance_ends_later"),
+        ]
+
+
+class Problem(models.Model):
+    """A problem the rules (results.problems) found in a benchmark's grid. ``key`` names what it is about (the
+    rule and its node, pair or sites), so a problem found again is the same row; ``fingerprint`` changes when its
+    severity or cells do. An acknowledgement holds while the fingerprint it was given for is current."""
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="problems")
+    key = models.CharField(max_length=600)
+    kind = models.CharField(max_length=20)
+    severity = models.CharField(max_length=10, choices=[(s, s) for s in SEVERITIES])
+    summary = models.CharField(max_length=1000)
+    cells = models.JSONField(default=list, help_text="[source, destination, protocol, streams] of the cells explained")
+    fingerprint = models.CharField(max_length=64)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    ack_by = models.CharField(max_length=150, blank=True, default="")
+    ack_at = models.DateTimeField(null=True, blank=True)
+    ack_note = models.CharField(max_length=1000, blank=True, default="")
+    ack_fingerprint = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["resolved_at", "-first_seen", "id"]
+        constraints = [models.UniqueConstraint(fields=["benchmark", "key"], name="problem_benchmark_key")]
+
+    @property
+    def acknowledged(self) -> bool:
+        return bool(self.ack_fingerprint) and self.ack_fingerprint == self.fingerprint

@@ -23,4 +23,9 @@ def parse(value: str) -> datetime:
     try:
         return parsed.astimezone(UTC)  # PostgreSQL takes offsets up to 15:59 only; RFC 3339 allows 23:59
     except OverflowError:
-        raise ValueError(f"{value!r} is beyond the year 9999 in UTC") from None
+        raise ValueError(f"{value!r} is outside the years 1 to 9999 in UTC") from None
+
+
+# The contract's and the schema's guard against that (a time on the first day with a positive offset, or on the
+# last day with a negative one): JSON Schema cannot compute the UTC time, a pattern can name those two days.
+IN_RANGE_PATTERN = r"^(?!0001-01-01[Tt][^+]*\+|9999-12-31[Tt].*-\d\d:\d\d$)"

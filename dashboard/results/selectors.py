@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from results import thresholds
+from results import maintenance, thresholds
 from results.models import TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
 
 GRID_MODES = ("latest", "mean", "median")
@@ -61,7 +61,8 @@ def grid(
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
     Each cell: source, destination, streams, value (Gbit/s or ms), finished_at, age_seconds, stale, status,
-    error, count, state (ok / warning / critical / failed / none by the benchmark's thresholds).
+    error, count, state (ok / warning / critical / failed / none by the benchmark's thresholds; maintenance for
+    a node or pair in a maintenance window).
     `streams=None` returns every stream setting. `cells_json` (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
     """
@@ -70,22 +71,23 @@ def grid(
     now = now or timezone.now()
     metric, kind = metric_for(protocol), kind_for(protocol)
     bounds = bench.effective_thresholds()[kind]
+    cover = maintenance.overlay(now)
     nodes = benchmark_nodes(bench)
     names = {n.id: n.name for n in nodes}
     cells: list[dict[str, Any]] = []
     if cells_json:
-        cells_text = grid_cells_json(bench, protocol, streams, now, bounds, mode, window) if with_cells else "[]"
+        cells_text = grid_cells_json(bench, protocol, streams, now, bounds, mode, window, cover) if with_cells else "[]"
     elif not with_cells:
         pass  # the page's latest grid: its cells come from drawn_cells
     elif connection.vendor == "postgresql" and mode != "latest":
         # aggregated by the database, with state, age and staleness (the JSON path's own query); the latest
         # cells are one narrow row each, which Python classifies faster than the database
-        sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, iso_times=False)
+        sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, cover, iso_times=False)
         with connection.cursor() as cur:
             cur.execute(sql, args)
             cells = [dict(zip(CELL_COLUMNS, row, strict=True)) for row in cur.fetchall()]
     else:
-        cells = _cells_in_python(bench, protocol, streams, now, bounds, mode, window, names)
+        cells = _cells_in_python(bench, protocol, streams, now, bounds, mode, window, names, cover)
     out = {
         "benchmark": str(bench),
         "protocol": protocol,
@@ -106,7 +108,8 @@ def grid(
 
 
 def _cells_in_python(bench: Benchmark, protocol: str, streams: int | None, now: datetime, bounds: dict[str, float],
-                     mode: str, window: timedelta, names: dict[int, str]) -> list[dict[str, Any]]:
+                     mode: str, window: timedelta, names: dict[int, str],
+                     cover: maintenance.Overlay) -> list[dict[str, Any]]:
     """The cells without PostgreSQL (SQLite, the zero-setup default): the same fields as _cells_sql's rows."""
     metric, kind = metric_for(protocol), kind_for(protocol)
     cells: list[dict[str, Any]] = []
@@ -117,7 +120,8 @@ def _cells_in_python(bench: Benchmark, protocol: str, streams: int | None, now: 
         for src, dst, st, finished, value, status, error in qs.values_list(
                 "source_id", "destination_id", "streams", "finished_at", metric, "status", "error"):
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
-                          "finished_at": finished, "status": status, "error": error, "count": 1})
+                          "finished_at": finished, "status": status, "error": error, "count": 1,
+                          "maintenance": cover.covers(src, dst)})
     else:
         qs = Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window)
         if streams is not None:
@@ -135,13 +139,15 @@ def _cells_in_python(bench: Benchmark, protocol: str, streams: int | None, now: 
                 value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
                           "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
-                          "count": len(items)})
+                          "count": len(items), "maintenance": cover.covers(src, dst)})
     stale_after = settings.STALE_SECONDS
     for cell in cells:
         age = (now - cell["finished_at"]).total_seconds()
         cell["age_seconds"] = round(age, 1)
         cell["stale"] = age > stale_after
-        cell["state"] = thresholds.classify(cell["value"], cell["status"], kind, bounds)
+        in_maintenance = cell.pop("maintenance")
+        cell["state"] = "maintenance" if in_maintenance else thresholds.classify(cell["value"], cell["status"],
+                                                                                 kind, bounds)
     return cells
 
 
@@ -189,11 +195,19 @@ def _window_cells_sql(bench: Benchmark, protocol: str, streams: int | None, now:
     """, {"bench": bench.id, "protocol": protocol, "since": now - window}
 
 
-def _state_sql(value: str, protocol: str) -> str:
-    """SQL for a cell's state (thresholds.classify's rule) from its ``value`` column and ``p.status``; the
+def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
+    """SQL for a cell's state (thresholds.classify's rule) from its ``value`` column, ``p.status`` and the ends
+    ``p.source_id``, ``p.destination_id`` (maintenance first, written in only when a window is active); the
     thresholds come as the %(ok)s and %(warning)s parameters."""
     better = ">=" if thresholds.HIGHER_IS_BETTER[kind_for(protocol)] else "<="
-    return (f"CASE WHEN p.status <> 'succeeded' THEN 'failed' WHEN {value} IS NULL THEN 'none' "
+    in_maintenance = ""
+    if cover.nodes or cover.pairs:  # integers from the database: safe to write into the statement
+        nodes = "ARRAY[" + ",".join(map(str, sorted(cover.nodes))) + "]::bigint[]"
+        pairs = "ARRAY[" + ",".join(map(str, sorted(cover.pairs))) + "]::bigint[]"
+        in_maintenance = (f"WHEN p.source_id = ANY({nodes}) OR p.destination_id = ANY({nodes}) OR "
+                          f"p.source_id::bigint * {maintenance.PAIR_SHIFT} + p.destination_id = ANY({pairs}) "
+                          "THEN 'maintenance' ")
+    return (f"CASE {in_maintenance}WHEN p.status <> 'succeeded' THEN 'failed' WHEN {value} IS NULL THEN 'none' "
             f"WHEN {value} {better} %(ok)s THEN 'ok' WHEN {value} {better} %(warning)s THEN 'warning' "
             "ELSE 'critical' END")
 
@@ -203,7 +217,7 @@ CELL_COLUMNS = ("source", "destination", "streams", "value", "finished_at", "age
 
 
 def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime, bounds: dict[str, float],
-               mode: str, window: timedelta, iso_times: bool) -> tuple[str, dict[str, Any]]:
+               mode: str, window: timedelta, cover: maintenance.Overlay, iso_times: bool) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: the grid's cells (CELL_COLUMNS) with their state, age and staleness; ``iso_times`` writes
     finished_at as RFC 3339 text (for JSON) instead of a timestamp."""
     if mode == "latest":
@@ -216,7 +230,7 @@ def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: dateti
         SELECT s.name AS source, d.name AS destination, p.streams, p.value, {finished} AS finished_at,
             round(age.seconds * 10) / 10 AS age_seconds, age.seconds > %(stale)s AS stale,
             p.status, p.error, p.count,
-            {_state_sql("p.value", protocol)} AS state
+            {_state_sql("p.value", protocol, cover)} AS state
         FROM ({inner}) p
         JOIN {Node._meta.db_table} s ON s.id = p.source_id
         JOIN {Node._meta.db_table} d ON d.id = p.destination_id
@@ -227,7 +241,8 @@ def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: dateti
 
 
 def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: datetime,
-                    bounds: dict[str, float], mode: str = "latest", window: timedelta = timedelta(days=7)) -> str:
+                    bounds: dict[str, float], mode: str = "latest", window: timedelta = timedelta(days=7),
+                    cover: maintenance.Overlay | None = None) -> str:
     """PostgreSQL only: the grid's cells as one JSON array built by the database (same fields as
     grid()["cells"]); spares Python ~10 µs per cell, which matters at 100×100.
 
@@ -236,9 +251,10 @@ def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: d
     columns (not json_build_object per cell: the column names are looked up once).
     """
     if mode == "latest":
-        sql, args = _latest_json_sql(bench, protocol, streams, now, bounds)
+        sql, args = _latest_json_sql(bench, protocol, streams, now, bounds, cover or maintenance.Overlay())
     else:
-        sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, iso_times=True)
+        sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, cover or maintenance.Overlay(),
+                               iso_times=True)
         sql = f"SELECT COALESCE(json_agg(c), '[]')::text FROM ({sql}) c"
     with connection.cursor() as cur:
         cur.execute(sql, args)
@@ -246,12 +262,12 @@ def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: d
 
 
 def _latest_json_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime,
-                     bounds: dict[str, float]) -> tuple[str, dict[str, Any]]:
+                     bounds: dict[str, float], cover: maintenance.Overlay) -> tuple[str, dict[str, Any]]:
     metric = metric_for(protocol)
     return f"""
         SELECT '[' || COALESCE(string_agg(
             '{{"age_seconds":' || round(age.seconds * 10) / 10 || ',"stale":' || (age.seconds > %(stale)s)
-            || ',"state":"' || {_state_sql("p." + metric, protocol)}
+            || ',"state":"' || {_state_sql("p." + metric, protocol, cover)}
             || '",' || p.cell_json || '}}', ','), '') || ']'
         FROM {PairLatest._meta.db_table} p
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
@@ -279,7 +295,7 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
     bounds = bench.effective_thresholds()[kind]
     sql = f"""
         SELECT s.name, d.name, p.streams,
-            {_state_sql("p." + metric, protocol)},
+            {_state_sql("p." + metric, protocol, maintenance.overlay(now))},
             %(now)s - date_part('epoch', p.finished_at) > %(stale)s,
             '[' || coalesce(round(p.{metric}::numeric, 3)::float8::text, 'null') || ','
                 || floor(date_part('epoch', p.finished_at))::bigint

@@ -1,4 +1,5 @@
-"""Writes: ingest of a validated batch, API tokens. Reads live in selectors."""
+"""Writes: ingest of a validated batch, acknowledgements, maintenance windows, API tokens. Reads live in
+selectors."""
 
 from __future__ import annotations
 
@@ -7,23 +8,23 @@ import logging
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from results import metrics
+from results import analysis, metrics
 from results.celljson import cell_json_sql
-from results.models import ApiToken, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
+from results.models import ApiToken, Benchmark, FileTransfer, Maintenance, Measurement, Node, PairLatest, Problem, Run
 
 log = logging.getLogger(__name__)
 
 MEASUREMENT_FIELDS = [
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum",
-    "destination_kind", "started_at", "finished_at",
+    "destination_kind", "auth", "started_at", "finished_at",
 ]
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok"]
 LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error"]
@@ -239,12 +240,51 @@ def ingest(batch: dict[str, Any]) -> IngestResult:
     if rows and not postgresql:
         _update_latest(bench, rows)
 
+    if rows:
+        transaction.on_commit(analysis.schedule)
     result = IngestResult(created=len(rows), duplicates=len(measurements) - len(rows), ids=[str(r.id) for r in rows])
     metrics.INGESTED.labels(result="created").inc(result.created)
     metrics.INGESTED.labels(result="duplicate").inc(result.duplicates)
     log.info("Ingested run %s of benchmark %s: %d created, %d duplicates", run.name, bench, result.created,
              result.duplicates)
     return result
+
+
+def acknowledge(problem: Problem, who: str, note: str | None) -> None:
+    """Acknowledge a problem for its current fingerprint (``note`` None takes the acknowledgement back)."""
+    if note is None:
+        problem.ack_by, problem.ack_at, problem.ack_note, problem.ack_fingerprint = "", None, "", ""
+    else:
+        problem.ack_by, problem.ack_at, problem.ack_note = who, timezone.now(), note
+        problem.ack_fingerprint = problem.fingerprint
+    problem.save(update_fields=["ack_by", "ack_at", "ack_note", "ack_fingerprint"])
+    log.info("Problem %s of %s %s by %s", problem.key, problem.benchmark, "acknowledged" if note is not None
+             else "unacknowledged", who)
+
+
+def _window_benchmarks(window: Maintenance) -> list[Benchmark]:
+    nodes = [n for n in (window.node_id, window.source_id, window.destination_id) if n is not None]
+    return list(Benchmark.objects.filter(nodes__in=nodes).distinct())
+
+
+def maintenance_changed(window: Maintenance) -> None:
+    """A window was set or ended: the problem rules see the grid as it is now (the cells in maintenance raise
+    none, the ones back from it may)."""
+    log.info("Maintenance %s: %s, %s .. %s (%s)", window.pk, window.node or f"{window.source}<->{window.destination}",
+             window.reason, window.ends_at.isoformat(), window.created_by)
+    for bench in _window_benchmarks(window):
+        analysis.evaluate_problems(bench)
+
+
+def end_maintenance(window: Maintenance) -> None:
+    """End a window now (kept in the history); one that has not started yet is removed."""
+    now = timezone.now()
+    if window.starts_at >= now:
+        window.delete()
+    else:
+        window.ends_at = min(window.ends_at, now + timedelta(microseconds=1))
+        window.save(update_fields=["ends_at"])
+    maintenance_changed(window)
 
 
 def create_api_token(name: str, write: bool = False) -> tuple[ApiToken, str]:

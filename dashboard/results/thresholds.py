@@ -23,7 +23,7 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "latency": {"ok": 20.0, "warning": 80.0},
 }
 HIGHER_IS_BETTER = {"throughput": True, "latency": False}
-STATES = ("ok", "warning", "critical", "failed", "none")
+STATES = ("ok", "warning", "critical", "failed", "none", "maintenance")  # maintenance: results.maintenance
 
 
 def _number(value: Any) -> bool:

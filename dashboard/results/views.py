@@ -1,4 +1,4 @@
-"""Pages (grid, pair, comparison; read access as for the API), /healthz and /metrics (always open). Reads go
+"""Pages (grid, pair, comparison, problems; read access as for the API), /healthz and /metrics (always open). Reads go
 through selectors."""
 
 from __future__ import annotations
@@ -8,16 +8,19 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
+from django.db.models import Q
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from results import params, selectors, thresholds
+from results import metrics as metrics_
+from results import params, selectors, services, thresholds
 from results.access import read_access_required
-from results.models import Benchmark, Node, Run
+from results.api.serializers import MaintenanceSerializer
+from results.models import Benchmark, Maintenance, Node, Problem, Run
 from results.stats import changes as change_detection
 from results.stats.level import recent_level
 
@@ -32,7 +35,7 @@ def healthz(request):
 
 
 def metrics(request):
-    return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest() + generate_latest(metrics_.PROBLEMS), content_type=CONTENT_TYPE_LATEST)
 
 
 @read_access_required
@@ -129,6 +132,7 @@ def grid_page(request, namespace: str, name: str):
     )
     context = {
         "bench": bench,
+        "open_problems": bench.problems.filter(resolved_at__isnull=True).count(),
         "available": available,
         "protocol": protocol,
         "kind": kind,
@@ -240,3 +244,59 @@ def compare_page(request, namespace: str, name: str):
     }
     return render(request, "results/compare.html", {"bench": bench, "plot": plot, "low": low, "high": high,
                                                     "json": json})
+
+
+def _act(request, bench: Benchmark) -> str | None:
+    """The problems page's forms (signed-in users with the permission): acknowledge or take back, set or end a
+    maintenance window. Returns an error to show, or None."""
+    user, action = request.user, request.POST.get("action", "")
+    if not user.is_authenticated:
+        return "Sign in to act on problems and maintenance."
+    need = {"ack": "results.change_problem", "unack": "results.change_problem",
+            "maintain": "results.add_maintenance", "end": "results.delete_maintenance"}.get(action)
+    if need is None:
+        return f"Unknown action {action!r}."
+    if not user.has_perm(need):
+        return f"You lack the permission {need} (an admin grants it in the Django admin)."
+    if action in ("ack", "unack"):
+        problem = get_object_or_404(Problem, pk=request.POST.get("problem") or 0, benchmark=bench)
+        note = (request.POST.get("note") or "").replace("\x00", "\ufffd")[:1000]
+        services.acknowledge(problem, user.get_username(), note if action == "ack" else None)
+        return None
+    if action == "end":
+        services.end_maintenance(get_object_or_404(Maintenance, pk=request.POST.get("window") or 0))
+        return None
+    form = MaintenanceSerializer(data={k: request.POST.get(k) or None for k in ("node", "source", "destination",
+                                                                                   "reason", "ends_at")})
+    if not form.is_valid():
+        return "; ".join(f"{field}: {' '.join(map(str, errs))}" for field, errs in form.errors.items())
+    services.maintenance_changed(form.save(created_by=user.get_username()))
+    return None
+
+
+@read_access_required
+def problems_page(request, namespace: str, name: str):
+    """A benchmark's problems (open first, acknowledged ones greyed), its maintenance windows and recent step
+    changes; signed-in users with the permission acknowledge and set maintenance here."""
+    bench = _bench_or_404(namespace, name)
+    error = None
+    if request.method == "POST":
+        error = _act(request, bench)
+        if error is None:
+            return redirect(request.path)
+    now = timezone.now()
+    open_problems = list(bench.problems.filter(resolved_at__isnull=True).order_by("severity", "-first_seen"))
+    resolved = list(bench.problems.filter(resolved_at__gte=now - timedelta(days=7)).order_by("-resolved_at")[:20])
+    node_ids = bench.nodes.values_list("id", flat=True)
+    windows = (Maintenance.objects.filter(ends_at__gt=now)
+               .filter(Q(node__in=node_ids) | Q(source__in=node_ids) | Q(destination__in=node_ids))
+               .select_related("node", "source", "destination").order_by("starts_at"))
+    recent = (bench.changes.select_related("source", "destination").order_by("-at")[:20])
+    perms = request.user.get_all_permissions() if request.user.is_authenticated else set()
+    return render(request, "results/problems.html", {
+        "bench": bench, "open_problems": open_problems, "resolved": resolved, "windows": windows,
+        "changes": recent, "nodes": bench.nodes.order_by("name"), "now": now, "error": error,
+        "can_ack": "results.change_problem" in perms, "can_maintain": "results.add_maintenance" in perms,
+        "can_end": "results.delete_maintenance" in perms,
+        "default_end": (now + timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }, status=400 if error else 200)

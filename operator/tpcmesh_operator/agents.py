@@ -36,6 +36,7 @@ class Agent:
     labels: Mapping[str, str] = field(default_factory=dict)
     name: str | None = None  # pod name in a cluster
     scheme: str = "https"
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the node's tpcmesh.io/maintenance-* ones
 
     @property
     def control_url(self) -> str:
@@ -46,13 +47,17 @@ class Agent:
         return int(self.ports.get(what, DEFAULT_PORTS[what]))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "address": self.address, "ports": dict(self.ports), "labels": dict(self.labels),
-                "name": self.name, "scheme": self.scheme}
+        out = {"node": self.node, "address": self.address, "ports": dict(self.ports), "labels": dict(self.labels),
+               "name": self.name, "scheme": self.scheme}
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Agent:
         return cls(node=d["node"], address=d["address"], ports=dict(d.get("ports") or DEFAULT_PORTS),
-                   labels=dict(d.get("labels") or {}), name=d.get("name"), scheme=d.get("scheme", "https"))
+                   labels=dict(d.get("labels") or {}), name=d.get("name"), scheme=d.get("scheme", "https"),
+                   annotations=dict(d.get("annotations") or {}))
 
 
 class AgentError(Exception):

@@ -140,8 +140,10 @@ class KubeAgentDirectory:
             labels = dict(node.metadata.labels or {}) if node else {}
             if any(labels.get(k) != v for k, v in self.node_selector.items()):
                 continue
+            notes = {k: v for k, v in ((node.metadata.annotations or {}) if node else {}).items()
+                     if k.startswith("tpcmesh.io/maintenance-")}
             out[node_name] = Agent(node=node_name, address=pod.status.pod_ip, ports=_ports(pod), labels=labels,
-                                   name=pod.metadata.name)
+                                   name=pod.metadata.name, annotations=notes)
         return list(out.values())
 
 

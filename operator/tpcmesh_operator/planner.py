@@ -30,7 +30,7 @@ materialised per round, so 1000 agents plan in well under a second.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .spec import BenchmarkSpec
@@ -299,8 +299,10 @@ def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
 def plan(
     agents: Iterable[str] | Mapping[str, Mapping[str, str]],
     spec: BenchmarkSpec,
+    exclude_pairs: Collection[tuple[str, str]] = (),
 ) -> Plan:
-    """Plan a run. `agents`: node names, or node name -> labels (needed for `pairs.mode: groups`)."""
+    """Plan a run. `agents`: node names, or node name -> labels (needed for `pairs.mode: groups`).
+    `exclude_pairs`: (source, destination) pairs left out (in maintenance)."""
     labels: Mapping[str, Mapping[str, str]] = agents if isinstance(agents, Mapping) else {a: {} for a in agents}
     names = tuple(sorted(set(labels)))
     index = {n: i for i, n in enumerate(names)}
@@ -333,6 +335,9 @@ def plan(
         # interleave by offset so the greedy colouring spreads load (deterministic)
         ordered = sorted(pairs_set, key=lambda p: ((p[1] - p[0]) % max(len(names), 1), p))
         rounds = color_pairs(ordered)
+    if exclude_pairs:
+        out = {(index[s], index[d]) for s, d in exclude_pairs if s in index and d in index}
+        rounds = [kept for r in rounds if (kept := [p for p in r if p not in out])]
     if spec.round_policy == "serial":
         rounds = serial_rounds(p for r in rounds for p in r)
     elif spec.round_policy == "siteExclusive":

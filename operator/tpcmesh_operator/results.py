@@ -123,6 +123,21 @@ class ResultsClient:
         self._reload = False
         return answer
 
+    async def active_maintenance(self) -> list[dict[str, Any]]:
+        """The dashboard's maintenance windows in force now (GET /api/v1/maintenance/?active=true, every page)."""
+        url: str | None = self.url.removesuffix(INGEST_PATH) + "/api/v1/maintenance/?active=true&limit=1000"
+        out: list[dict[str, Any]] = []
+        while url:
+            try:
+                r = await self._client.get(url, headers={"Accept": "application/json"})
+                r.raise_for_status()
+                body = r.json()
+            except (httpx.HTTPError, ValueError) as e:
+                raise DeliveryFailed(f"GET {url} failed: {type(e).__name__}: {e}") from e
+            out += body.get("results") or []
+            url = body.get("next")
+        return out
+
     async def _post(self, batch: Mapping[str, Any]) -> httpx.Response:
         try:
             return await self._client.post(self.url, json=dict(batch))

@@ -14,6 +14,8 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
         options=ExecutorOptions(poll_interval=1.0, ...),
         on_progress=callback,   # Progress(done, failed, total, round, rounds, gbps, running) after every change
         on_event=callback,      # (type "Normal"|"Warning", reason, message): Kubernetes Events / log lines
+        token_issuer=issuer,    # tokens.TokenIssuer or None: signs each HTTP-TPC pull's read and create tokens
+                                #   (spec.auth token, the default when given; tokens/minting.py)
     )
     status = await executor.execute()   # plan, prepare file sets, probe RTT, run rounds, deliver; returns the status
     left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
@@ -24,7 +26,8 @@ The status dict is the whole state (JSON, camelCase keys, stored as the Transfer
 (frozen at the start so a resumed run plans the same rounds), `planned`, `done`, `succeeded`, `failed` (integer
 counts), `currentRound` (every test of the rounds before it is finished), `totalRounds`, `tests` (key -> {status, id,
 gbps, error} for the finished tests of the current round only), `recentFailures` (the latest failed tests with their
-reasons, for people), `rttMs` (each pair's median RTT, a row per source agent, for the measurements that follow),
+reasons, for people), `maintenance`/`inMaintenance` (nodes and pairs left out: maintenance.py), `rttMs` (each
+pair's median RTT, a row per source agent, for the measurements that follow),
 `filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected` (the latest measurements the
 dashboard refused, with its reason; outbox.py) and `rejectedCount`, `conditions`, times.
 SIZE: nothing grows with the finished tests but the counts; `agents` is O(N), `rttMs` ~7 bytes a pair (~70 kB for
@@ -53,13 +56,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import metrics
+from . import maintenance, metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
 from .results import MAX_BATCH, BatchTooLarge, DeliveryFailed, Outcome, deliver_with_backoff, post_bisecting
-from .spec import TPC_PROTOCOLS, BenchmarkSpec, to_dict
+from .spec import TOKEN_PROTOCOLS, TPC_PROTOCOLS, BenchmarkSpec, to_dict
+from .tokens.issuer import TokenIssuer
+from .tokens.minting import pull_tokens
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +73,8 @@ TERMINAL = ("Succeeded", "Failed")
 FINAL = ("succeeded", "failed", "cancelled")  # an agent's test that has its record
 _MEASUREMENT_FIELDS = (
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
-    "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "started_at", "finished_at",
-    "files",
+    "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "auth", "started_at",
+    "finished_at", "files",
 )
 
 
@@ -423,8 +428,11 @@ class RunExecutor:
         options: ExecutorOptions | None = None,
         on_progress: ProgressCallback | None = None,
         on_event: EventCallback | None = None,
+        token_issuer: TokenIssuer | None = None,
     ) -> None:
         self.spec = spec
+        self.token_issuer = token_issuer
+        self.auth = spec.auth or ("token" if token_issuer is not None else "x509")
         self.run = run
         self.directory = directory
         self.agents_client = agents_client
@@ -494,9 +502,17 @@ class RunExecutor:
             return self.status
         resumed = "agents" in st
         if not resumed:
-            st.update(initial_status(await self.directory.agents()))
+            agents = await self.directory.agents()
+            windows = await self._maintenance(agents)
+            out_nodes, _ = maintenance.excluded(windows, [a.node for a in agents])
+            st.update(initial_status([a for a in agents if a.node not in out_nodes]))
+            if windows:
+                st["maintenance"] = [w.to_dict() for w in windows]
+                st["inMaintenance"] = ", ".join(sorted({w.node or "↔".join(w.pair or ()) for w in windows}))
             self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
-        self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec)
+        _, out_pairs = maintenance.excluded(map(maintenance.Window.from_dict, st.get("maintenance") or []),
+                                            self._frozen)
+        self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec, exclude_pairs=out_pairs)
         p = self.plan
         if resumed and st.get("totalRounds", p.num_rounds) != p.num_rounds:
             # currentRound counts the rounds planned at the start: another plan would redo or skip some
@@ -507,12 +523,13 @@ class RunExecutor:
         st["planned"] = p.num_tests + len(p.skipped) * len(p.settings)
         st["totalRounds"] = p.num_rounds
         self._recount()
+        left_out = f"; left out, in maintenance: {st['inMaintenance']}" if st.get("inMaintenance") else ""
         set_condition(st, "Progressing", True, "Resumed" if resumed else "Started",
-                      f"{st['planned']} tests of {len(self._frozen)} agents in {p.num_rounds} rounds")
+                      f"{st['planned']} tests of {len(self._frozen)} agents in {p.num_rounds} rounds{left_out}")
         await self._save(force=True)
         self._event("Normal", "Resumed" if resumed else "Started",
                     f"{'Resumed' if resumed else 'Started'} run {self.run.run_name}: {st['planned']} tests, "
-                    f"{len(self._frozen)} agents, {p.num_rounds} rounds")
+                    f"{len(self._frozen)} agents, {p.num_rounds} rounds{left_out}")
         if len(self._frozen) < 2 and not p.skipped:
             return await self._finish("NotEnoughAgents", f"{len(self._frozen)} Ready agent(s): a mesh needs two")
         metrics.mesh_changed(self._bench_key, p.agents)  # series of nodes that left the mesh go
@@ -640,6 +657,26 @@ class RunExecutor:
                 self._event("Normal", "DeliveryResumed", f"Run {self.run.run_name}: new tests start again ({msg})")
             await self._save(force=True)
 
+    async def _maintenance(self, agents: Sequence[Agent]) -> list[maintenance.Window]:
+        """The windows in force: the nodes' annotations, and the dashboard's when it answers (a run does not wait
+        for a dashboard that is away: the annotations still count, and the status says the list was not read)."""
+        now = maintenance.now_utc()
+        windows: list[maintenance.Window] = []
+        for a in agents:
+            found = maintenance.from_annotations(a.node, a.annotations, now)
+            if isinstance(found, str):
+                self._event("Warning", "BadMaintenanceAnnotation", found)
+            elif found is not None:
+                windows.append(found)
+        fetch = getattr(self.results_client, "active_maintenance", None)
+        if fetch is not None:
+            try:
+                windows += maintenance.from_dashboard(await asyncio.wait_for(fetch(), 30), now)
+            except (DeliveryFailed, TimeoutError) as e:
+                self._event("Warning", "MaintenanceUnknown", f"the dashboard's maintenance windows were not read "
+                                                            f"({e}); only node annotations count for this run")
+        return windows
+
     async def _prepare_filesets(self) -> None:
         lb = self.spec.loopback
         if not any(p in TPC_PROTOCOLS for p in self.spec.protocols) and not (lb.enabled and lb.protocol in
@@ -716,7 +753,10 @@ class RunExecutor:
             if attempt < self.spec.retries:
                 self._event("Normal", "Retrying", f"Retrying {key} (attempt {attempt + 2}): {error}")
         if record is not None:
-            await self._record(test, measurement_from_record(record, test.source, test.destination, rtt))
+            m = measurement_from_record(record, test.source, test.destination, rtt)
+            if test.setting.protocol in TOKEN_PROTOCOLS:
+                m["auth"] = self.auth
+            await self._record(test, m)
         else:
             await self._record_failure(test, tid, error, started, rtt, "cancelled" if self.stopping else "failed")
 
@@ -733,6 +773,11 @@ class RunExecutor:
         }
         if proto == "iperf3":
             request["duration_seconds"] = self.spec.iperf3_seconds
+        if proto in TOKEN_PROTOCOLS and self.auth == "token":
+            if self.token_issuer is None:
+                return None, ("spec.auth is token but this operator runs no token issuer: enable it (chart value "
+                              "tokens.enabled) or set spec.auth: x509"), True
+            request["tokens"] = dict(pull_tokens(self.token_issuer, src, dst, proto, self.spec.timeout_seconds))
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
         unreachable_since: float | None = None
         started = False

@@ -17,6 +17,10 @@ TPC_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp")
 DATASETS = ("small", "medium", "large")
 PAIR_MODES = ("fullMesh", "explicit", "groups")
 ROUND_POLICIES = ("nodeExclusive", "siteExclusive", "serial")
+# How HTTP-TPC pulls (xrootd-https, builtin) are authorized: bearer tokens from the operator's issuer, or the host
+# certificates alone (the source's public instance reads anonymously). "" = the operator's default.
+AUTH_MODES = ("token", "x509")
+TOKEN_PROTOCOLS = ("xrootd-https", "builtin")
 DEFAULT_SITE_LABEL = "topology.kubernetes.io/zone"
 DIRECTIONS = ("both", "aToB", "bToA")
 CONCURRENCY_POLICIES = ("Forbid", "Replace")
@@ -153,6 +157,7 @@ class BenchmarkSpec:
     concurrency_policy: str = "Forbid"
     round_policy: str = "nodeExclusive"  # what may not share a round: planner.py
     site_label: str = DEFAULT_SITE_LABEL
+    auth: str = ""  # AUTH_MODES, or "" for the operator's default (token when it runs an issuer)
     successful_runs_history_limit: int = 3
     failed_runs_history_limit: int = 1
 
@@ -226,6 +231,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         "streams",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
+        "auth",
     }
     unknown = sorted(set(d) - known)
     if unknown:
@@ -357,6 +363,10 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     if round_policy not in ROUND_POLICIES:
         raise SpecError(f"{path}.roundPolicy", f"must be one of {', '.join(ROUND_POLICIES)}, got {round_policy!r}")
     thresholds = _thresholds(_get(d, "thresholds", path, dict, {}), f"{path}.thresholds")
+    auth = _get(d, "auth", path, str, "")
+    if auth and auth not in AUTH_MODES:
+        raise SpecError(f"{path}.auth", f"must be one of {', '.join(AUTH_MODES)} (or left out for the operator's "
+                                        f"default), got {auth!r}")
 
     timeout_seconds = _int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400)
     uses_iperf3 = "iperf3" in protocols or (loopback.enabled and loopback.protocol == "iperf3")
@@ -386,6 +396,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         concurrency_policy=policy,
         round_policy=round_policy,
         site_label=_get(d, "siteLabel", path, str, DEFAULT_SITE_LABEL) or DEFAULT_SITE_LABEL,
+        auth=auth,
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
@@ -412,6 +423,7 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "concurrencyPolicy": s.concurrency_policy,
         "roundPolicy": s.round_policy,
         "siteLabel": s.site_label,
+        **({"auth": s.auth} if s.auth else {}),
         "successfulRunsHistoryLimit": s.successful_runs_history_limit,
         "failedRunsHistoryLimit": s.failed_runs_history_limit,
     }

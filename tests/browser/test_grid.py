@@ -20,6 +20,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 OK, WARNING, CRITICAL, FAILED, NONE = "#2e9e44", "#f2b33d", "#d83a34", "#7b1fa2", "#c9c9c9"
 WARNING_STALE, OK_STALE = "#f8dca6", "#a8d8b2"
+MAINTENANCE = "#4a7fc1"
 
 
 def ingest(body):
@@ -199,9 +200,9 @@ def test_legend_and_latency_grid_follow_the_thresholds(page, live_server, transa
     assert cell_colours(page, "n1", "n3") == (CRITICAL, FAILED)  # 70 ms, failed back
     assert cell_colours(page, "n2", "n3") == (NONE, NONE)
     text, swatches = legend(page)
-    assert "ok ≤ 10 ms warning ≤ 50 ms critical > 50 ms failed no data stale" in text, text
+    assert "ok ≤ 10 ms warning ≤ 50 ms critical > 50 ms failed no data maintenance stale" in text, text
     assert swatches[:5] == [(OK, OK), (WARNING, WARNING), (CRITICAL, CRITICAL), (FAILED, FAILED), (NONE, NONE)]
-    assert swatches[5] == (OK_STALE, OK_STALE)
+    assert swatches[5] == (MAINTENANCE, MAINTENANCE) and swatches[6] == (OK_STALE, OK_STALE)
     cell(page, "n1", "n3").hover()
     tip = page.locator("#tip").inner_text()
     assert "n1 → n3: 70.00 ms" in tip and "no route" in tip

@@ -346,3 +346,21 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
     finally:
         control_plane.helm("uninstall", "tpc", "--namespace", ns, check=False)
         control_plane.delete_nodes()
+
+
+def test_problem_alerts_cover_every_rule_of_the_dashboard(tmp_path):
+    """One alert per problem kind the dashboard's rules find, on the gauge the dashboard exports, unacknowledged
+    only; severity taken from the problem."""
+    from results.metrics import ProblemsCollector
+    from results.problems import KINDS
+
+    values = tmp_path / "values.yaml"
+    values.write_text("metrics: {prometheusRule: {enabled: true}}\n")
+    rule = next(d for d in render(values, "mesh") if d["kind"] == "PrometheusRule"
+                and d["metadata"]["name"].endswith("-dashboard"))
+    alerts = rule["spec"]["groups"][0]["rules"]
+    gauge = ProblemsCollector().describe()[0].name
+    assert sorted(a["expr"] for a in alerts) == sorted(
+        f'{gauge}{{kind="{k}",acknowledged="false"}} > 0' for k in KINDS)
+    assert {a["alert"] for a in alerts} >= {"TpcmeshProblemNode", "TpcmeshProblemSitePair"}
+    assert all(a["labels"]["severity"] == "{{ $labels.severity }}" for a in alerts)

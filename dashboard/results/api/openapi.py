@@ -38,11 +38,14 @@ READ_ERRORS = {
     "406": "No representation for the Accept header.",
 }
 WRITE_ERRORS = {
-    "400": "The batch is not valid JSON, breaks the contract or a rule across fields (errors names each field).",
+    "400": "The body is not valid (for ingest: not JSON or breaks the contract), or breaks a rule across fields "
+           "(errors names each field).",
     "401": "No valid API token.",
-    "403": "The token is read-only; ingest needs a token created with --write.",
+    "403": "The token is read-only (ingest, acknowledging and maintenance need a token created with --write), or "
+           "the signed-in user lacks the permission.",
+    "404": "No such object, or an unknown `format`.",
     "406": "No representation for the Accept header.",
-    "415": "The body is not application/json.",
+    "415": "The body is not of a media type the operation reads.",
 }
 
 
@@ -88,8 +91,15 @@ def _query_parameter(parameter: dict[str, Any]) -> None:
         schema["pattern"] = NO_NUL
 
 
+# Request bodies whose serializers refuse fields they do not take (serializers.StrictFields).
+STRICT_REQUESTS = ("Maintenance", "AcknowledgeIn")
+
+
 def postprocess(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
-    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = ERROR_SCHEMA
+    for name in STRICT_REQUESTS:
+        schemas[name]["additionalProperties"] = False
     for path, operations in result["paths"].items():
         for method, operation in operations.items():
             reading = method == "get"

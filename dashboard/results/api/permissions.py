@@ -25,3 +25,32 @@ class WriteAccess(permissions.BasePermission):
     def has_permission(self, request, view):
         token = request.auth
         return isinstance(token, ApiToken) and token.write
+
+
+class ActAccess(ReadAccess):
+    """Reads as ReadAccess; acting (acknowledging a problem, setting maintenance) needs a write API token or a
+    signed-in user with the model's Django permission (results.change_problem, results.add_maintenance, ...)."""
+
+    message = ("Acting needs an API token created with --write, or a signed-in user with the permission "
+               "(Django admin: results | problem | Can change problem, results | maintenance | Can add ...).")
+    ACTIONS = {"POST": "add", "PUT": "change", "PATCH": "change", "DELETE": "delete"}
+
+    def has_permission(self, request, view):
+        if request.method in permissions.SAFE_METHODS:
+            return super().has_permission(request, view)
+        token = request.auth
+        if isinstance(token, ApiToken):
+            return token.write
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        model = view.acting_model
+        action = getattr(view, "acting_permission", None) or self.ACTIONS.get(request.method, "change")
+        return user.has_perm(f"{model._meta.app_label}.{action}_{model._meta.model_name}")
+
+
+def actor(request) -> str:
+    """Who acted: the signed-in user's name or the API token's name."""
+    if isinstance(request.auth, ApiToken):
+        return f"token:{request.auth.name}"
+    return request.user.get_username()

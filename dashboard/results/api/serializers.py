@@ -7,16 +7,30 @@ from __future__ import annotations
 
 import logging
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from results import rfc3339, thresholds
-from results.models import PROTOCOLS, STATUSES, Benchmark, FileTransfer, Measurement, Node, Run
+from results import contract, rfc3339, thresholds
+from results.models import (
+    AUTH_MODES,
+    PROTOCOLS,
+    STATUSES,
+    Benchmark,
+    Change,
+    FileTransfer,
+    Maintenance,
+    Measurement,
+    Node,
+    Problem,
+    Run,
+)
 
 log = logging.getLogger(__name__)
 
 # ---- ingest (the contract's ingestBatch) ----
 
 
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": rfc3339.IN_RANGE_PATTERN})
 class RFC3339Field(serializers.DateTimeField):
     """A date-time with a UTC offset (RFC 3339, as the contract says), parsed by results.rfc3339: several times
     cheaper than DRF's generic parsing, which matters at 10 000 measurements a batch."""
@@ -70,6 +84,7 @@ class MeasurementIn(serializers.Serializer):
     error = serializers.CharField(allow_null=True, allow_blank=True, required=False)
     checksum = serializers.ChoiceField(choices=["ok", "mismatch", "skipped"], allow_null=True, required=False)
     destination_kind = serializers.ChoiceField(choices=["store", "sink"], allow_null=True, required=False)
+    auth = serializers.ChoiceField(choices=AUTH_MODES, allow_null=True, required=False)
     started_at = RFC3339Field()
     finished_at = RFC3339Field()
     files = FileResultIn(many=True, required=False)
@@ -207,7 +222,7 @@ class MeasurementSerializer(serializers.ModelSerializer):
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
-                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum", "destination_kind",
+                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum", "destination_kind", "auth",
                   "started_at", "finished_at", "ingested_at"]
 
 
@@ -229,7 +244,8 @@ class GridCellSerializer(serializers.Serializer):
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     count = serializers.IntegerField()
-    state = serializers.ChoiceField(choices=thresholds.STATES, help_text="by the benchmark's thresholds")
+    state = serializers.ChoiceField(choices=thresholds.STATES, help_text=(
+        "by the benchmark's thresholds, or maintenance (a window on its node or pair)"))
 
 
 class GridNodeSerializer(serializers.Serializer):
@@ -282,3 +298,106 @@ class StreamsPairSerializer(serializers.Serializer):
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()
     high_gbps = serializers.FloatField()
+
+
+# ---- watching over time: changes, problems, maintenance ----
+
+
+class StrictFields:
+    """A write serializer that refuses fields it does not take (a misspelt or read-only one is a 400 naming it,
+    not silently dropped)."""
+
+    def validate_fields_known(self) -> None:
+        given = set(getattr(self, "initial_data", None) or ())
+        writable = {name for name, f in self.fields.items() if not f.read_only}
+        unknown = sorted(given - writable)
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: f"unknown or read-only field; this request takes "
+                                                           f"{', '.join(sorted(writable))}"})
+
+    def to_internal_value(self, data):
+        self.validate_fields_known()
+        return super().to_internal_value(data)
+
+
+class Text(serializers.CharField):
+    """Free text from a person: a NUL character (which PostgreSQL cannot store) is kept as U+FFFD, as ingest does."""
+
+    def to_internal_value(self, data):
+        return super().to_internal_value(data.replace("\x00", "\ufffd") if isinstance(data, str) else data)
+
+
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": 500,
+                      "pattern": contract.schema()["$defs"]["name"]["pattern"]})
+class NonBlankText(Text):
+    """Text that is not only whitespace (the contract's rule for names, so the schema says what is trimmed)."""
+
+
+class ChangeSerializer(serializers.ModelSerializer):
+    benchmark = serializers.StringRelatedField()
+    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    ratio = serializers.FloatField(read_only=True, help_text="after / before")
+
+    class Meta:
+        model = Change
+        fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "metric", "measurement", "at",
+                  "before", "after", "ratio", "worse", "detected_at", "runs_to_detect"]
+
+
+class ProblemSerializer(serializers.ModelSerializer):
+    benchmark = serializers.StringRelatedField()
+    acknowledged = serializers.BooleanField(read_only=True,
+                                            help_text="acknowledged for its current cells and severity")
+    cells = serializers.ListField(child=serializers.ListField(), help_text="[source, destination, protocol, streams]")
+
+    class Meta:
+        model = Problem
+        fields = ["id", "benchmark", "key", "kind", "severity", "summary", "cells", "first_seen", "last_seen",
+                  "resolved_at", "acknowledged", "ack_by", "ack_at", "ack_note"]
+
+
+class AcknowledgeIn(StrictFields, serializers.Serializer):
+    note = Text(max_length=1000, allow_blank=True, required=False, default="")
+
+
+class MaintenanceSerializer(StrictFields, serializers.ModelSerializer):
+    node = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all(), required=False,
+                                        allow_null=True, help_text="a node in maintenance (or give source and "
+                                                                   "destination for a pair)")
+    source = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all(), required=False,
+                                          allow_null=True)
+    destination = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all(), required=False,
+                                               allow_null=True)
+    reason = NonBlankText(min_length=1, max_length=500)
+    starts_at = RFC3339Field(required=False, help_text="default: now")
+    ends_at = RFC3339Field()
+    active = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Maintenance
+        fields = ["id", "node", "source", "destination", "reason", "starts_at", "ends_at", "active", "created_by",
+                  "created"]
+        read_only_fields = ["created_by", "created"]
+
+    def get_active(self, obj) -> bool:
+        from django.utils import timezone
+
+        return obj.starts_at <= timezone.now() < obj.ends_at
+
+    def validate(self, attrs):
+        from django.utils import timezone
+
+        node, source, destination = attrs.get("node"), attrs.get("source"), attrs.get("destination")
+        if node is not None and (source is not None or destination is not None):
+            raise serializers.ValidationError({"node": "give a node, or a source and a destination, not both."})
+        if node is None and (source is None or destination is None):
+            raise serializers.ValidationError(
+                {"node": "give a node, or both source and destination (a pair, both directions)."})
+        if source is not None and source == destination:
+            raise serializers.ValidationError({"destination": "destination equals source."})
+        attrs.setdefault("starts_at", timezone.now())
+        if attrs["ends_at"] <= attrs["starts_at"]:
+            raise serializers.ValidationError({"ends_at": "ends_at must be after starts_at (and after now when "
+                                                          "starts_at is not given)."})
+        return attrs

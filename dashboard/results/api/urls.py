@@ -13,6 +13,9 @@ router.register("nodes", views.NodeViewSet)
 router.register("benchmarks", views.BenchmarkViewSet)
 router.register("runs", views.RunViewSet)
 router.register("measurements", views.MeasurementViewSet)
+router.register("changes", views.ChangeViewSet)
+router.register("problems", views.ProblemViewSet)
+router.register("maintenance", views.MaintenanceViewSet)
 
 app_name = "api"
 urlpatterns = [

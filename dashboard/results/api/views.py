@@ -12,7 +12,9 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.parsers import JSONParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,10 +23,10 @@ from results import filters, metrics, params, selectors, services
 from results.api import serializers
 from results.api.errors import flatten_errors
 from results.api.pagination import LARGEST
-from results.api.permissions import WriteAccess
+from results.api.permissions import ActAccess, WriteAccess, actor
 from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
-from results.models import PROTOCOLS, Benchmark, Measurement, Node, Run
+from results.models import PROTOCOLS, Benchmark, Change, Maintenance, Measurement, Node, Problem, Run
 
 LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
 
@@ -250,3 +252,74 @@ class StreamsPairsView(APIView):
         high = _params(params.integer, "high", q.get("high"), 8, 1, 100)
         data = selectors.streams_pairs(bench, protocol, low, high)
         return Response(serializers.StreamsPairSerializer(data, many=True).data)
+
+
+class ChangeViewSet(ArchiveViewSet):
+    """Step changes found in each cell's history (throughput or RTT; not outliers, not threshold crossings)."""
+
+    queryset = Change.objects.select_related("benchmark", "source", "destination").defer(
+        "benchmark__spec", "benchmark__thresholds", "source__labels", "destination__labels")
+    serializer_class = serializers.ChangeSerializer
+    filterset_class = filters.ChangeFilterSet
+    ordering_fields = ["at", "detected_at"]
+    ordering = ["-at", "id"]
+
+
+class ProblemViewSet(ArchiveViewSet):
+    """Problems the rules found in the grids (results.problems), with their acknowledgement."""
+
+    queryset = Problem.objects.select_related("benchmark").defer("benchmark__spec", "benchmark__thresholds")
+    serializer_class = serializers.ProblemSerializer
+    filterset_class = filters.ProblemFilterSet
+    ordering_fields = ["first_seen", "last_seen", "severity"]
+    permission_classes = [ActAccess]
+    parser_classes = [JSONParser]  # a form encoding would drop what it cannot say (a field of a wrong type)
+    acting_model = Problem
+    acting_permission = "change"
+
+    @extend_schema(request=serializers.AcknowledgeIn, responses=serializers.ProblemSerializer)
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request, pk=None):
+        """Acknowledge the problem as it is now (its cells and severity): it stays listed but stops alerting
+        until it changes."""
+        problem = self.get_object()
+        body = serializers.AcknowledgeIn(data=request.data)
+        if not body.is_valid():
+            raise ValidationError(flatten_errors(body.errors))
+        services.acknowledge(problem, actor(request), body.validated_data["note"])
+        return Response(serializers.ProblemSerializer(problem).data)
+
+    @extend_schema(request=None, responses=serializers.ProblemSerializer)
+    @action(detail=True, methods=["post"])
+    def unacknowledge(self, request, pk=None):
+        problem = self.get_object()
+        services.acknowledge(problem, actor(request), None)
+        return Response(serializers.ProblemSerializer(problem).data)
+
+
+class MaintenanceViewSet(CSVExportMixin, viewsets.ModelViewSet):
+    """Maintenance windows of nodes and pairs: their cells show the maintenance colour, raise no problem, and the
+    operator leaves them out of runs while they last. DELETE ends a window now (it stays in the history)."""
+
+    lookup_value_regex = "[^/]+"
+    renderer_classes = LIST_RENDERERS
+    queryset = Maintenance.objects.select_related("node", "source", "destination")
+    serializer_class = serializers.MaintenanceSerializer
+    filterset_class = filters.MaintenanceFilterSet
+    ordering_fields = ["starts_at", "ends_at"]
+    permission_classes = [ActAccess]
+    parser_classes = [JSONParser]
+    acting_model = Maintenance
+    http_method_names = ["get", "post", "delete", "head", "options"]
+
+    def get_renderers(self):
+        if self.request is not None and self.request.method not in ("GET", "HEAD"):
+            return [JSONRenderer()]  # CSV is for reading the list
+        return super().get_renderers()
+
+    def perform_create(self, serializer):
+        window = serializer.save(created_by=actor(self.request))
+        services.maintenance_changed(window)
+
+    def perform_destroy(self, instance):
+        services.end_maintenance(instance)

@@ -58,6 +58,9 @@ def detect(values: Sequence[float], beta: float = BETA) -> list[Change]:
     penalty = beta * noise(logs) * math.log(len(logs))
     breaks = ruptures.Binseg(model="l1", min_size=MIN_RUNS, jump=1).fit(logs.reshape(-1, 1)).predict(pen=penalty)
     edges = [0, *breaks]
+    for i in range(1, len(edges) - 1):
+        edges[i] = _refine(logs, edges[i - 1], edges[i], edges[i + 1])
+    breaks = edges[1:]
     out = []
     for i, at in enumerate(breaks[:-1]):
         before = float(np.median(x[edges[i]:at]))
@@ -65,6 +68,18 @@ def detect(values: Sequence[float], beta: float = BETA) -> list[Change]:
         if max(before, after) / min(before, after) >= MIN_RATIO:
             out.append(Change(at, before, after))
     return out
+
+
+def _l1(x: np.ndarray) -> float:
+    return float(np.abs(x - np.median(x)).sum()) if len(x) else 0.0
+
+
+def _refine(logs: np.ndarray, lo: int, at: int, hi: int) -> int:
+    """The best place for a break found at ``at`` between ``lo`` and ``hi``, within MERGE_RUNS of it. Binseg's
+    segments have MIN_RUNS runs, so a step seen only two runs after it is placed a run early (its newest segment
+    borrows an old run); here each side needs only 2."""
+    candidates = range(max(lo + 2, at - MERGE_RUNS), min(hi - 2, at + MERGE_RUNS) + 1)
+    return min(candidates, key=lambda k: (_l1(logs[lo:k]) + _l1(logs[k:hi]), abs(k - at)), default=at)
 
 
 def levels(values: Sequence[float], changes: Sequence[Change]) -> list[tuple[int, int, float]]:

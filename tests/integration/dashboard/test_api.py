@@ -384,7 +384,7 @@ def test_every_grid_mode_built_by_postgresql_matches_the_portable_path(client, w
     (older than what is stored), cells whose window holds only failures, and measurements outside the window."""
     import random
 
-    from results import selectors
+    from results import maintenance, selectors
     from results.api.views import grid_json
     from results.models import Benchmark
 
@@ -411,30 +411,50 @@ def test_every_grid_mode_built_by_postgresql_matches_the_portable_path(client, w
         assert post(client, body, write_key).status_code == 200
     bench = Benchmark.objects.get(name="modes")
     key = lambda c: (c["source"], c["destination"], c["streams"])  # noqa: E731
-    for protocol in ("builtin", "rtt"):
-        bounds = bench.effective_thresholds()[selectors.kind_for(protocol)]
-        for mode in selectors.GRID_MODES:
-            for streams in ([None, 8] if protocol == "builtin" else [None]):
-                url = f"/api/v1/grid/?benchmark=mesh/modes&protocol={protocol}&mode={mode}&window=7d"
-                api = client.get(url + (f"&streams={streams}" if streams else "")).json()
-                rows = selectors.grid(bench, protocol, streams=streams, mode=mode)
-                at = rows["generated_at"]
-                names = {n.id: n.name for n in selectors.benchmark_nodes(bench)}
-                portable = selectors._cells_in_python(bench, protocol, streams, at, bounds, mode, timedelta(days=7),
-                                                      names)
-                want = sorted(grid_json({**rows, "cells": portable})["cells"], key=key)
-                assert len(want) == 12 * (2 if streams is None and protocol == "builtin" else 1)
-                for got in (sorted(api["cells"], key=key), sorted(grid_json(rows)["cells"], key=key)):
-                    assert len(got) == len(want), (protocol, mode, streams)
-                    for g, w in zip(got, want, strict=True):
-                        assert abs(g.pop("age_seconds") - w["age_seconds"]) < 5, (protocol, mode, g, w)
-                        value = g.pop("value")
-                        assert value == (w["value"] if w["value"] is None else pytest.approx(w["value"], rel=1e-12))
-                        assert g == {k: v for k, v in w.items() if k not in ("age_seconds", "value")}, (mode, g, w)
-                if mode != "latest":  # d->a: only failures in the window
-                    da = next(c for c in want if (c["source"], c["destination"]) == ("d", "a"))
-                    assert (da["value"], da["status"]) == ((None, "failed") if protocol == "builtin"
-                                                           else (da["value"], "succeeded"))
+
+    def compare() -> list[dict]:
+        """Every mode and setting: the API and grid() (PostgreSQL's SQL) equal the portable path."""
+        seen = []
+        for protocol in ("builtin", "rtt"):
+            bounds = bench.effective_thresholds()[selectors.kind_for(protocol)]
+            for mode in selectors.GRID_MODES:
+                for streams in ([None, 8] if protocol == "builtin" else [None]):
+                    url = f"/api/v1/grid/?benchmark=mesh/modes&protocol={protocol}&mode={mode}&window=7d"
+                    api = client.get(url + (f"&streams={streams}" if streams else "")).json()
+                    rows = selectors.grid(bench, protocol, streams=streams, mode=mode)
+                    at = rows["generated_at"]
+                    names = {n.id: n.name for n in selectors.benchmark_nodes(bench)}
+                    portable = selectors._cells_in_python(bench, protocol, streams, at, bounds, mode,
+                                                          timedelta(days=7), names, maintenance.overlay(at))
+                    want = sorted(grid_json({**rows, "cells": portable})["cells"], key=key)
+                    assert len(want) == 12 * (2 if streams is None and protocol == "builtin" else 1)
+                    for got in (sorted(api["cells"], key=key), sorted(grid_json(rows)["cells"], key=key)):
+                        assert len(got) == len(want), (protocol, mode, streams)
+                        for g, w in zip(got, want, strict=True):
+                            assert abs(g.pop("age_seconds") - w["age_seconds"]) < 5, (protocol, mode, g, w)
+                            value = g.pop("value")
+                            assert value == (w["value"] if w["value"] is None else pytest.approx(w["value"], rel=1e-12))
+                            assert g == {k: v for k, v in w.items() if k not in ("age_seconds", "value")}, (mode, g, w)
+                    if mode != "latest":  # d->a: only failures in the window
+                        da = next(c for c in want if (c["source"], c["destination"]) == ("d", "a"))
+                        assert (da["value"], da["status"]) == ((None, "failed") if protocol == "builtin"
+                                                               else (da["value"], "succeeded"))
+                seen += want
+        return seen
+
+    assert not [c for c in compare() if c["state"] == "maintenance"]
+    # maintenance windows: node c, and the pair a-b (both directions); the SQL paths draw them as the portable one
+    from results.models import Maintenance, Node
+    n = {x.name: x for x in Node.objects.all()}
+    Maintenance.objects.create(node=n["c"], reason="NIC swap", starts_at=now - timedelta(hours=1),
+                               ends_at=now + timedelta(hours=5), created_by="test")
+    Maintenance.objects.create(source=n["a"], destination=n["b"], reason="fibre", starts_at=now - timedelta(hours=1),
+                               ends_at=now + timedelta(hours=5), created_by="test")
+    Maintenance.objects.create(node=n["d"], reason="over", starts_at=now - timedelta(hours=9),
+                               ends_at=now - timedelta(hours=2), created_by="test")
+    for c in compare():
+        covered = "c" in (c["source"], c["destination"]) or {c["source"], c["destination"]} == {"a", "b"}
+        assert (c["state"] == "maintenance") == covered, c
 
 
 @pytest.mark.django_db(transaction=True)

@@ -296,3 +296,49 @@ async def test_loopback_round_gives_each_node_its_own_ceiling(mesh, shared_token
     for h in handles:
         assert nodes[h.name]["loopback_gbps"] > 0, nodes[h.name]
         assert f"from {h.address}:" in h.log()  # it pulled from itself
+
+
+async def test_nodes_and_pairs_in_maintenance_are_left_out_and_named(mesh, shared_token, tpcmesh_pki,
+                                                                     dashboard) -> None:
+    """A node annotated tpcmesh.io/maintenance-until (future) and a pair in a dashboard window are not measured;
+    the status names both; an annotation whose time does not parse is reported and its node measured."""
+    from datetime import UTC, datetime, timedelta
+
+    from tpcmesh_operator import maintenance
+
+    _, agents = mesh(4)
+    names = sorted(a.node for a in agents)
+    until = (datetime.now(UTC) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    by_name = {a.node: a for a in agents}
+    off = by_name[names[0]]
+    by_name[names[0]] = Agent(**{**off.__dict__, "annotations": {maintenance.UNTIL: until,
+                                                                 maintenance.REASON: "NIC swap"}})
+    typo = by_name[names[3]]
+    by_name[names[3]] = Agent(**{**typo.__dict__, "annotations": {maintenance.UNTIL: "tomorrow"}})
+    headers = {"Authorization": f"Token {dashboard.token}"}
+    async with httpx.AsyncClient(base_url=dashboard.url, headers=headers) as http:
+        seed = {"benchmark": {"namespace": "default", "name": "it-bench"}, "run": {"uid": str(uuid.uuid4()),
+                                                                                  "name": "seed"},
+                "measurements": [], "nodes": [{"name": n} for n in names]}
+        assert (await http.post("/api/v1/ingest/", json=seed)).status_code == 200
+        r = await http.post("/api/v1/maintenance/", json={"source": names[1], "destination": names[2],
+                                                          "reason": "fibre works", "ends_at": until})
+        assert r.status_code == 201, r.text
+    info = run_info()
+    events: list = []
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                      dashboard.token) as rc:
+        st = await executor(SPEC, list(by_name.values()), ac, rc, MemoryStatusStore(), run=info,
+                            on_event=lambda *e: events.append(e)).execute()
+    assert st["phase"] == "Succeeded", st.get("message")
+    assert st["planned"] == 2 * (3 * 2 - 2)  # 3 nodes, 6 pairs, less the pair both ways; rtt + builtin each
+    assert sorted(a["node"] for a in st["agents"]) == names[1:]
+    assert st["inMaintenance"] == f"{names[0]}, {names[1]}↔{names[2]}"
+    assert {(w["origin"], w["reason"]) for w in st["maintenance"]} == {("annotation", "NIC swap"),
+                                                                         ("dashboard", "fibre works")}
+    rows = stored(dashboard, info)
+    assert len(rows) == st["planned"]
+    ends = {frozenset((r["source"], r["destination"])) for r in rows}
+    assert all(names[0] not in e for e in ends) and frozenset(names[1:3]) not in ends
+    assert any(e[1] == "BadMaintenanceAnnotation" and names[3] in e[2] and "tomorrow" in e[2] for e in events)
+    assert any(e[1] == "Started" and "in maintenance" in e[2] for e in events)

@@ -100,3 +100,14 @@ def test_a_name_is_blank_exactly_when_the_dashboard_trims_it_away():
         ch = chr(code)
         assert bool(pattern.match(ch)) == bool(ch.strip()), f"U+{code:04X}"
     assert pattern.match(" \u001dA\u3000") and not pattern.match(" \u001d\u3000")
+
+
+def test_the_contracts_time_pattern_is_the_parsers_range_guard():
+    """A time the parser cannot put in UTC's years 1-9999 is refused by the contract already (schema-valid data
+    must be stored); one place says which."""
+    import json
+
+    from results import rfc3339
+    from results.contract import SCHEMA_PATH
+
+    assert json.loads(SCHEMA_PATH.read_text())["$defs"]["time"]["pattern"] == rfc3339.IN_RANGE_PATTERN

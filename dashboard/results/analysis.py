@@ -1,0 +1,204 @@
+"""After ingest: change detection on each cell that got a new measurement, then the problem rules on each
+benchmark that changed. Writes Change and Problem rows.
+
+What is left to analyse lives in the database (PairLatest.analysed_at behind finished_at), so nothing is lost
+when a process stops: ``schedule()`` (called when an ingest commits) wakes one background thread per process that
+analyses until nothing is left; ``manage.py analyse`` does the same in the foreground. TPCMESH_DASHBOARD_ANALYSIS
+= "inline" analyses inside the request instead (tests; the default on SQLite, which has one writer at a time),
+"off" leaves it to the command.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from results import maintenance, problems, thresholds
+from results.models import Benchmark, Change, Measurement, Node, PairLatest, Problem, Run
+from results.selectors import kind_for, metric_for
+from results.stats import changes
+
+log = logging.getLogger(__name__)
+
+BATCH = 500  # cells analysed per transaction
+
+
+def _history(cell: PairLatest) -> list[tuple]:
+    """The cell's newest changes.WINDOW succeeded measurements, oldest first: (id, finished_at, value)."""
+    metric = metric_for(cell.protocol)
+    qs = Measurement.objects.filter(
+        source_id=cell.source_id, destination_id=cell.destination_id, benchmark_id=cell.benchmark_id,
+        protocol=cell.protocol, status="succeeded", **{f"{metric}__gt": 0},
+    )
+    qs = qs.filter(streams__isnull=True) if cell.streams == 0 else qs.filter(streams=cell.streams)
+    rows = list(qs.order_by("-finished_at").values_list("id", "finished_at", metric)[: changes.WINDOW])
+    rows.reverse()
+    return rows
+
+
+def detect_cell(cell: PairLatest, now: datetime) -> list[Change]:
+    """New step changes in one cell's recent history (a break near a stored one is that one)."""
+    rows = _history(cell)
+    found = changes.detect([v for _, _, v in rows])
+    if not found:
+        return []
+    metric = metric_for(cell.protocol)
+    known = set(Change.objects.filter(measurement_id__in=[r[0] for r in rows], metric=metric)
+                .values_list("measurement_id", flat=True))
+    known_at = [i for i, r in enumerate(rows) if r[0] in known]
+    higher_is_better = thresholds.HIGHER_IS_BETTER[kind_for(cell.protocol)]
+    out = []
+    for c in found:
+        if any(abs(c.index - k) <= changes.MERGE_RUNS for k in known_at):
+            continue
+        mid, at, _ = rows[c.index]
+        out.append(Change(benchmark_id=cell.benchmark_id, source_id=cell.source_id,
+                          destination_id=cell.destination_id, protocol=cell.protocol, streams=cell.streams,
+                          metric=metric, measurement_id=mid, at=at, before=c.before, after=c.after,
+                          worse=(c.after < c.before) == higher_is_better, detected_at=now,
+                          runs_to_detect=len(rows) - c.index))
+    return out
+
+
+def detect_changes(limit: int | None = None) -> set[int]:
+    """Change detection on every cell with a measurement it has not seen; returns the benchmarks touched."""
+    touched: set[int] = set()
+    done = 0
+    while limit is None or done < limit:
+        with transaction.atomic():
+            cells = list(PairLatest.objects.select_for_update(skip_locked=True)
+                         .filter(Q(analysed_at__isnull=True) | Q(analysed_at__lt=F("finished_at")))
+                         .order_by("id")[:BATCH])
+            if not cells:
+                break
+            now = timezone.now()
+            found = [c for cell in cells for c in detect_cell(cell, now)]
+            Change.objects.bulk_create(found, ignore_conflicts=True)
+            for cell in cells:
+                cell.analysed_at = cell.finished_at
+            PairLatest.objects.bulk_update(cells, ["analysed_at"])
+            touched |= {c.benchmark_id for c in cells}
+            done += len(cells)
+            if found:
+                log.info("Found %d step change(s) in %d cells", len(found), len(cells))
+    return touched
+
+
+def _runs_without_result(bench: Benchmark) -> dict[str, int]:
+    """Node name -> how many of the newest runs with measurements (up to SILENT_RUNS) had none of it."""
+    newest_first = F("started_at").desc(nulls_last=True)
+    runs = list(Run.objects.filter(benchmark=bench, measurements__isnull=False).distinct()
+                .order_by(newest_first, "-id").values_list("id", flat=True)[: problems.SILENT_RUNS])
+    if len(runs) < problems.SILENT_RUNS:
+        return {}
+    seen: dict[str, int] = defaultdict(int)
+    for run_id in runs:
+        ids = Measurement.objects.filter(run_id=run_id)
+        present = set(ids.values_list("source__name", flat=True)) | set(ids.values_list("destination__name",
+                                                                                           flat=True))
+        for name in present:
+            seen[name] += 1
+    return {n.name: len(runs) - seen[n.name] for n in bench.nodes.all() if seen[n.name] < len(runs)}
+
+
+def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
+    """Every latest cell of the benchmark with its state; cells in maintenance get the state "maintenance"."""
+    bounds = bench.effective_thresholds()
+    names = dict(Node.objects.filter(benchmarks=bench).values_list("id", "name"))
+    cover = maintenance.overlay(now)
+    out = []
+    for src, dst, protocol, streams, tput, rtt, status in PairLatest.objects.filter(benchmark=bench).values_list(
+            "source_id", "destination_id", "protocol", "streams", "throughput_gbps", "rtt_ms", "status"):
+        if cover.covers(src, dst):
+            state = "maintenance"
+        else:
+            kind = kind_for(protocol)
+            state = thresholds.classify(rtt if protocol == "rtt" else tput, status, kind, bounds[kind])
+        if src in names and dst in names:
+            out.append(problems.Cell(names[src], names[dst], protocol, streams, state))
+    return out
+
+
+def evaluate_problems(bench: Benchmark, now: datetime | None = None) -> list[Problem]:
+    """Run the rules on the benchmark's grid and store what they find: a problem found again keeps its first
+    sighting and acknowledgement; one no longer found is resolved; nodes in maintenance raise none."""
+    now = now or timezone.now()
+    cover = maintenance.overlay(now)
+    in_maintenance = set(Node.objects.filter(id__in=cover.nodes).values_list("name", flat=True))
+    silent = {n: k for n, k in _runs_without_result(bench).items() if n not in in_maintenance}
+    sites = dict(Node.objects.filter(benchmarks=bench).values_list("name", "site"))
+    findings = problems.find(grid_cells(bench, now), sites, silent)
+    with transaction.atomic():
+        stored = {p.key: p for p in Problem.objects.select_for_update().filter(benchmark=bench)}
+        for f in findings:
+            p = stored.get(f.key)
+            if p is None or p.resolved_at is not None:
+                p = p or Problem(benchmark=bench, key=f.key)
+                p.first_seen, p.resolved_at = now, None
+                p.ack_by, p.ack_at, p.ack_note, p.ack_fingerprint = "", None, "", ""
+            p.kind, p.severity, p.summary, p.cells = f.kind, f.severity, f.summary[:1000], [list(c) for c in f.cells]
+            p.fingerprint, p.last_seen = f.fingerprint, now
+            p.save()
+            stored[f.key] = p
+        gone = [p.id for k, p in stored.items() if p.resolved_at is None and k not in {f.key for f in findings}]
+        Problem.objects.filter(id__in=gone).update(resolved_at=now)
+    return [stored[f.key] for f in findings]
+
+
+def analyse(limit: int | None = None) -> set[int]:
+    """Change detection on what is new, then the problem rules on the benchmarks it touched."""
+    touched = detect_changes(limit)
+    for bench in Benchmark.objects.filter(id__in=touched):
+        evaluate_problems(bench)
+    return touched
+
+
+class _Worker:
+    """One background thread per process; a wake-up while it runs makes it go round once more."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending = False
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        with self._lock:
+            self._pending = True
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tpcmesh-analysis", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        self._thread = None
+                        return
+                    self._pending = False
+                try:
+                    analyse()
+                except Exception:  # the next ingest wakes it again; what is left stays marked in the database
+                    log.exception("Analysis failed; it is retried on the next ingest or by `manage.py analyse`")
+        finally:
+            connection.close()  # this thread's own connection
+
+
+_worker = _Worker()
+
+
+def schedule() -> None:
+    mode = settings.ANALYSIS
+    if mode == "auto":
+        mode = "background" if connection.vendor == "postgresql" else "inline"
+    if mode == "inline":
+        analyse()
+    elif mode == "background":
+        _worker.wake()

@@ -1,0 +1,173 @@
+"""Problem rules: the grid summarised into problems a person acts on, like MaDDash's reports (madalert). Pure:
+cells and nodes in, findings out; results.analysis stores them and keeps acknowledgements.
+
+Rules, in order; a cell explained by an earlier finding is not used again by a later rule:
+- ``silent``: a node with no result in the benchmark's last SILENT_RUNS runs (its agent is gone or cannot test).
+- ``node``: every test from a node (or to it, or both) is bad in a setting while the rest of the mesh is not:
+  the node's NIC, uplink or host (sending or receiving side).
+- ``site-pair``: every test between two sites (both directions) is degraded while each site does fine otherwise:
+  the path between the sites.
+- ``one-direction``: a pair is bad one way and fine the other: asymmetric path, or one host's send/receive tuning.
+Bad is critical or failed; degraded adds warning. Cells in maintenance are never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+KINDS = ("silent", "node", "site-pair", "one-direction")
+BAD = frozenset({"critical", "failed"})
+DEGRADED = BAD | {"warning"}
+SILENT_RUNS = 2
+MIN_PEERS = 2  # a node rule needs this many pairs from (to) the node; fewer prove nothing about the node
+
+
+@dataclass(frozen=True)
+class Cell:
+    source: str
+    destination: str
+    protocol: str
+    streams: int
+    state: str
+
+    @property
+    def ref(self) -> tuple[str, str, str, int]:
+        return (self.source, self.destination, self.protocol, self.streams)
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str
+    kind: str
+    severity: str
+    summary: str
+    cells: tuple[tuple[str, str, str, int], ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the severity or the cells do (what an acknowledgement was given for)."""
+        return hashlib.sha256(json.dumps([self.severity, sorted(self.cells)]).encode()).hexdigest()
+
+
+def _settings(cells: Iterable[Cell]) -> str:
+    names = sorted({f"{c.protocol}" + (f" ×{c.streams}" if c.streams else "") for c in cells})
+    return ", ".join(names)
+
+
+def find(cells: Iterable[Cell], sites: Mapping[str, str], runs_without_result: Mapping[str, int]) -> list[Finding]:
+    """The problems in one benchmark's latest grid. ``cells``: every setting's cells (maintenance ones left out);
+    ``sites``: node -> site ("" when unknown); ``runs_without_result``: node -> how many of the newest runs had no
+    measurement of it."""
+    cells = [c for c in cells if c.state != "maintenance"]
+    explained: set[tuple[str, str, str, int]] = set()
+    out: list[Finding] = []
+
+    def add(finding: Finding) -> None:
+        out.append(finding)
+        explained.update(finding.cells)
+
+    for node, runs in sorted(runs_without_result.items()):
+        if runs >= SILENT_RUNS:
+            mine = tuple(sorted(c.ref for c in cells if node in (c.source, c.destination)))
+            add(Finding(f"silent:{node}", "silent", "critical",
+                        f"{node} has no result in the last {runs} runs: is its agent running and Ready?", mine))
+
+    by_setting: dict[tuple[str, int], list[Cell]] = defaultdict(list)
+    for c in cells:
+        by_setting[(c.protocol, c.streams)].append(c)
+    for finding in _node_findings(by_setting, explained):
+        add(finding)
+    for finding in _site_pair_findings(by_setting, sites, explained):
+        add(finding)
+    for finding in _one_direction_findings(by_setting, explained):
+        add(finding)
+    return out
+
+
+def _node_findings(by_setting: Mapping[tuple[str, int], list[Cell]], explained: set) -> list[Finding]:
+    found: dict[tuple[str, str], list[Cell]] = defaultdict(list)  # (node, side) -> its bad cells, every setting
+    for group in by_setting.values():
+        group = [c for c in group if c.ref not in explained]
+        good = [c for c in group if c.state not in BAD]
+        good_with: dict[str, int] = defaultdict(int)  # node -> good cells it is an end of
+        for c in good:
+            good_with[c.source] += 1
+            good_with[c.destination] += 1
+        for side in ("source", "destination"):
+            ends: dict[str, list[Cell]] = defaultdict(list)
+            for c in group:
+                ends[getattr(c, side)].append(c)
+            for node, mine in ends.items():
+                # the rest of the mesh must have good cells without this node, or the thresholds are the problem
+                rest_ok = len(good) > good_with[node]
+                if len(mine) >= MIN_PEERS and all(c.state in BAD for c in mine) and rest_ok:
+                    found[(node, side)].extend(mine)
+    out = []
+    for node in sorted({n for n, _ in found}):
+        sent, received = found.get((node, "source"), []), found.get((node, "destination"), [])
+        if sent and received:
+            what, where = "from and to", "the node itself (NIC, uplink, host)"
+        elif sent:
+            what, where = "from", "its sending side (NIC, uplink, TCP send tuning)"
+        else:
+            what, where = "to", "its receiving side (NIC, uplink, disk or TCP receive tuning)"
+        mine = sent + received
+        out.append(Finding(f"node:{node}", "node", "critical",
+                           f"every test {what} {node} is critical or failed ({len(mine)} cells; {_settings(mine)}): "
+                           f"look at {where}", tuple(sorted({c.ref for c in mine}))))
+    return out
+
+
+def _site_pair_findings(by_setting: Mapping[tuple[str, int], list[Cell]], sites: Mapping[str, str],
+                        explained: set) -> list[Finding]:
+    between: dict[tuple[str, str], list[Cell]] = defaultdict(list)
+    healthy: dict[str, bool] = defaultdict(bool)  # site -> has a good cell not crossing to a degraded site pair
+    for group in by_setting.values():
+        for c in group:
+            if c.ref in explained:
+                continue
+            a, b = sites.get(c.source, ""), sites.get(c.destination, "")
+            if not a or not b:
+                continue
+            if a == b:
+                healthy[a] |= c.state not in DEGRADED
+            else:
+                between[(min(a, b), max(a, b))].append(c)
+    def both_ways_degraded(key: tuple[str, str], mine: list[Cell]) -> bool:
+        from_sites = {sites[c.source] for c in mine}
+        return set(key) <= from_sites and all(c.state in DEGRADED for c in mine)
+
+    bad_pairs = {k: v for k, v in between.items() if both_ways_degraded(k, v)}
+    for (a, b), mine in between.items():
+        if (a, b) not in bad_pairs:
+            ok = any(c.state not in DEGRADED for c in mine)
+            healthy[a] |= ok
+            healthy[b] |= ok
+    out = []
+    for (a, b), mine in sorted(bad_pairs.items()):
+        if not (healthy[a] and healthy[b]):
+            continue  # a site bad everywhere is not a path problem between two sites
+        severity = "critical" if all(c.state in BAD for c in mine) else "warning"
+        out.append(Finding(f"site-pair:{a}|{b}", "site-pair", severity,
+                           f"every test between sites {a} and {b} is degraded ({len(mine)} cells, both directions; "
+                           f"{_settings(mine)}) while both sites do fine otherwise: look at the path between them",
+                           tuple(sorted(c.ref for c in mine))))
+    return out
+
+
+def _one_direction_findings(by_setting: Mapping[tuple[str, int], list[Cell]], explained: set) -> list[Finding]:
+    out = []
+    for group in by_setting.values():
+        state = {(c.source, c.destination): c for c in group if c.ref not in explained}
+        for (s, d), c in sorted(state.items()):
+            back = state.get((d, s))
+            if c.state in BAD and back is not None and back.state == "ok":
+                out.append(Finding(f"one-direction:{s}|{d}|{c.protocol}|{c.streams}", "one-direction", "warning",
+                                   f"{s} → {d} is {c.state} but {d} → {s} is fine ({_settings([c])}): one direction "
+                                   f"only: an asymmetric path, or {s}'s sending or {d}'s receiving tuning",
+                                   (c.ref,)))
+    return out

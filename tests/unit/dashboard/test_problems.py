@@ -1,0 +1,79 @@
+"""The problem rules on grids built to show each pattern (results.problems is pure: no database)."""
+
+from __future__ import annotations
+
+import itertools
+
+from results.problems import Cell, find
+
+NODES = ["a1", "a2", "b1", "b2", "c1", "c2"]
+SITES = {n: n[0].upper() for n in NODES}
+
+
+def grid(state_of, settings=(("builtin", 8), ("xrootd-https", 1))) -> list[Cell]:
+    """Every ordered pair in every setting; ``state_of(source, destination, protocol)`` gives the state."""
+    return [Cell(s, d, p, st, state_of(s, d, p)) for s, d in itertools.permutations(NODES, 2) for p, st in settings]
+
+
+def kinds(found) -> list[tuple[str, str]]:
+    return sorted((f.kind, f.key) for f in found)
+
+
+def test_a_healthy_grid_has_no_problem():
+    assert find(grid(lambda s, d, p: "ok"), SITES, {}) == []
+
+
+def test_every_pair_from_a_node_is_a_node_problem_on_its_sending_side():
+    found = find(grid(lambda s, d, p: "critical" if s == "b1" else "ok"), SITES, {})
+    assert kinds(found) == [("node", "node:b1")]
+    (f,) = found
+    assert "every test from b1" in f.summary and "sending" in f.summary
+    assert len(f.cells) == 5 * 2 and all(c[0] == "b1" for c in f.cells)
+
+
+def test_both_directions_failed_names_the_node_itself():
+    (f,) = find(grid(lambda s, d, p: "failed" if "c2" in (s, d) else "ok"), SITES, {})
+    assert f.key == "node:c2" and "from and to c2" in f.summary and len(f.cells) == 10 * 2
+
+
+def test_a_grid_bad_everywhere_blames_no_single_node():
+    """Every cell critical: the thresholds (or everything) are wrong, not one node's NIC."""
+    assert [f for f in find(grid(lambda s, d, p: "critical"), SITES, {}) if f.kind == "node"] == []
+
+
+def test_all_pairs_across_two_sites_degraded_is_a_site_pair_problem():
+    def state(s, d, p):
+        return "warning" if {SITES[s], SITES[d]} == {"A", "B"} else "ok"
+
+    found = find(grid(state), SITES, {})
+    assert kinds(found) == [("site-pair", "site-pair:A|B")]
+    assert found[0].severity == "warning" and len(found[0].cells) == 8 * 2
+    # critical both ways: the same problem, now critical
+    (f,) = find(grid(lambda s, d, p: "critical" if {SITES[s], SITES[d]} == {"A", "B"} else "ok"), SITES, {})
+    assert (f.key, f.severity) == ("site-pair:A|B", "critical")
+
+
+def test_one_direction_only():
+    found = find(grid(lambda s, d, p: "critical" if (s, d, p) == ("a1", "c2", "builtin") else "ok"), SITES, {})
+    assert kinds(found) == [("one-direction", "one-direction:a1|c2|builtin|8")]
+    assert found[0].cells == (("a1", "c2", "builtin", 8),)
+
+
+def test_a_silent_node_and_its_cells_raise_one_problem_not_more():
+    """No result in 2 runs: one 'silent' problem; its stale failed cells are explained by it, not repeated as a
+    node problem."""
+    found = find(grid(lambda s, d, p: "failed" if "a2" in (s, d) else "ok"), SITES, {"a2": 2, "b1": 1})
+    assert kinds(found) == [("silent", "silent:a2")]
+
+
+def test_cells_in_maintenance_raise_nothing():
+    cells = grid(lambda s, d, p: "maintenance" if "b1" in (s, d) else "ok")
+    assert find(cells, SITES, {}) == []
+
+
+def test_the_fingerprint_changes_with_the_cells_or_the_severity_only():
+    one = find(grid(lambda s, d, p: "critical" if s == "b1" else "ok"), SITES, {})[0]
+    again = find(grid(lambda s, d, p: "failed" if s == "b1" else "ok"), SITES, {})[0]
+    assert one.fingerprint == again.fingerprint  # same cells, same severity: still acknowledged
+    fewer = find(grid(lambda s, d, p: "critical" if s == "b1" else "ok", settings=(("builtin", 8),)), SITES, {})[0]
+    assert fewer.fingerprint != one.fingerprint

@@ -16,8 +16,8 @@ a link's number of active transfers up or down by a step as long as throughput i
    run it (*explore*, upward first); a neighbour whose median is higher but not yet better -> run whichever of
    the two has fewer runs (*decide*), until the test says better or both have DECIDE_RUNS runs: then the gain is
    below the noise and climbing stops there. A neighbour whose median gains less than MIN_GAIN is not better.
-3. Otherwise *exploit* the setting, except every EXPLORE_EVERY-th run, which *revisits* the neighbour measured
-   longest ago (a link that changed is noticed).
+3. Otherwise *exploit* the setting, except every EXPLORE_EVERY-th run, which *revisits* the neighbour with the
+   fewest runs, then the one measured longest ago (one odd run may have hidden a gain; a link may have changed).
 
 It finds the optimum of a link whose throughput rises then falls along each axis; on a link with two peaks it
 may stop on the lower one. Failed transfers are left out by the caller (no throughput), as are old runs: each
@@ -26,6 +26,7 @@ setting's level is its newest LEVEL_RUNS runs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ from .level import LEVEL_RUNS, Level, recent_level
 
 KNEE_MARGIN = 0.05  # the knee: the cheapest setting within 5 % of the best
 MIN_RUNS = 3  # runs before a setting's level counts (the bootstrap interval needs 3)
-DECIDE_RUNS = 8  # runs of each side after which a gain the test cannot see is below the noise
+DECIDE_RUNS = 10  # runs of each side after which a gain the test cannot see is below the noise
 MIN_GAIN = 0.02  # a neighbour must beat the current median by more than 2 %
 ALPHA = 0.05  # one-sided Mann-Whitney test: with 3 runs each, all three of one side above all of the other
 EXPLORE_EVERY = 10  # a settled link still revisits a neighbour on every 10th run
@@ -123,14 +124,25 @@ class BoundsError(ValueError):
         self.message = message
 
 
-def samples(history: Iterable[Observation]) -> dict[Setting, np.ndarray]:
-    """Each setting's newest LEVEL_RUNS throughputs, oldest first."""
+@dataclass(frozen=True)
+class Runs:
+    """Each setting's newest LEVEL_RUNS throughputs (oldest first) and their median."""
+
+    values: dict[Setting, tuple[float, ...]]
+    medians: dict[Setting, float]
+
+    def count(self, s: Setting) -> int:
+        return len(self.values.get(s, ()))
+
+
+def collect(history: Iterable[Observation]) -> Runs:
     by: dict[Setting, list[float]] = {}
     for o in history:
         if not np.isfinite(o.gbps) or o.gbps < 0:
             raise ValueError(f"throughput must be a finite number >= 0, not {o.gbps!r} ({o.setting})")
         by.setdefault(o.setting, []).append(float(o.gbps))
-    return {s: np.asarray(v[-LEVEL_RUNS:]) for s, v in by.items()}
+    values = {s: tuple(v[-LEVEL_RUNS:]) for s, v in by.items()}
+    return Runs(values, {s: float(np.median(v)) for s, v in values.items()})
 
 
 # ---- advice ----
@@ -155,9 +167,9 @@ class Advice:
 
 def advise(history: Sequence[Observation], margin: float = KNEE_MARGIN) -> Advice:
     """The levels of every setting in ``history`` (one link's successful runs, oldest first), its best and knee."""
-    runs = samples(history)
-    levels = [SettingLevel(s, len(x), float(np.median(x)), recent_level(x) if len(x) >= MIN_RUNS else None)
-              for s, x in sorted(runs.items(), key=lambda item: item[0].cost)]
+    runs = collect(history)
+    levels = [SettingLevel(s, len(x), runs.medians[s], recent_level(x) if len(x) >= MIN_RUNS else None)
+              for s, x in sorted(runs.values.items(), key=lambda item: item[0].cost)]
     counted = [lv for lv in levels if lv.level is not None]
     if not counted:
         why = ("no runs yet" if not levels
@@ -190,55 +202,62 @@ class Next:
 ACTIONS = ("start", "confirm", "explore", "decide", "exploit", "revisit")
 
 
-def _better(candidate: np.ndarray | None, current: np.ndarray) -> str:
+def _better(runs: Runs, candidate: Setting, current: Setting) -> str:
     """'unknown' (never run), 'no' (gain below MIN_GAIN or below the noise), 'yes', or 'undecided'."""
-    if candidate is None or len(candidate) == 0:
+    theirs, ours = runs.count(candidate), runs.count(current)
+    if theirs == 0:
         return "unknown"
-    if np.median(candidate) <= (1 + MIN_GAIN) * np.median(current):
+    if runs.medians[candidate] <= (1 + MIN_GAIN) * runs.medians[current]:
         return "no"
-    if len(candidate) >= MIN_RUNS and len(current) >= MIN_RUNS:
-        if stats.mannwhitneyu(candidate, current, alternative="greater").pvalue < ALPHA:
+    if theirs >= MIN_RUNS and ours >= MIN_RUNS:
+        if _higher(runs.values[candidate], runs.values[current]):
             return "yes"
-        if len(candidate) >= DECIDE_RUNS and len(current) >= DECIDE_RUNS:
+        if theirs >= DECIDE_RUNS and ours >= DECIDE_RUNS:
             return "no"
     return "undecided"
 
 
-def climb(runs: dict[Setting, np.ndarray], bounds: Bounds) -> Setting:
+@functools.lru_cache(maxsize=4096)
+def _higher(candidate: tuple[float, ...], current: tuple[float, ...]) -> bool:
+    """The one-sided Mann-Whitney test; cached, as the climb is replayed on every call with mostly the same runs."""
+    return bool(stats.mannwhitneyu(candidate, current, alternative="greater").pvalue < ALPHA)
+
+
+def climb(runs: Runs, bounds: Bounds) -> Setting:
     """Step 1 of the rule: from the lowest setting, move to the best clearly better neighbour while there is one."""
     current = bounds.start
-    while len(runs.get(current, ())) >= MIN_RUNS:
-        better = [n for n in bounds.neighbours(current) if _better(runs.get(n), runs[current]) == "yes"]
+    while runs.count(current) >= MIN_RUNS:
+        better = [n for n in bounds.neighbours(current) if _better(runs, n, current) == "yes"]
         if not better:
             break
-        current = max(better, key=lambda n: float(np.median(runs[n])))
+        current = max(better, key=lambda n: runs.medians[n])
     return current
 
 
 def next_settings(history: Sequence[Observation], bounds: Bounds = Bounds()) -> Next:
     """The setting for the next run of one link (its successful runs, oldest first), by the module's rule."""
     within = [o for o in history if bounds.contains(o.setting)]
-    runs = samples(within)
+    runs = collect(within)
     current = climb(runs, bounds)
-    have = len(runs.get(current, ()))
+    have = runs.count(current)
     if have == 0:
         return Next(current, "start", f"no run of {current} yet: the climb starts at the lowest setting", current)
     if have < MIN_RUNS:
         return Next(current, "confirm", f"{current} has {have} of the {MIN_RUNS} runs its level needs", current)
-    here = runs[current]
     for n in bounds.neighbours(current):
-        verdict = _better(runs.get(n), here)
+        verdict = _better(runs, n, current)
         if verdict == "unknown":
             return Next(n, "explore", f"neighbour {n} of {current} was never run", current)
         if verdict == "undecided":
-            theirs = len(runs[n])
+            theirs = runs.count(n)
             pick = n if theirs <= have or have >= DECIDE_RUNS else current
-            return Next(pick, "decide", f"{n} looks {float(np.median(runs[n]) / np.median(here)) - 1:.0%} better "
-                        f"than {current} but {theirs} and {have} runs do not show it beyond the noise yet", current)
+            gain = runs.medians[n] / runs.medians[current] - 1
+            return Next(pick, "decide", f"{n} looks {gain:.0%} better than {current} but {theirs} and {have} runs "
+                        "do not show it beyond the noise yet", current)
     if len(within) % EXPLORE_EVERY == EXPLORE_EVERY - 1:
         last_run = {o.setting: i for i, o in enumerate(within)}
-        n = min(bounds.neighbours(current), key=lambda s: last_run.get(s, -1), default=current)
-        return Next(n, "revisit", f"every {EXPLORE_EVERY}th run looks again at a neighbour of {current}: {n} "
-                    "was measured longest ago", current)
+        n = min(bounds.neighbours(current), key=lambda s: (runs.count(s), last_run.get(s, -1)), default=current)
+        return Next(n, "revisit", f"every {EXPLORE_EVERY}th run looks again at a neighbour of {current}: {n} has "
+                    "the fewest runs (one odd run may have hidden a gain), then the oldest", current)
     return Next(current, "exploit", f"no neighbour of {current} gives more than {MIN_GAIN:.0%} beyond the noise",
                 current)

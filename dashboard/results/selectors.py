@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from results import thresholds
 from results.models import TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
+from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
 
@@ -313,13 +314,26 @@ def pair_history(
     names = {a.id: a.name, b.id: b.name}
     out = []
     for row in qs.order_by("finished_at").values(
-        "id", "source_id", "destination_id", "protocol", "streams", "throughput_gbps", "aggregate_gbps",
-        "rtt_ms", "status", "error", "finished_at",
+        "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
+        "aggregate_gbps", "rtt_ms", "status", "error", "finished_at",
     ):
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]
         out.append(row)
     return out
+
+
+def link_observations(source: Node, destination: Node, protocol: str, bench: Benchmark | None = None,
+                      since: datetime | None = None) -> list[Observation]:
+    """One direction's successful throughput runs of one protocol, oldest first, as the advice reads them."""
+    qs = Measurement.objects.filter(source=source, destination=destination, protocol=protocol, status="succeeded",
+                                    throughput_gbps__isnull=False)
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    if since is not None:
+        qs = qs.filter(finished_at__gte=since)
+    rows = qs.order_by("finished_at").values_list("streams", "concurrency", "throughput_gbps")
+    return [Observation.of(streams, files, gbps) for streams, files, gbps in rows]
 
 
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from results import rfc3339, thresholds
 from results.models import PROTOCOLS, STATUSES, Benchmark, FileTransfer, Measurement, Node, Run
+from results.stats.advice import ACTIONS
 
 log = logging.getLogger(__name__)
 
@@ -282,3 +283,49 @@ class StreamsPairSerializer(serializers.Serializer):
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()
     high_gbps = serializers.FloatField()
+
+
+# ---- advice per link (results.stats.advice) ----
+
+
+class SettingOut(serializers.Serializer):
+    streams = serializers.IntegerField(min_value=1)
+    concurrency = serializers.IntegerField(min_value=1, help_text="files at once")
+
+
+class SettingLevelOut(SettingOut):
+    runs = serializers.IntegerField(help_text="successful runs counted (the newest 20 at most)")
+    median_gbps = serializers.FloatField()
+    low_gbps = serializers.FloatField(allow_null=True, help_text="95 % bootstrap interval of the median; null "
+                                                                 "below 3 runs")
+    high_gbps = serializers.FloatField(allow_null=True)
+    best = serializers.BooleanField()
+    knee = serializers.BooleanField()
+
+
+class NextSettingOut(SettingOut):
+    action = serializers.ChoiceField(choices=ACTIONS, help_text="why this setting: the rule's step (see reason)")
+    reason = serializers.CharField()
+    current = SettingOut(help_text="where the climb stands: what is exploited once settled")
+
+
+class AdviceBoundsOut(serializers.Serializer):
+    streams_max = serializers.IntegerField()
+    concurrency_max = serializers.IntegerField()
+    concurrency_step = serializers.IntegerField()
+    connections_max = serializers.IntegerField()
+
+
+class AdviceOut(serializers.Serializer):
+    source = serializers.CharField()
+    destination = serializers.CharField()
+    protocol = serializers.CharField()
+    benchmark = serializers.CharField(allow_null=True, help_text="namespace/name, or null for every benchmark")
+    runs = serializers.IntegerField(help_text="successful runs of the link in the window")
+    margin = serializers.FloatField(help_text="the knee is the cheapest setting within this fraction of the best")
+    settings = SettingLevelOut(many=True, help_text="every setting run, cheapest (fewest streams × files) first")
+    best = SettingOut(allow_null=True, help_text="highest median among settings with 3+ runs")
+    knee = SettingOut(allow_null=True, help_text="cheapest setting within margin of the best")
+    reason = serializers.CharField()
+    bounds = AdviceBoundsOut()
+    next = NextSettingOut(help_text="the next run's setting within bounds (optimize: true)")

@@ -39,7 +39,7 @@ KNEE_MARGIN = 0.05  # the knee: the cheapest setting within 5 % of the best
 MIN_RUNS = 3  # runs before a setting's level counts (the bootstrap interval needs 3)
 DECIDE_RUNS = 10  # runs of each side after which a gain the test cannot see is below the noise
 MIN_GAIN = 0.02  # a neighbour must beat the current median by more than 2 %
-ALPHA = 0.05  # one-sided Mann-Whitney test: with 3 runs each, all three of one side above all of the other
+ALPHA = 0.05  # one-sided Mann-Whitney: 3 runs all above 3 others give p = 0.05 exactly, not enough; 4 above 3 do
 EXPLORE_EVERY = 10  # a settled link still revisits a neighbour on every 10th run
 
 
@@ -65,6 +65,11 @@ class Observation:
     setting: Setting
     gbps: float
 
+    @classmethod
+    def of(cls, streams: int | None, concurrency: int | None, gbps: float) -> Observation:
+        """From a stored measurement: one without a stream or file count (iperf3, older records) counts as 1."""
+        return cls(Setting(streams or 1, concurrency or 1), gbps)
+
 
 @dataclass(frozen=True)
 class Bounds:
@@ -75,10 +80,12 @@ class Bounds:
     concurrency_min: int = 1
     concurrency_max: int = 16
     concurrency_step: int = 1
+    connections_max: int = 1024  # streams x files; the agent's default limit (max_streams_x_concurrency)
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("streams_min", 1, 100), ("streams_max", 1, 100), ("concurrency_min", 1, 1000),
-                             ("concurrency_max", 1, 1000), ("concurrency_step", 1, 1000)):
+                             ("concurrency_max", 1, 1000), ("concurrency_step", 1, 1000),
+                             ("connections_max", 1, 100_000)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 raise BoundsError(name, f"must be an integer from {lo} to {hi}, not {value!r}")
@@ -87,6 +94,9 @@ class Bounds:
         if self.concurrency_max < self.concurrency_min:
             raise BoundsError("concurrency_max",
                               f"{self.concurrency_max} is below concurrency_min {self.concurrency_min}")
+        if self.streams_min * self.concurrency_min > self.connections_max:
+            raise BoundsError("connections_max", f"{self.connections_max} is below the lowest setting's "
+                              f"{self.streams_min * self.concurrency_min} connections")
 
     @property
     def start(self) -> Setting:
@@ -94,17 +104,19 @@ class Bounds:
 
     def contains(self, s: Setting) -> bool:
         return (self.streams_min <= s.streams <= self.streams_max
-                and self.concurrency_min <= s.concurrency <= self.concurrency_max)
+                and self.concurrency_min <= s.concurrency <= self.concurrency_max
+                and s.streams * s.concurrency <= self.connections_max)
 
     def neighbours(self, s: Setting) -> list[Setting]:
-        """Streams x2, files +step, streams /2, files -step (upward first), clamped to the bounds."""
+        """Streams x2, files +step, streams /2, files -step (upward first), clamped to the bounds; none with more
+        than connections_max connections."""
         candidates = [
             Setting(min(s.streams * 2, self.streams_max), s.concurrency),
             Setting(s.streams, min(s.concurrency + self.concurrency_step, self.concurrency_max)),
             Setting(max(s.streams // 2, self.streams_min), s.concurrency),
             Setting(s.streams, max(s.concurrency - self.concurrency_step, self.concurrency_min)),
         ]
-        return [c for c in dict.fromkeys(candidates) if c != s]
+        return [c for c in dict.fromkeys(candidates) if c != s and self.contains(c)]
 
     def grid(self) -> list[Setting]:
         """Every setting the climb can reach from start."""

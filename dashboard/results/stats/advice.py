@@ -9,9 +9,10 @@ streams x files) within KNEE_MARGIN of the best. Beyond the knee, more streams o
 a link's number of active transfers up or down by a step as long as throughput improves), on two axes:
 
 1. Climb (replayed from the history, so the rule keeps no state): start at the lowest setting in the bounds; a
-   neighbour (streams x2 or /2, files +-step, clamped to the bounds) replaces the current setting when it is
-   *better*: both have MIN_RUNS runs, its median is more than MIN_GAIN higher and a one-sided Mann-Whitney test
-   (scipy) says its runs are higher (p < ALPHA). Each move raises the median, so the climb ends.
+   neighbour (streams x2 or /2, files +-step, clamped to the bounds, at most connections_max streams x files)
+   replaces the current setting when it is *better*: both have MIN_RUNS runs, its median is more than MIN_GAIN
+   higher and a one-sided Mann-Whitney test (scipy) says its runs are higher (p < ALPHA). Each move raises the
+   median, so the climb ends.
 2. Then, for the setting reached: fewer than MIN_RUNS runs -> run it again (*confirm*); a neighbour never run ->
    run it (*explore*, upward first); a neighbour whose median is higher but not yet better -> run whichever of
    the two has fewer runs (*decide*), until the test says better or both have DECIDE_RUNS runs: then the gain is
@@ -19,9 +20,10 @@ a link's number of active transfers up or down by a step as long as throughput i
 3. Otherwise *exploit* the setting, except every EXPLORE_EVERY-th run, which *revisits* the neighbour with the
    fewest runs, then the one measured longest ago (one odd run may have hidden a gain; a link may have changed).
 
-It finds the optimum of a link whose throughput rises then falls along each axis; on a link with two peaks it
-may stop on the lower one. Failed transfers are left out by the caller (no throughput), as are old runs: each
-setting's level is its newest LEVEL_RUNS runs.
+It finds the optimum of a link whose throughput rises then falls along each axis (synthetic.py's links: within
+80 runs from no history, ~25 typically, `make bench-advice`); on a link with two peaks it may stop on the lower
+one, and from a new history it starts low, as FTS3 does. Failed transfers are left out by the caller (no
+throughput), as are old runs: each setting's level is its newest LEVEL_RUNS runs.
 """
 
 from __future__ import annotations

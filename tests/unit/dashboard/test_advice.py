@@ -140,11 +140,20 @@ def test_a_gain_the_test_cannot_see_is_given_up_after_decide_runs():
     assert step.current == a and step.action in ("exploit", "revisit")
 
 
+def test_no_neighbour_has_more_connections_than_allowed():
+    bounds = Bounds(streams_max=64, concurrency_max=64, connections_max=64)
+    assert bounds.neighbours(Setting(8, 8)) == [Setting(4, 8), Setting(8, 7)]  # 16 × 8 and 8 × 9: over 64
+    assert all(s.streams * s.concurrency <= 64 for s in bounds.grid())
+    assert not bounds.contains(Setting(16, 8))
+
+
 @pytest.mark.parametrize(("change", "field"), [({"streams_min": 0}, "streams_min"),
                                                ({"streams_max": 101}, "streams_max"),
                                                ({"concurrency_step": 0}, "concurrency_step"),
                                                ({"streams_min": 8, "streams_max": 4}, "streams_max"),
-                                               ({"concurrency_min": 5, "concurrency_max": 4}, "concurrency_max")])
+                                               ({"concurrency_min": 5, "concurrency_max": 4}, "concurrency_max"),
+                                               ({"streams_min": 4, "concurrency_min": 4, "connections_max": 15},
+                                                "connections_max")])
 def test_bad_bounds_name_the_field(change, field):
     with pytest.raises(BoundsError) as err:
         Bounds(**change)

@@ -325,15 +325,15 @@ def pair_history(
 
 def link_observations(source: Node, destination: Node, protocol: str, bench: Benchmark | None = None,
                       since: datetime | None = None) -> list[Observation]:
-    """One direction's successful throughput runs of one protocol, oldest first, as the advice reads them."""
-    qs = Measurement.objects.filter(source=source, destination=destination, protocol=protocol, status="succeeded",
-                                    throughput_gbps__isnull=False)
+    """One direction's runs of one protocol, oldest first, as the advice reads them (Observation.of: failures as
+    0 Gbit/s, cancelled runs left out)."""
+    qs = Measurement.objects.filter(source=source, destination=destination, protocol=protocol)
     if bench is not None:
         qs = qs.filter(benchmark=bench)
     if since is not None:
         qs = qs.filter(finished_at__gte=since)
-    rows = qs.order_by("finished_at").values_list("streams", "concurrency", "throughput_gbps")
-    return [Observation.of(streams, files, gbps) for streams, files, gbps in rows]
+    rows = qs.order_by("finished_at").values_list("streams", "concurrency", "throughput_gbps", "status")
+    return [o for o in (Observation.of(*row) for row in rows) if o is not None]
 
 
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:

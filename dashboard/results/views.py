@@ -206,13 +206,13 @@ def pair_page(request, source: str, destination: str):
 
 
 def _advice(history: list[dict]) -> list[dict]:
-    """Per protocol and direction with successful transfers in the shown history: each setting's level, the best
-    and the knee (stats.advice), as the page's tables show them."""
+    """Per protocol and direction with transfers in the shown history: each setting's level, the best and the
+    knee (stats.advice; a failed run counts as 0 Gbit/s), as the page's tables show them."""
     links: dict[tuple[str, str, str], list[Observation]] = {}
     for p in history:
-        if p["protocol"] != "rtt" and p["status"] == "succeeded" and p["throughput_gbps"] is not None:
-            links.setdefault((p["protocol"], p["source"], p["destination"]), []).append(
-                Observation.of(p["streams"], p["concurrency"], p["throughput_gbps"]))
+        seen = Observation.of(p["streams"], p["concurrency"], p["throughput_gbps"], p["status"])
+        if p["protocol"] != "rtt" and seen is not None:
+            links.setdefault((p["protocol"], p["source"], p["destination"]), []).append(seen)
     out = []
     for (protocol, source, destination), observations in sorted(links.items()):
         found = advise(observations)

@@ -294,7 +294,7 @@ class SettingOut(serializers.Serializer):
 
 
 class SettingLevelOut(SettingOut):
-    runs = serializers.IntegerField(help_text="successful runs counted (the newest 20 at most)")
+    runs = serializers.IntegerField(help_text="runs counted (the newest 20 at most; a failed one as 0 Gbit/s)")
     median_gbps = serializers.FloatField()
     low_gbps = serializers.FloatField(allow_null=True, help_text="95 % bootstrap interval of the median; null "
                                                                  "below 3 runs")
@@ -321,7 +321,7 @@ class AdviceOut(serializers.Serializer):
     destination = serializers.CharField()
     protocol = serializers.CharField()
     benchmark = serializers.CharField(allow_null=True, help_text="namespace/name, or null for every benchmark")
-    runs = serializers.IntegerField(help_text="successful runs of the link in the window")
+    runs = serializers.IntegerField(help_text="runs of the link in the window (failed ones count as 0 Gbit/s)")
     margin = serializers.FloatField(help_text="the knee is the cheapest setting within this fraction of the best")
     settings = SettingLevelOut(many=True, help_text="every setting run, cheapest (fewest streams × files) first")
     best = SettingOut(allow_null=True, help_text="highest median among settings with 3+ runs")

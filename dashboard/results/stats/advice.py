@@ -22,8 +22,9 @@ a link's number of active transfers up or down by a step as long as throughput i
 
 It finds the optimum of a link whose throughput rises then falls along each axis (synthetic.py's links: within
 80 runs from no history, ~25 typically, `make bench-advice`); on a link with two peaks it may stop on the lower
-one, and from a new history it starts low, as FTS3 does. Failed transfers are left out by the caller (no
-throughput), as are old runs: each setting's level is its newest LEVEL_RUNS runs.
+one, and from a new history it starts low, as FTS3 does. A failed run counts as 0 Gbit/s (Observation.of), so a
+setting that fails is left, as FTS3 backs off on failures; old runs are left out: each setting's level is its
+newest LEVEL_RUNS runs.
 """
 
 from __future__ import annotations
@@ -62,15 +63,23 @@ class Setting:
 
 @dataclass(frozen=True)
 class Observation:
-    """One successful measurement of the link (oldest first in a history)."""
+    """One run of the link (oldest first in a history): what it delivered."""
 
     setting: Setting
     gbps: float
 
     @classmethod
-    def of(cls, streams: int | None, concurrency: int | None, gbps: float) -> Observation:
-        """From a stored measurement: one without a stream or file count (iperf3, older records) counts as 1."""
-        return cls(Setting(streams or 1, concurrency or 1), gbps)
+    def of(cls, streams: int | None, concurrency: int | None, gbps: float | None,
+           status: str = "succeeded") -> Observation | None:
+        """From a stored measurement. A failed run counts as 0 Gbit/s: a setting that fails is never the better one
+        (and is not explored again and again for want of a success); a cancelled run, or a success without a
+        throughput, says nothing (None). No stream or file count (iperf3, older records) counts as 1."""
+        setting = Setting(streams or 1, concurrency or 1)
+        if status == "failed":
+            return cls(setting, 0.0)
+        if status != "succeeded" or gbps is None:
+            return None
+        return cls(setting, gbps)
 
 
 @dataclass(frozen=True)

@@ -27,17 +27,19 @@ def ingest(client, key, ms, name="tuning"):
 
 @pytest.fixture
 def link(client, write_key):
-    """a → b over builtin: 2 streams are twice 1, 4 streams add under 1 %, 4 streams × 2 files ran twice only."""
+    """a → b over builtin: 2 streams are twice 1, 4 streams add under 1 %, 4 streams × 2 files ran twice only,
+    8 streams failed once (0 Gbit/s)."""
     now = datetime.now(UTC)
     runs = [(1, 1, g) for g in (2.0, 2.1, 1.9)] + [(2, 1, g) for g in (3.9, 4.0, 4.1, 4.0)]
     runs += [(4, 1, g) for g in (4.0, 4.1, 4.05, 3.95)] + [(4, 2, 5.0), (4, 2, 5.2)]
     ms = [measurement("a", "b", protocol="builtin", streams=s, concurrency=c, gbps=g,
                       finished=now - timedelta(hours=len(runs) - i)) for i, (s, c, g) in enumerate(runs)]
-    # not the link: the other direction, another protocol, a failure, the RTT
+    ms.append(measurement("a", "b", protocol="builtin", streams=8, gbps=None, status="failed", error="refused",
+                          finished=now))
+    # not the link: the other direction, another protocol, a cancelled run, the RTT
     ms += [measurement("b", "a", protocol="builtin", streams=1, gbps=50.0, finished=now),
            measurement("a", "b", protocol="gridftp", streams=1, gbps=50.0, finished=now),
-           measurement("a", "b", protocol="builtin", streams=8, gbps=None, status="failed", error="refused",
-                       finished=now),
+           measurement("a", "b", protocol="builtin", streams=16, gbps=None, status="cancelled", finished=now),
            measurement("a", "b", protocol="rtt", rtt_ms=3, finished=now)]
     ingest(client, write_key, ms)
 
@@ -46,13 +48,14 @@ def test_advice_gives_levels_best_knee_and_the_next_setting(client, link):
     r = client.get(f"{ADVICE}?source=a&destination=b&protocol=builtin&streams_max=4&concurrency_max=2")
     assert r.status_code == 200, r.content
     body = r.json()
-    assert body["runs"] == 13 and body["benchmark"] is None and body["margin"] == 0.05
+    assert body["runs"] == 14 and body["benchmark"] is None and body["margin"] == 0.05
     table = [(s["streams"], s["concurrency"], s["runs"], s["median_gbps"], s["best"], s["knee"])
              for s in body["settings"]]
     assert table == [(1, 1, 3, 2.0, False, False), (2, 1, 4, 4.0, False, True), (4, 1, 4, 4.025, True, False),
-                     (4, 2, 2, 5.1, False, False)]  # (4, 2): two runs, no level: neither best nor knee
+                     (8, 1, 1, 0.0, False, False), (4, 2, 2, 5.1, False, False)]
+    # (8, 1): its failure; (4, 2): two runs, no level: neither best nor knee (8 connections both, fewer files first)
     first = body["settings"][0]
-    assert first["low_gbps"] <= 2.0 <= first["high_gbps"] and body["settings"][3]["low_gbps"] is None
+    assert first["low_gbps"] <= 2.0 <= first["high_gbps"] and body["settings"][4]["low_gbps"] is None
     assert body["best"] == {"streams": 4, "concurrency": 1} and body["knee"] == {"streams": 2, "concurrency": 1}
     assert "within 5%" in body["reason"]
     # the climb: 1 -> 2 streams is clearly better (4 runs above 3), 4 streams not (< 2 %), 2 × 2 never ran
@@ -65,7 +68,7 @@ def test_advice_gives_levels_best_knee_and_the_next_setting(client, link):
     assert tight["next"]["action"] == "exploit" and tight["next"]["streams"] == 1
     # one benchmark's runs only; a window with none
     other = client.get(f"{ADVICE}?source=a&destination=b&protocol=builtin&benchmark=mesh/tuning").json()
-    assert other["runs"] == 13 and other["benchmark"] == "mesh/tuning"
+    assert other["runs"] == 14 and other["benchmark"] == "mesh/tuning"
     empty = client.get(f"{ADVICE}?source=b&destination=a&protocol=gridftp").json()
     assert empty["settings"] == [] and empty["best"] is None and empty["next"]["action"] == "start"
 
@@ -124,6 +127,6 @@ def test_the_pair_page_shows_the_advice_table(client, link):
                       r'<td class="marks">([^<]*)</td></tr>', tables[0][1])
     assert [(cls.split(), s, int(n), float(m), marks) for cls, s, n, m, _, marks in rows] == [
         ([], "1 × 1", 3, 2.0, ""), (["knee"], "2 × 1", 4, 4.0, "knee"), (["best"], "4 × 1", 4, 4.03, "best"),
-        ([], "4 × 2", 2, 5.1, "")]
-    assert rows[3][4] == "–" and " – " in rows[0][4]  # no interval below 3 runs
+        ([], "8 × 1", 1, 0.0, ""), ([], "4 × 2", 2, 5.1, "")]
+    assert rows[4][4] == "–" and " – " in rows[0][4]  # no interval below 3 runs
     assert "beyond 2 streams × 1 file" in html.unescape(tables[0][2])

@@ -140,6 +140,19 @@ def test_a_gain_the_test_cannot_see_is_given_up_after_decide_runs():
     assert step.current == a and step.action in ("exploit", "revisit")
 
 
+def test_a_failing_setting_counts_as_zero_and_is_left():
+    """A neighbour whose run failed (e.g. the agent refused streams × files, or ran out of memory) is not better:
+    the rule does not try it again and again for want of a success."""
+    assert Observation.of(4, 2, None, "failed") == Observation(Setting(4, 2), 0.0)
+    assert Observation.of(None, None, 3.0) == Observation(Setting(1, 1), 3.0)
+    assert Observation.of(4, 2, 9.0, "cancelled") is None and Observation.of(4, 2, None) is None
+    bounds = Bounds(1, 2, 1, 1, 1)
+    history = runs((Setting(1, 1), [1.0, 1.1, 0.9]))
+    assert next_settings(history, bounds).setting == Setting(2, 1)
+    history.append(Observation.of(2, 1, None, "failed"))
+    assert next_settings(history, bounds).action == "exploit"
+
+
 def test_no_neighbour_has_more_connections_than_allowed():
     bounds = Bounds(streams_max=64, concurrency_max=64, connections_max=64)
     assert bounds.neighbours(Setting(8, 8)) == [Setting(4, 8), Setting(8, 7)]  # 16 × 8 and 8 × 9: over 64

@@ -211,3 +211,20 @@ def optimise(link: Link, seed: int, runs: int = ADVICE_RUNS, margin: float = 0.0
         decisions.append(step)
         history.append(Observation(step.setting, link.measure(rng, step.setting)))
     return Climb(link, decisions, link.near_optimal(margin))
+
+
+FOLLOW_AFTER = 100  # runs on the link before its optimum moves
+
+
+def follow(link: Link, moved: Link, seed: int, runs: int = ADVICE_RUNS) -> int | None:
+    """``link`` for FOLLOW_AFTER runs, then ``moved`` (same bounds, another optimum) for ``runs``: after how many
+    runs of the moved link the rule stands on its optimum (None: not within ``runs``)."""
+    rng = np.random.default_rng(seed)
+    history: list[Observation] = []
+    for i in range(FOLLOW_AFTER + runs):
+        now = link if i < FOLLOW_AFTER else moved
+        step = next_settings(history, now.bounds)
+        if i >= FOLLOW_AFTER and step.current == moved.optimum():
+            return i - FOLLOW_AFTER
+        history.append(Observation(step.setting, now.measure(rng, step.setting)))
+    return None

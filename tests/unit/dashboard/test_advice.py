@@ -75,6 +75,15 @@ def test_next_settings_converges_to_the_known_optimum(link):
         assert climb.shortfall() is None, (seed, climb.shortfall())
 
 
+def test_the_rule_follows_a_link_whose_optimum_moved():
+    """The lan link settled on 2 streams × 4 files; then 8 streams become best (a longer path, say): the newest
+    runs of each setting and the revisits carry the climb there (60 runs here; `make bench-advice` has more)."""
+    lan = next(link for link in synthetic.LINKS if link.name == "lan")
+    moved = dataclasses.replace(lan, best=Setting(8, 4))
+    after = synthetic.follow(lan, moved, seed=0)
+    assert after is not None and after <= synthetic.ADVICE_RUNS, after
+
+
 def _never_explores(history: list[Observation], bounds: Bounds) -> Next:
     """Pure exploitation: the best median seen so far (the start when there is none)."""
     advice = advise(history)

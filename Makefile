@@ -37,7 +37,7 @@ lint: setup ## ruff and mypy
 	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator
 
 .PHONY: bench
-bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes ## Run every benchmark; results go to BENCHMARKS.md
+bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice ## Run every benchmark; results go to BENCHMARKS.md
 
 # ---- local mode: tpcmesh-local, the WAN lab ----
 .PHONY: bench-fidelity
@@ -94,6 +94,10 @@ SCALE ?= 1
 .PHONY: bench-changes
 bench-changes: setup ## Change detection on synthetic histories: steps found, false changes per 100 runs
 	$(PY) dashboard/bench/bench_changes.py
+
+.PHONY: bench-advice
+bench-advice: setup ## Advice per link: runs the optimize rule needs to reach the known optimum of synthetic links
+	$(PY) dashboard/bench/bench_advice.py
 
 .PHONY: bench-dashboard
 bench-dashboard: setup ## Dashboard: grid/history latency and ingest rate on ~7 M measurements (SCALE=0.1 for 9 days)

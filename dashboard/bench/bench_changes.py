@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO), str(REPO / "dashboard")]
+from section import publish  # first: it puts the repository on the path
 
-from results.stats import changes, synthetic  # noqa: E402
-from tpcmesh_operator.bench import write_section  # noqa: E402
+# isort: split
+from results.stats import changes, synthetic
 
 
 def main() -> int:
@@ -42,10 +40,7 @@ def main() -> int:
         f"Goals: ≥ 95 % of 20 % steps within 3 runs, < 1 false change per 100 runs: **{'met' if ok else 'NOT met'}**. "
         f"{seconds:.1f} s for the {f.steps * 29 + f.noise_runs + f.trend_runs:,} runs.",
     ])
-    print(body)
-    if "--no-write" not in sys.argv:
-        write_section(REPO / "BENCHMARKS.md", "bench-changes", body)
-    return 0 if ok else 1
+    return publish("bench-changes", body, ok)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from results import maintenance, thresholds
 from results.models import TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
+from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
 
@@ -329,13 +330,26 @@ def pair_history(
     names = {a.id: a.name, b.id: b.name}
     out = []
     for row in qs.order_by("finished_at").values(
-        "id", "source_id", "destination_id", "protocol", "streams", "throughput_gbps", "aggregate_gbps",
-        "rtt_ms", "status", "error", "finished_at",
+        "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
+        "aggregate_gbps", "rtt_ms", "status", "error", "finished_at",
     ):
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]
         out.append(row)
     return out
+
+
+def link_observations(source: Node, destination: Node, protocol: str, bench: Benchmark | None = None,
+                      since: datetime | None = None) -> list[Observation]:
+    """One direction's runs of one protocol, oldest first, as the advice reads them (Observation.of: failures as
+    0 Gbit/s, cancelled runs left out)."""
+    qs = Measurement.objects.filter(source=source, destination=destination, protocol=protocol)
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    if since is not None:
+        qs = qs.filter(finished_at__gte=since)
+    rows = qs.order_by("finished_at").values_list("streams", "concurrency", "throughput_gbps", "status")
+    return [o for o in (Observation.of(*row) for row in rows) if o is not None]
 
 
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:

@@ -22,7 +22,8 @@ from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
 from results.models import Benchmark, Maintenance, Node, Problem, Run
 from results.stats import changes as change_detection
-from results.stats.level import recent_level
+from results.stats.advice import KNEE_MARGIN, MIN_RUNS, Observation, advise
+from results.stats.level import LEVEL_RUNS, recent_level
 
 
 def healthz(request):
@@ -201,9 +202,29 @@ def pair_page(request, source: str, destination: str):
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent,
+        "advice": _advice(history), "advice_terms": {"runs": LEVEL_RUNS, "min_runs": MIN_RUNS,
+                                                     "margin": f"{KNEE_MARGIN:.0%}"},
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
+
+
+def _advice(history: list[dict]) -> list[dict]:
+    """Per protocol and direction with transfers in the shown history: each setting's level, the best and the
+    knee (stats.advice; a failed run counts as 0 Gbit/s), as the page's tables show them."""
+    links: dict[tuple[str, str, str], list[Observation]] = {}
+    for p in history:
+        seen = Observation.of(p["streams"], p["concurrency"], p["throughput_gbps"], p["status"])
+        if p["protocol"] != "rtt" and seen is not None:
+            links.setdefault((p["protocol"], p["source"], p["destination"]), []).append(seen)
+    out = []
+    for (protocol, source, destination), observations in sorted(links.items()):
+        found = advise(observations)
+        rows = [{"level": lv, "marks": [m for m, s in (("best", found.best), ("knee", found.knee)) if s == lv.setting]}
+                for lv in found.settings]
+        out.append({"protocol": protocol, "direction": f"{source} → {destination}", "rows": rows,
+                    "reason": found.reason})
+    return out
 
 
 def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list], list[dict]]:

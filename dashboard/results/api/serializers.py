@@ -24,6 +24,7 @@ from results.models import (
     Problem,
     Run,
 )
+from results.stats.advice import ACTIONS
 
 log = logging.getLogger(__name__)
 
@@ -401,3 +402,47 @@ class MaintenanceSerializer(StrictFields, serializers.ModelSerializer):
             raise serializers.ValidationError({"ends_at": "ends_at must be after starts_at (and after now when "
                                                           "starts_at is not given)."})
         return attrs
+# ---- advice per link (results.stats.advice) ----
+
+
+class SettingOut(serializers.Serializer):
+    streams = serializers.IntegerField(min_value=1)
+    concurrency = serializers.IntegerField(min_value=1, help_text="files at once")
+
+
+class SettingLevelOut(SettingOut):
+    runs = serializers.IntegerField(help_text="runs counted (the newest 20 at most; a failed one as 0 Gbit/s)")
+    median_gbps = serializers.FloatField()
+    low_gbps = serializers.FloatField(allow_null=True, help_text="95 % bootstrap interval of the median; null "
+                                                                 "below 3 runs")
+    high_gbps = serializers.FloatField(allow_null=True)
+    best = serializers.BooleanField()
+    knee = serializers.BooleanField()
+
+
+class NextSettingOut(SettingOut):
+    action = serializers.ChoiceField(choices=ACTIONS, help_text="why this setting: the rule's step (see reason)")
+    reason = serializers.CharField()
+    current = SettingOut(help_text="where the climb stands: what is exploited once settled")
+
+
+class AdviceBoundsOut(serializers.Serializer):
+    streams_max = serializers.IntegerField()
+    concurrency_max = serializers.IntegerField()
+    concurrency_step = serializers.IntegerField()
+    connections_max = serializers.IntegerField()
+
+
+class AdviceOut(serializers.Serializer):
+    source = serializers.CharField()
+    destination = serializers.CharField()
+    protocol = serializers.CharField()
+    benchmark = serializers.CharField(allow_null=True, help_text="namespace/name, or null for every benchmark")
+    runs = serializers.IntegerField(help_text="runs of the link in the window (failed ones count as 0 Gbit/s)")
+    margin = serializers.FloatField(help_text="the knee is the cheapest setting within this fraction of the best")
+    settings = SettingLevelOut(many=True, help_text="every setting run, cheapest (fewest streams × files) first")
+    best = SettingOut(allow_null=True, help_text="highest median among settings with 3+ runs")
+    knee = SettingOut(allow_null=True, help_text="cheapest setting within margin of the best")
+    reason = serializers.CharField()
+    bounds = AdviceBoundsOut()
+    next = NextSettingOut(help_text="the next run's setting within bounds (optimize: true)")

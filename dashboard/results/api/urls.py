@@ -24,5 +24,6 @@ urlpatterns = [
     path("pairs/history/", views.PairHistoryView.as_view(), name="pair-history"),
     path("compare/rtt/", views.ThroughputVsRttView.as_view(), name="compare-rtt"),
     path("compare/streams/", views.StreamsPairsView.as_view(), name="compare-streams"),
+    path("advice/", views.AdviceView.as_view(), name="advice"),
     path("", include(router.urls)),
 ]

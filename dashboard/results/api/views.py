@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
@@ -27,6 +28,7 @@ from results.api.permissions import ActAccess, WriteAccess, actor
 from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
 from results.models import PROTOCOLS, Benchmark, Change, Maintenance, Measurement, Node, Problem, Run
+from results.stats import advice
 
 LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
 
@@ -214,8 +216,6 @@ class PairHistoryView(APIView):
         a, b = _node(q.get("source"), "source"), _node(q.get("destination"), "destination")
         bench = _benchmark(request) if q.get("benchmark") else None
         since = _params(params.duration, "since", q.get("since"), timedelta(days=90))
-        from django.utils import timezone
-
         points = selectors.pair_history(a, b, bench, since=timezone.now() - since)
         return Response(serializers.HistoryPointSerializer(points, many=True).data)
 
@@ -323,3 +323,75 @@ class MaintenanceViewSet(CSVExportMixin, viewsets.ModelViewSet):
 
     def perform_destroy(self, instance):
         services.end_maintenance(instance)
+ADVISED = [p for p in PROTOCOLS if p != "rtt"]  # what moves bytes, with streams and files to tune
+
+
+def _bound(q, name: str, default: int, hi: int) -> int:
+    value = _params(params.integer, name, q.get(name), default, 1, hi)
+    assert value is not None
+    return value
+
+
+class AdviceView(APIView):
+    """Advice for one link (source → destination, one protocol), from its runs (a failed one counts as 0 Gbit/s,
+    a cancelled one not at all): each streams × concurrency setting's median with its 95 % interval, the best,
+    the knee (the cheapest setting within 5 % of the best: beyond it more streams or files stop helping), and the
+    setting for the next run within the given bounds, by the rule of results.stats.advice (what a benchmark with
+    `optimize: true` runs next)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("source", NAME, required=True),
+            OpenApiParameter("destination", NAME, required=True),
+            OpenApiParameter("protocol", {"type": "string", "enum": ADVISED}, required=True),
+            OpenApiParameter("benchmark", str, description="namespace/name (default: every benchmark)"),
+            OpenApiParameter("since", DURATION, description="how far back: 30d (default 90d)"),
+            OpenApiParameter("streams_max", _streams(1), description="next run: most streams (default 16)"),
+            OpenApiParameter("concurrency_max", {"type": "integer", "minimum": 1, "maximum": 1000},
+                             description="next run: most files at once (default 16)"),
+            OpenApiParameter("concurrency_step", {"type": "integer", "minimum": 1, "maximum": 1000},
+                             description="next run: files change by this step (default 1)"),
+            OpenApiParameter("connections_max", {"type": "integer", "minimum": 1, "maximum": 100000},
+                             description="next run: most streams × files (default 1024, the agent's limit)"),
+        ],
+        responses=serializers.AdviceOut,
+    )
+    def get(self, request):
+        q = request.query_params
+        protocol = _params(params.choice, "protocol", q.get("protocol"), tuple(ADVISED), "")
+        if not protocol:
+            raise ValidationError({"protocol": "is required"})
+        since = _params(params.duration, "since", q.get("since"), timedelta(days=90))
+        bounds = advice.Bounds(streams_max=_bound(q, "streams_max", 16, 100),
+                               concurrency_max=_bound(q, "concurrency_max", 16, 1000),
+                               concurrency_step=_bound(q, "concurrency_step", 1, 1000),
+                               connections_max=_bound(q, "connections_max", 1024, 100_000))
+        source, destination = _node(q.get("source"), "source"), _node(q.get("destination"), "destination")
+        bench = _benchmark(request) if q.get("benchmark") else None
+        history = selectors.link_observations(source, destination, protocol, bench, since=timezone.now() - since)
+        return Response(advice_json(source.name, destination.name, protocol, bench, history, bounds))
+
+
+def _setting(s: advice.Setting) -> dict[str, int]:
+    return {"streams": s.streams, "concurrency": s.concurrency}
+
+
+def advice_json(source: str, destination: str, protocol: str, bench: Benchmark | None,
+                history: list[advice.Observation], bounds: advice.Bounds) -> dict:
+    """The answer AdviceOut documents."""
+    found = advice.advise(history)
+    step = advice.next_settings(history, bounds)
+    return {
+        "source": source, "destination": destination, "protocol": protocol,
+        "benchmark": str(bench) if bench else None, "runs": len(history), "margin": found.margin,
+        "settings": [{**_setting(lv.setting), "runs": lv.runs, "median_gbps": lv.median,
+                      "low_gbps": lv.level.low if lv.level else None,
+                      "high_gbps": lv.level.high if lv.level else None,
+                      "best": lv.setting == found.best, "knee": lv.setting == found.knee} for lv in found.settings],
+        "best": _setting(found.best) if found.best else None, "knee": _setting(found.knee) if found.knee else None,
+        "reason": found.reason,
+        "bounds": {"streams_max": bounds.streams_max, "concurrency_max": bounds.concurrency_max,
+                   "concurrency_step": bounds.concurrency_step, "connections_max": bounds.connections_max},
+        "next": {**_setting(step.setting), "action": step.action, "reason": step.reason,
+                 "current": _setting(step.current)},
+    }

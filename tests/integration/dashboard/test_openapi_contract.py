@@ -10,6 +10,7 @@ the same run against the schema with one status code taken out reports it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
 
 import hypothesis
 import pytest
@@ -117,11 +118,22 @@ def keep_cross_field_rules(body):
     return body
 
 
+# gunicorn refuses a request line longer than this itself, with an HTML 400, before the API sees it (its
+# limit_request_line); queries that long are the server's limit, not the API's contract. Kept well under the limit:
+# the method, path and schemathesis's own encoding of odd values add to the encoded query.
+QUERY_MAX = 3000
+
+
+def fits_a_request_line(query) -> bool:
+    return not isinstance(query, dict) or len(urlencode(query, doseq=True)) < QUERY_MAX
+
+
 @pytest.fixture(scope="module")
 def api_schema(live_dashboard):
     schema = schemathesis.openapi.from_url(f"{live_dashboard.url}/api/schema/", config=SchemathesisConfig(seed=SEED))
     schema.config.generation.update(max_examples=EXAMPLES, deterministic=True)
     schema.hook("map_body")(lambda ctx, body: keep_cross_field_rules(body))
+    schema.hook("filter_query")(lambda ctx, query: fits_a_request_line(query))
     return schema
 
 

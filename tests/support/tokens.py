@@ -4,6 +4,7 @@ of the test CA."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,3 +22,13 @@ def running_issuer(pki_: Any, name: str = "issuer", path: str = "", **issuer_kw:
         issuer = TokenIssuer(f"https://{ISSUER_HOST}:{server.port}{path}", **issuer_kw)
         server.serve(issuer)
         yield issuer
+
+
+@contextlib.contextmanager
+def two_issuers(pki_: Any) -> Iterator[tuple[TokenIssuer, TokenIssuer, list[float]]]:
+    """The agents' issuer, whose clock the test can set back (``skew[0]`` seconds) to sign an already expired
+    token, and another issuer (its tokens must be refused as "other issuer")."""
+    skew = [0.0]
+    with running_issuer(pki_, "issuer", clock=lambda: time.time() + skew[0]) as ours, \
+            running_issuer(pki_, "other-issuer") as other:
+        yield ours, other, skew

@@ -18,7 +18,7 @@ from tpcmesh_agent.tokens import Expectation, refusal_reason
 from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
 
 from tests.integration.agent.test_protocols import xrootd_ports
-from tests.support.tokens import running_issuer
+from tests.support.tokens import two_issuers
 
 pytestmark = pytest.mark.integration
 
@@ -27,11 +27,8 @@ COUNT, SIZE = 1, 100_003
 
 @pytest.fixture(scope="module")
 def issuers(tpcmesh_pki):
-    """The agent's issuer (its clock can be set back to sign an already expired token) and another one."""
-    skew = [0.0]
-    with running_issuer(tpcmesh_pki, "issuer", clock=lambda: time.time() + skew[0]) as ours, \
-            running_issuer(tpcmesh_pki, "other-issuer") as other:
-        yield ours, other, skew
+    with two_issuers(tpcmesh_pki) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")

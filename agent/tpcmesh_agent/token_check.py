@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import jwt
@@ -132,3 +133,18 @@ class TokenValidator:
             raise TokenRefused("wrong scope", f"the token's scope {scope!r} does not grant {operation} on {path} "
                                               f"(needs {GRANTING[operation][0]}:<a prefix of it>)")
         return Grant(subject=str(verified.get("sub", "")), scope=scope)
+
+
+@lru_cache(maxsize=8)
+def shared_validator(issuer: str, audience: str, ca_file: str | None) -> TokenValidator:
+    """One validator (one key cache) per issuer and audience in the process: the data server and the mover share
+    it."""
+    return TokenValidator(issuer, audience, ca_file)
+
+
+def builtin_validator(settings: Any) -> TokenValidator | None:
+    """The built-in endpoint's validator in token mode (settings.xrootd_token_issuer set); None otherwise."""
+    if not getattr(settings, "xrootd_token_issuer", ""):
+        return None
+    ca = settings.token_issuer_ca()
+    return shared_validator(settings.xrootd_token_issuer, settings.builtin_audience(), str(ca) if ca else None)

@@ -13,7 +13,7 @@ from tpcmesh_agent.token_check import TokenRefused, TokenValidator, bearer
 from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest, build_claims
 from tpcmesh_operator.tokens.keyring import Keyring
 
-from tests.support.tokens import running_issuer, two_issuers
+from tests.support.tokens import running_issuer
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +21,8 @@ AUD = "http://127.0.0.1:9080"
 
 
 @pytest.fixture(scope="module")
-def issuers(tpcmesh_pki):
-    with two_issuers(tpcmesh_pki) as both:
-        yield both
+def issuers(token_issuers):
+    return token_issuers
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from tpcmesh_agent.tokens import Expectation, refusal_reason
 from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
 
 from tests.integration.agent.test_protocols import xrootd_ports
-from tests.support.tokens import two_issuers
+from tests.support.tokens import token_for
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +26,8 @@ COUNT, SIZE = 1, 100_003
 
 
 @pytest.fixture(scope="module")
-def issuers(tpcmesh_pki):
-    with two_issuers(tpcmesh_pki) as both:
-        yield both
+def issuers(token_issuers):
+    return token_issuers
 
 
 @pytest.fixture(scope="module")
@@ -50,26 +49,7 @@ def _audience(a) -> str:
 
 
 def _token(issuers, a, case: str, scope: str) -> str | None:
-    ours, other, skew = issuers
-    req = TokenRequest("test-client", _audience(a), (scope,), 300)
-    if case == "valid":
-        return ours.issue(req)
-    if case == "missing":
-        return None
-    if case == "expired":
-        skew[0] = -3600.0
-        try:
-            return ours.issue(req)
-        finally:
-            skew[0] = 0.0
-    if case == "wrong audience":
-        return ours.issue(TokenRequest("test-client", "https://elsewhere.example:1094", (scope,), 300))
-    if case == "wrong scope":
-        wrong = READ_SETS if scope == CREATE_INCOMING else CREATE_INCOMING
-        return ours.issue(TokenRequest("test-client", _audience(a), (wrong,), 300))
-    if case == "another issuer":
-        return other.issue(req)
-    raise AssertionError(case)
+    return token_for(issuers, _audience(a), case, scope)
 
 
 def _landing_dir(a) -> str:

@@ -3,7 +3,7 @@ host certificates, each driven by the agent and sent by hand with curl (the pape
 
 Two pairs of real agents (tests/support/agents.py): one pair in token mode, trusting the operator's real issuer
 (running in this process over HTTPS), one pair as agents run without tokens (the destination's local XRootD TPC
-instance admits the agent's host certificate; the source serves the sets to anyone, ``Credential: none``). For each
+instance admits the agent's host certificate; the source serves the sets to anyone, `Credential: none`). For each
 case (1 and 8 streams, 1 and 11 files at once) four interleaved measurements: the agent-driven copy through the
 destination's API and the same COPYs sent by hand with curl straight to the destination's local XRootD instance, in
 each mode. Gbit/s = bytes / (last file's end - start): the agent's record ends at the last byte in, curl at the
@@ -42,6 +42,10 @@ class AuthCase:
     def gbps(self, mode: str, driver: str) -> float | None:
         ok = [s for s in self.samples.get((mode, driver), []) if s is not None]
         return statistics.median(ok) if ok else None
+
+    def spread(self, mode: str, driver: str) -> str:
+        ok = [s for s in self.samples.get((mode, driver), []) if s is not None]
+        return f"{min(ok):.2f}-{max(ok):.2f}" if len(ok) > 1 else "–"
 
 
 def _tpc_port(agent: Any) -> int:
@@ -134,11 +138,12 @@ class AuthBench:
 
     def section(self, header: str) -> str:
         rows = ["| XRootD HTTP-TPC (https) | streams | concurrency | Gbit/s agent-driven | Gbit/s by hand (curl) | "
-                "agent / by hand | token / x509 (agent-driven) |", "|---|---|---|---|---|---|---|"]
+                "agent / by hand | token / x509 (agent-driven) | spread agent; by hand |",
+                "|---|---|---|---|---|---|---|---|"]
         refused = []
         for case in self.cases.values():
             if case.refused:
-                rows.append(f"| token and x509 | {case.streams} | {case.concurrency} | refused¹ | – | – | – |")
+                rows.append(f"| token and x509 | {case.streams} | {case.concurrency} | refused¹ | – | – | – | – |")
                 refused.append(f"¹ {case.streams} stream(s) × {case.concurrency}: the agent refused the case: "
                                f"“{case.refused}”.")
                 continue
@@ -148,7 +153,7 @@ class AuthBench:
                 ratio = f"{agent / hand:.2f}" if agent and hand else "–"
                 vs = f"{agent / x509:.2f}" if mode == "token" and agent and x509 else "–"
                 rows.append(f"| {mode} | {case.streams} | {case.concurrency} | {_fmt(agent)} | {_fmt(hand)} | "
-                            f"{ratio} | {vs} |")
+                            f"{ratio} | {vs} | {case.spread(mode, 'agent')}; {case.spread(mode, 'curl')} |")
         goal = [f"{m} {c.streams}×{c.concurrency}: {c.gbps(m, 'agent') / c.gbps(m, 'curl'):.2f}"  # type: ignore[operator]
                 for c in self.cases.values() for m in MODES if c.gbps(m, "agent") and c.gbps(m, "curl")]
         met = [g for g in goal if float(g.rsplit(": ", 1)[1]) >= 0.95]

@@ -120,6 +120,7 @@ def test_refused_without_a_valid_token_and_the_reason_is_named(agent, issuers, o
 # ---- HTTP-TPC pull between two agents with tokens -------------------------------------------------------------
 
 SENT: list[str] = []  # every token the pulls used: none may show up in a log, record, status or metric
+RECORDS: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -130,9 +131,11 @@ def dst(module_agent_factory, issuers):
 
 def _pull(src, dst, files, read: str, create: str, streams: int = 1) -> dict:
     SENT.extend((read, create))
-    return dst.transfer(protocol="xrootd-https", source={"host": src.address, "port": src.ports["xrootd_https_port"]},
-                        file_set={"count": COUNT, "size": SIZE}, files=files, streams=streams, timeout_seconds=60,
-                        destination="store", tokens={"read": read, "create": create}, timeout=90)
+    rec = dst.transfer(protocol="xrootd-https", source={"host": src.address, "port": src.ports["xrootd_https_port"]},
+                       file_set={"count": COUNT, "size": SIZE}, files=files, streams=streams, timeout_seconds=60,
+                       destination="store", tokens={"read": read, "create": create}, timeout=90)
+    RECORDS.append(dst.get(f"/api/v1/transfers/{rec['test_id']}").text)  # the record as the API serves it
+    return rec
 
 
 @pytest.mark.parametrize("streams", [1, 4])
@@ -171,7 +174,7 @@ def test_tokens_never_appear_in_logs_records_status_or_metrics(agent, dst):
     src = agent[0]
     assert SENT, "run with the pull tests"
     seen = {"destination log": dst.log(), "source log": src.log(), "destination metrics": dst.metrics(),
-            "transfers": dst.get("/api/v1/transfers").text}
+            "records": "\n".join(RECORDS), "destination info (status)": dst.get("/api/v1/info").text}
     for handle, label in ((src, "source"), (dst, "destination")):
         for path in handle.data_dir.rglob("*.log"):
             seen[f"{label} {path.relative_to(handle.data_dir)}"] = path.read_text(errors="replace")

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.support.postgres",
     "tests.support.controlplane",
     "tests.support.agents",
+    "tests.support.tokens",
 ]

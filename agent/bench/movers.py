@@ -5,7 +5,9 @@ GridFTP and iperf3 servers. Cases: iperf3 (1 and 8 streams), ``cp`` tmpfs->tmpfs
 store), XRootD HTTP-TPC over HTTPS and over plain HTTP, XRootD root:// TPC and GridFTP TPC (store), each with 1
 and 11 files at once and 1 and 8 streams per file. Gbit/s are SI (1e9 bit/s) and wall-clock aggregates: bytes
 moved / (last byte in - start). Median of 3 repeats (``--quick``: small files, one repeat); cp is timed at the start
-and at the end of every repeat.
+and at the end of every repeat. Then the authorization rows (movers_auth.py): XRootD HTTP-TPC with tokens vs with
+X509 host certificates, each driven by the agent and sent by hand with curl, in a section of their own
+(``--only movers|auth`` runs one of the two).
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # movers_auth.py
 
 START, END = "<!-- bench-movers:start -->", "<!-- bench-movers:end -->"
 CONCURRENCY = (1, 11)
 STREAMS = (1, 8)
 GB = 10**9
+AUTH_MAX_SIZE = 250 * 10**6  # the authorization rows' files: 2 sets + 8 streams x 11 in flight fit in 24 GB
 
 
 @dataclass
@@ -125,13 +129,14 @@ class Bench:
 
     # -- runners ---------------------------------------------------------------------------------------------
     def api(self, src, dst, protocol: str, port: int, files: list[dict], streams: int, conc: int, dest: str,
-            timeout: float = 600, verify: bool = False) -> float | str | None:
+            timeout: float = 600, verify: bool = False, tokens: dict[str, str] | None = None) -> float | str | None:
         """One test through the destination agent's API. ``verify``: the agent checks each received file's adler32
-        (off for the table's rows, like cp, which verifies nothing; on for the "verified" built-in rows)."""
+        (off for the table's rows, like cp, which verifies nothing; on for the "verified" built-in rows).
+        ``tokens``: {read, create} of a token-authorized copy."""
         body = dict(protocol=protocol, source={"host": src.address, "port": port},
                     file_set={"count": 11, "size": self.size}, files=files[:conc], concurrency=conc,
                     streams=streams, timeout_seconds=timeout, destination=dest, test_id=str(uuid.uuid4()),
-                    verify_checksums=verify)
+                    verify_checksums=verify, **({"tokens": tokens} if tokens else {}))
         agents = (src.process.pid, dst.process.pid)  # the built-in mover moves the bytes inside the agents
         cpu0 = sum(process_cpu_seconds(pid) for pid in agents)
         r = dst.post("/api/v1/transfers", json=body)
@@ -344,11 +349,11 @@ def against_fastest_cp(cp_samples: dict[int, list[float]], stores: list[tuple[fl
     return ["", text]
 
 
-def write_section(path: Path, section: str) -> None:
+def write_section(path: Path, section: str, start: str = START, end: str = END) -> None:
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
@@ -361,12 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=None, help="file size in bytes (default 1e9; quick 1e8)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md")
+    ap.add_argument("--only", choices=("movers", "auth"), default=None,
+                    help="only the movers table, or only the authorization rows (token vs x509, agent vs curl)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the agents and free their memory on kill
     wanted = args.size or (10**8 if args.quick else GB)
     repeats = args.repeats or (1 if args.quick else 3)
     size = pick_size(wanted, 11)
-    reduced = size != wanted
 
     from tpcmesh_operator import pki
 
@@ -382,8 +388,6 @@ def main(argv: list[str] | None = None) -> int:
     test_pki = TestPKI(work / "ca.crt", pki.write_ca_dir(ca.cert_pem, work / "ca-dir"), ca, work)
     protocols = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
     agents: list = []
-    t0 = time.monotonic()
-    load_start = os.getloadavg()[0]
 
     def start() -> Any:
         agents.append(start_agent(test_pki, protocols=protocols, run_user="nobody",
@@ -401,6 +405,27 @@ def main(argv: list[str] | None = None) -> int:
             stop(old)
         return start()
 
+    if args.only != "auth":
+        run_movers(args, agents, start, stop, new_destination, size, wanted, repeats, log)
+    if args.only != "movers":
+        # two source sets, and 8 streams x 11 files must fit beside them (XRootD buffers about a file per stream)
+        run_auth(args, test_pki, agents, stop, min(pick_size(wanted, 22), AUTH_MAX_SIZE), repeats, log)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _stamp(size: int) -> tuple[str, str]:
+    """When a run ended and its file size, as the sections' headers say them."""
+    return (datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            f"{size / 1e9:g} GB" if size >= 10**8 else f"{size / 1e6:g} MB")
+
+
+def run_movers(args: Any, agents: list, start: Any, stop: Any, new_destination: Any, size: int, wanted: int,
+               repeats: int, log: Any) -> None:
+    """The movers table: every mover, the main matrix."""
+    t0 = time.monotonic()
+    load_start = os.getloadavg()[0]
+    reduced = size != wanted
     try:
         src = start()
         log(f"Creating 11 x {size} bytes on the source agent {src.address}")
@@ -411,9 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for a in list(agents):
             stop(a)
-        shutil.rmtree(work, ignore_errors=True)
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    size_text = f"{size / 1e9:g} GB" if size >= 10**8 else f"{size / 1e6:g} MB"
+    when, size_text = _stamp(size)
     note = (f" **Files reduced to {size_text}** (wanted {wanted / 1e9:g} GB: source set + one stored copy must fit "
             f"in /dev/shm and free memory)." if reduced else "")
     header = (f"Two real agents on loopback addresses of their own, {'quick run: ' if args.quick else ''}files of "
@@ -435,7 +458,52 @@ def main(argv: list[str] | None = None) -> int:
               f"other work on the machine lowers every figure).{note}")
     write_section(args.output, bench.table(header))
     log(f"Wrote the bench-movers section of {args.output}")
-    return 0
+
+
+def run_auth(args: Any, test_pki: Any, agents: list, stop: Any, size: int, repeats: int, log: Any) -> None:
+    """The authorization rows (movers_auth.py): a token pair and an x509 pair of agents, the issuer in-process."""
+    from movers_auth import END as AUTH_END  # beside this script (agent/bench is not a package)
+    from movers_auth import START as AUTH_START
+    from movers_auth import AuthBench
+
+    from tests.support.agents import start_agent
+    from tests.support.tokens import running_issuer
+
+    t0 = time.monotonic()
+    load_start = os.getloadavg()[0]
+    bench = AuthBench(size, repeats, log, Bench(size, repeats, log).api)
+    with running_issuer(test_pki) as issuer:
+        try:
+            pairs, files = {}, {}
+            for mode in ("token", "x509"):
+                extra = {"xrootd_token_issuer": issuer.issuer} if mode == "token" else {}
+                pair = [start_agent(test_pki, protocols=("xrootd-https",), run_user="nobody", log_level="WARNING",
+                                    budget_bytes=int(22 * size * 1.05) + 10**8, xrootd_https_port=free_port(),
+                                    **extra) for _ in range(2)]
+                agents.extend(pair)
+                pairs[mode] = (pair[0], pair[1])
+                log(f"Creating 11 x {size} bytes on the {mode} source agent {pair[0].address}")
+                files[mode] = pair[0].file_set(count=11, size=size)["files"]
+            bench.run(pairs, issuer, files)
+        finally:
+            for a in list(agents):
+                stop(a)
+    when, size_text = _stamp(size)
+    header = (f"{(movers_auth_doc())} {'Quick run: f' if args.quick else 'F'}iles of {size_text} (SI); "
+              f"{'one run' if repeats == 1 else f'median of {repeats}'} (the spread column: lowest-highest sample "
+              "of the agent-driven and the by-hand copies). No \"none\" rows: XRootD HTTP-TPC has no "
+              "unauthenticated mode in the agents (the x509 rows already read the source anonymously; only the "
+              "destination's local instance checks the agent's certificate, once per connection). "
+              f"{when}, {platform.node()}, {os.cpu_count()} cores, run took {time.monotonic() - t0:.0f} s, "
+              f"1-minute load average {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end.")
+    write_section(args.output, bench.section(header), AUTH_START, AUTH_END)
+    log(f"Wrote the bench-movers authorization section of {args.output}")
+
+
+def movers_auth_doc() -> str:
+    import movers_auth
+
+    return " ".join((movers_auth.__doc__ or "").split("\n\n", 1)[1].split())
 
 
 if __name__ == "__main__":

@@ -64,10 +64,11 @@ class Settings:
         "help": "port of the local XRootD HTTP-TPC instance that pulls into incoming/ (only this agent connects to "
                 "it); 0: a free port, chosen when the agent starts"})
     xrootd_token_issuer: str = field(default="", metadata={
-        "help": "token mode for XRootD over HTTPS: the URL of the issuer whose bearer tokens (WLCG JWT profile) the "
-                "instances require: the public one serves /sets only to a storage.read:/sets token, the local TPC one "
-                "writes /incoming only for a storage.create:/incoming token; empty: no tokens (the public instance "
-                "serves the sets to anyone, the local one to the agent's certificate)"})
+        "help": "token mode for XRootD over HTTPS and the built-in mover: the URL of the issuer whose bearer tokens "
+                "(WLCG JWT profile) the endpoints require: XRootD's public instance and the built-in data port serve "
+                "the sets only to a storage.read:/sets token, XRootD's local TPC instance and the built-in COPY write "
+                "/incoming only for a storage.create:/incoming token; empty: no tokens (the sets are served to anyone, "
+                "the landing to the agent's certificate or API token)"})
     xrootd_token_issuer_ca: Path | None = field(default=None, metadata={
         "help": "CA (PEM) of the token issuer's HTTPS endpoint; XRootD's token validator trusts only the system's "
                 "bundle, so the instances see this CA added to it (a private mount namespace); empty: ca_file"})
@@ -129,6 +130,15 @@ class Settings:
     def xrootd_audience(self) -> str:
         """The audience XRootD's token validator accepts for this agent."""
         return self.xrootd_token_audience or f"https://{self.address}:{self.xrootd_https_port}"
+
+    def builtin_audience(self) -> str:
+        """The audience the built-in data port accepts in token mode: its own URL."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{'https' if self.builtin_tls else 'http'}://{host}:{self.builtin_port}"
+
+    def token_issuer_ca(self) -> Path | None:
+        """The CA the token issuer's HTTPS endpoint is checked with."""
+        return self.xrootd_token_issuer_ca or self.ca_file
 
     def port_of(self, protocol: str) -> int | None:
         return {

@@ -371,7 +371,7 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-TOKEN_PROTOCOLS = ("xrootd-https",)
+TOKEN_PROTOCOLS = ("xrootd-https", "builtin")
 MAX_TOKEN_CHARS = 8192
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-# which storage scopes grant an operation (WLCG JWT profile 1.0; storage.modify implies create)
-GRANTING = {"read": ("storage.read",), "create": ("storage.create", "storage.modify")}
+# which scopes grant an operation: the WLCG JWT profile 1.0's (storage.modify implies create) and SciTokens' ones
+GRANTING = {"read": ("storage.read", "read"), "create": ("storage.create", "storage.modify", "write")}
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,14 @@ def unverified_claims(token: str) -> dict[str, Any]:
     return claims
 
 
-def _grants(scopes: str, operation: str, path: str) -> bool:
+def grants(scopes: str, operation: str, path: str) -> bool:
+    """Whether a space-separated ``scope`` claim grants ``operation`` on ``path`` (a scope's path is a prefix of
+    whole path components: storage.read:/sets grants /sets/a/b, not /setsx)."""
     for scope in scopes.split():
         kind, _, prefix = scope.partition(":")
-        if kind in GRANTING[operation] and prefix:
+        if kind in GRANTING[operation] and prefix.startswith("/"):
             prefix = prefix.rstrip("/")
-            if path == prefix or path.startswith(prefix + "/") or prefix == "":
+            if prefix == "" or path == prefix or path.startswith(prefix + "/"):
                 return True
     return False
 
@@ -70,7 +72,7 @@ def refusal_reason(token: str | None, want: Expectation, now: float) -> str:
     if want.audience not in audiences:
         return f"the token is for audience {aud!r}, the endpoint is {want.audience!r}"
     scopes = str(c.get("scope", ""))
-    if not _grants(scopes, want.operation, want.path):
+    if not grants(scopes, want.operation, want.path):
         return (f"the token's scope {scopes!r} does not grant {want.operation} on {want.path} "
                 f"(needs {GRANTING[want.operation][0]}:<a prefix of it>)")
     return "the token's claims match: its signature or signing key was refused (a key the endpoint has not seen?)"

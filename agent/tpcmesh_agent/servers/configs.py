@@ -172,12 +172,17 @@ def _xrootd_tls(paths: XrootdPaths, port: int) -> list[str]:
             f"xrd.tlsca certdir {paths.ca_dir}"]
 
 
+# Want-Digest: adler32 is answered (RFC 3230 Digest), computed when asked: third-party clients (gfal2, FTS) compare
+# a copy's checksum at both ends; without it XRootD answers such a request 405.
+CHECKSUM = "xrootd.chksum adler32"
+
+
 def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
     """The public xrootd-https instance: the test sets, read-only, over HTTPS (and plain HTTP on the same port) for
     peers to pull from. No HTTP-TPC handler: a COPY sent here is not understood."""
     port = settings.xrootd_https_port
     lines = _common_xrootd(settings, paths, port, exports=("/sets r/o",))
-    lines += _xrootd_tls(paths, port)
+    lines += [*_xrootd_tls(paths, port), CHECKSUM]
     if settings.xrootd_token_issuer:
         lines += _token_authorization(paths)
     return "\n".join(lines) + "\n"
@@ -190,7 +195,7 @@ def xrootd_tpc_config(settings: Any, paths: XrootdPaths) -> str:
     AGENT_IDENTITY, may write or read (``ofs.authorize`` with ``xrootd_authdb``)."""
     port = settings.xrootd_tpc_port
     lines = _common_xrootd(settings, paths, port, exports=("/incoming",))
-    lines += _xrootd_tls(paths, port)
+    lines += [*_xrootd_tls(paths, port), CHECKSUM]
     lines += ["http.exthandler xrdtpc libXrdHttpTPC.so", *_local_only(settings)]
     if settings.xrootd_token_issuer:
         lines += _token_authorization(paths)

@@ -253,7 +253,7 @@ class ServerSupervisor:
         shutil.rmtree(paths.token_cache, ignore_errors=True)  # keys of an earlier issuer at the same URL
         paths.token_cache.mkdir(mode=0o700)
         self._own(paths.token_cache)
-        issuer_ca = s.xrootd_token_issuer_ca or s.ca_file
+        issuer_ca = s.token_issuer_ca()
         if os.geteuid() != 0 or issuer_ca is None:
             log.warning("XRootD validates tokens of %s with the system's CA bundle only: %s", s.xrootd_token_issuer,
                         "the agent is not root (a private mount namespace needs it)" if issuer_ca else

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import os
 import subprocess
 import threading
 import zlib
@@ -96,6 +97,33 @@ def test_copy_pull_with_curl(agents, fileset, streams):
     d = curl("-X", "DELETE", "-H", f"Authorization: Bearer {dst.token}", "-o", "/dev/null", "-w", "%{http_code}",
              f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}")
     assert d.stdout == b"204" and not (dst.data_dir / "data" / "incoming" / name).exists()
+
+
+@pytest.mark.parametrize("verify", ["true", "false"])
+def test_a_received_file_answers_want_digest_from_its_landing(agents, fileset, verify):
+    """gfal2 checks a copy's checksum at the destination with Want-Digest: the COPY records the landed file's
+    adler32 once (verified or computed right after the last byte), so the answer needs no second read."""
+    src, dst, _ = agents
+    name = f"digest-{verify}.dat"
+    r = curl("-X", "COPY", "-H", f"Source: {_url(src, fileset, 1)}", "-H", f"RequireChecksumVerification: {verify}",
+             "-H", "X-Number-Of-Streams: 3", "-H", f"Authorization: Bearer {dst.token}",
+             f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}")
+    assert r.stdout.decode().rstrip("\n").splitlines()[-1] == "success: Created"
+    landed = dst.data_dir / "data" / "incoming" / name
+    url = f"http://{dst.address}:{dst.builtin_port}/files/incoming/{name}"
+    want = f"Digest: adler32={fileset['files'][1]['checksum'][8:]}".encode()
+    assert want in curl("-I", "-H", "Want-Digest: adler32", "-H", f"Authorization: Bearer {dst.token}", url).stdout
+    # the same size and mtime with other bytes: the answer comes from the record, not from reading the file again
+    st = landed.stat()
+    landed.write_bytes(bytes(SIZE))
+    os.utime(landed, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for method in (("-I",), ("-o", "/dev/null", "-D", "-")):
+        digest = curl(*method, "-H", "Want-Digest: ADLER32", "-H", f"Authorization: Bearer {dst.token}", url)
+        assert want in digest.stdout, digest.stdout
+    os.utime(landed)  # changed: computed from what the file now holds
+    digest = curl("-I", "-H", "Want-Digest: adler32", "-H", f"Authorization: Bearer {dst.token}", url)
+    zeros = zlib.adler32(bytes(SIZE))
+    assert f"Digest: adler32={zeros:08x}".encode() in digest.stdout, digest.stdout
 
 
 def test_copy_pull_over_tls_from_a_tls_source(agents, fileset):

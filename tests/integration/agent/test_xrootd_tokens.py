@@ -18,7 +18,7 @@ from tpcmesh_agent.tokens import Expectation, refusal_reason
 from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
 
 from tests.integration.agent.test_protocols import xrootd_ports
-from tests.support.tokens import running_issuer
+from tests.support.tokens import token_for
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +26,8 @@ COUNT, SIZE = 1, 100_003
 
 
 @pytest.fixture(scope="module")
-def issuers(tpcmesh_pki):
-    """The agent's issuer (its clock can be set back to sign an already expired token) and another one."""
-    skew = [0.0]
-    with running_issuer(tpcmesh_pki, "issuer", clock=lambda: time.time() + skew[0]) as ours, \
-            running_issuer(tpcmesh_pki, "other-issuer") as other:
-        yield ours, other, skew
+def issuers(token_issuers):
+    return token_issuers
 
 
 @pytest.fixture(scope="module")
@@ -53,26 +49,7 @@ def _audience(a) -> str:
 
 
 def _token(issuers, a, case: str, scope: str) -> str | None:
-    ours, other, skew = issuers
-    req = TokenRequest("test-client", _audience(a), (scope,), 300)
-    if case == "valid":
-        return ours.issue(req)
-    if case == "missing":
-        return None
-    if case == "expired":
-        skew[0] = -3600.0
-        try:
-            return ours.issue(req)
-        finally:
-            skew[0] = 0.0
-    if case == "wrong audience":
-        return ours.issue(TokenRequest("test-client", "https://elsewhere.example:1094", (scope,), 300))
-    if case == "wrong scope":
-        wrong = READ_SETS if scope == CREATE_INCOMING else CREATE_INCOMING
-        return ours.issue(TokenRequest("test-client", _audience(a), (wrong,), 300))
-    if case == "another issuer":
-        return other.issue(req)
-    raise AssertionError(case)
+    return token_for(issuers, _audience(a), case, scope)
 
 
 def _landing_dir(a) -> str:
@@ -143,6 +120,7 @@ def test_refused_without_a_valid_token_and_the_reason_is_named(agent, issuers, o
 # ---- HTTP-TPC pull between two agents with tokens -------------------------------------------------------------
 
 SENT: list[str] = []  # every token the pulls used: none may show up in a log, record, status or metric
+RECORDS: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +131,11 @@ def dst(module_agent_factory, issuers):
 
 def _pull(src, dst, files, read: str, create: str, streams: int = 1) -> dict:
     SENT.extend((read, create))
-    return dst.transfer(protocol="xrootd-https", source={"host": src.address, "port": src.ports["xrootd_https_port"]},
-                        file_set={"count": COUNT, "size": SIZE}, files=files, streams=streams, timeout_seconds=60,
-                        destination="store", tokens={"read": read, "create": create}, timeout=90)
+    rec = dst.transfer(protocol="xrootd-https", source={"host": src.address, "port": src.ports["xrootd_https_port"]},
+                       file_set={"count": COUNT, "size": SIZE}, files=files, streams=streams, timeout_seconds=60,
+                       destination="store", tokens={"read": read, "create": create}, timeout=90)
+    RECORDS.append(dst.get(f"/api/v1/transfers/{rec['test_id']}").text)  # the record as the API serves it
+    return rec
 
 
 @pytest.mark.parametrize("streams", [1, 4])
@@ -194,7 +174,7 @@ def test_tokens_never_appear_in_logs_records_status_or_metrics(agent, dst):
     src = agent[0]
     assert SENT, "run with the pull tests"
     seen = {"destination log": dst.log(), "source log": src.log(), "destination metrics": dst.metrics(),
-            "transfers": dst.get("/api/v1/transfers").text}
+            "records": "\n".join(RECORDS), "destination info (status)": dst.get("/api/v1/info").text}
     for handle, label in ((src, "source"), (dst, "destination")):
         for path in handle.data_dir.rglob("*.log"):
             seen[f"{label} {path.relative_to(handle.data_dir)}"] = path.read_text(errors="replace")

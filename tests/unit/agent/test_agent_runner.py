@@ -106,16 +106,18 @@ def test_iperf3_is_a_sink_and_needs_no_file_set_budget(tmp_path, destination):
 JWT = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJuIn0.c2lnbmF0dXJl"
 
 
-def test_tokens_are_taken_for_xrootd_https_and_kept_out_of_reprs(tmp_path):
+@pytest.mark.parametrize("protocol", ["xrootd-https", "builtin"])
+def test_tokens_are_taken_and_kept_out_of_reprs(tmp_path, protocol):
     runner = _runner(tmp_path, Hangs())
-    job = runner.parse(_body(protocol="xrootd-https", tokens={"read": JWT, "create": JWT + "x"}))
+    job = runner.parse(_body(protocol=protocol, tokens={"read": JWT, "create": JWT + "x"}))
     assert job.tokens is not None and (job.tokens.read, job.tokens.create) == (JWT, JWT + "x")
     assert JWT not in repr(job) and "c2lnbmF0dXJl" not in repr(job)
-    assert runner.parse(_body(protocol="xrootd-https")).tokens is None
+    assert runner.parse(_body(protocol=protocol)).tokens is None
 
 
 @pytest.mark.parametrize(("over", "says"), [
-    ({"tokens": {"read": JWT, "create": JWT}}, "tokens apply to xrootd-https only, not 'builtin'"),
+    ({"protocol": "xrootd-root", "tokens": {"read": JWT, "create": JWT}},
+     "tokens apply to xrootd-https, builtin only, not 'xrootd-root'"),
     ({"protocol": "xrootd-https", "tokens": {"read": JWT}}, "tokens must be an object {read, create}"),
     ({"protocol": "xrootd-https", "tokens": "x"}, "tokens must be an object"),
     ({"protocol": "xrootd-https", "tokens": {"read": "not a jwt", "create": JWT}}, "tokens.read must be a compact JWT"),

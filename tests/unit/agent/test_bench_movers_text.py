@@ -31,3 +31,25 @@ def test_nothing_is_said_without_cp_samples_and_no_warning_when_store_keeps_up()
     assert movers.against_fastest_cp({1: [], 11: []}, [(12.0, 1, 1)]) == []
     text = "".join(movers.against_fastest_cp({1: [10.0]}, [(9.5, 1, 1)]))
     assert "0.95 × cp" in text and "below" not in text
+
+
+def _auth():
+    _movers()  # puts agent/bench on sys.path
+    import movers_auth
+
+    return movers_auth
+
+
+def test_the_authorization_rows_give_agent_over_by_hand_and_token_over_x509():
+    auth = _auth()
+    bench = auth.AuthBench(10**8, 1, print, api=None)
+    case = bench.cases.setdefault((8, 1), auth.AuthCase(8, 1))
+    case.samples = {("token", "agent"): [2.0, 1.8, None], ("token", "curl"): [2.0], ("x509", "agent"): [2.5],
+                    ("x509", "curl"): [2.4]}
+    bench.cases[(8, 11)] = auth.AuthCase(8, 11, refused="this test needs up to 22.1 GB")
+    text = bench.section("header")
+    assert "| token | 8 | 1 | 1.90 | 2.00 | 0.95 | 0.76 | 1.80-2.00; – |" in text  # median of the finished samples
+    assert "| x509 | 8 | 1 | 2.50 | 2.40 | 1.04 | – | –; – |" in text
+    assert "| token and x509 | 8 | 11 | refused¹ |" in text and "“this test needs up to 22.1 GB”" in text
+    assert "met in 2 of 2 cases (token 8×1: 0.95; x509 8×1: 1.04)" in text
+    assert text.startswith(auth.START) and text.endswith(auth.END)

@@ -193,10 +193,12 @@ def fetch(
     method: str = "GET",
     meta: dict[str, str] | None = None,
     want_digest: bool = False,
+    auth: str | None = None,
 ) -> int:
     """GET ``path`` (bytes [start, end) when ``end`` is given) into ``fd`` at offset ``start``, or discard it when
-    ``fd`` is None. Returns the bytes received; raises PullError when short, refused or wrong. For HEAD, returns
-    the Content-Length."""
+    ``fd`` is None, sending ``auth`` as the Authorization header. Returns the bytes received; raises PullError when
+    short, refused or wrong (with the source's reason phrase, where the built-in endpoint says which token check
+    failed). For HEAD, returns the Content-Length."""
     sock = _connect(host, port, registry, ssl_ctx, idle_timeout)
     what = f"{'https' if ssl_ctx else 'http'}://{host}:{port}{path}"
     try:
@@ -204,6 +206,8 @@ def fetch(
         req = f"{method} {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: tpcmesh-agent\r\nConnection: close\r\n"
         if want_digest:
             req += "Want-Digest: adler32\r\n"
+        if auth:
+            req += f"Authorization: {auth}\r\n"
         if end is not None:
             req += f"Range: bytes={start}-{end - 1}\r\n"
         try:
@@ -305,16 +309,16 @@ def split_ranges(size: int, streams: int) -> list[tuple[int, int]]:
 
 def pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
          registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None = None,
-         idle_timeout: float = IDLE_TIMEOUT, meta: dict[str, str] | None = None) -> int:
+         idle_timeout: float = IDLE_TIMEOUT, meta: dict[str, str] | None = None, auth: str | None = None) -> int:
     """Pull one file with ``streams`` parallel ranges into ``dest`` (None: discard). Blocking; returns bytes.
     With ``meta``, asks for an adler32 ``Digest`` (asking again without when the source refuses, as XRootD
     without a checksum configured does) and fills ``meta`` with the first response's lower-cased headers."""
     if meta is not None:
         try:
-            return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, meta)
+            return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, meta, auth)
         except DigestRefused:
             log.debug("Source %s:%d refused Want-Digest; pulling without", host, port)
-    return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, None)
+    return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, None, auth)
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -332,25 +336,25 @@ def _preallocate(fd: int, size: int) -> None:
 
 def _pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
           registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None,
-          idle_timeout: float, meta: dict[str, str] | None) -> int:
+          idle_timeout: float, meta: dict[str, str] | None, auth: str | None) -> int:
     if streams > 1 and (size is None or meta is not None):
         # a HEAD learns the size (and the digest) before any byte moves, so a refused Want-Digest costs nothing
         size = fetch(host, port, path, None, registry, counter, ssl_ctx=ssl_ctx, method="HEAD",
-                     idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None)
+                     idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None, auth=auth)
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if dest is not None else None
     try:
         if size is not None and fd is not None:
             _preallocate(fd, size)
         if streams <= 1 or not size:
             return fetch(host, port, path, fd, registry, counter, expect_total=size, ssl_ctx=ssl_ctx,
-                         idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None)
+                         idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None, auth=auth)
         ranges = split_ranges(size, streams)
         results: list[int | BaseException] = [0] * len(ranges)
 
         def one(i: int, a: int, b: int) -> None:
             try:
                 results[i] = fetch(host, port, path, fd, registry, counter, start=a, end=b, expect_total=size,
-                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout)
+                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout, auth=auth)
             except BaseException as e:  # reported below
                 results[i] = e
 

@@ -1,7 +1,9 @@
 """``COPY /files/incoming/<name>``: the WLCG HTTP-TPC pull (``Source: <http(s) url>``, ``X-Number-Of-Streams``,
-``Credential: none``, the agent's bearer token). Answers ``202`` with a ``text/perf-marker-stream`` body of ``Perf
-Marker`` ... ``End`` blocks every ``marker_interval`` seconds and a final ``success: Created`` or
-``failure: <reason>`` line; the whole COPY has the ``copy_timeout`` deadline."""
+``Credential: none``, the agent's API token, or in token mode a bearer token granting create on
+``/incoming/<name>``; ``TransferHeaderAuthorization`` is sent to the source as its ``Authorization``, as XRootD and
+dCache do). Answers ``202`` with a ``text/perf-marker-stream`` body of ``Perf Marker`` ... ``End`` blocks every
+``marker_interval`` seconds and a final ``success: Created`` or ``failure: <reason>`` line; the whole COPY has the
+``copy_timeout`` deadline. The landed file's adler32 is recorded for ``Want-Digest`` (landed.py)."""
 
 from __future__ import annotations
 
@@ -22,13 +24,17 @@ class CopyHandler(FilesHandler):
 
     # -- WLCG HTTP-TPC pull
     def do_COPY(self) -> None:  # noqa: N802
-        target = self._incoming("write to")
+        target = self._incoming("write to", "create")
         if target is None:
             return
         dest, name = target
         source = self.headers.get("Source")
         if not source:
             self._error(400, "COPY needs a Source: <url> header (pull mode); push mode is not supported")
+            return
+        source_auth = self.headers.get("TransferHeaderAuthorization")
+        if source_auth is not None and (not source_auth.isprintable() or len(source_auth) > 16384):
+            self._error(400, "TransferHeaderAuthorization must be one printable line")
             return
         cred = self.headers.get("Credential", "none")
         if cred.lower() != "none":
@@ -63,12 +69,14 @@ class CopyHandler(FilesHandler):
         verify = self.headers.get("RequireChecksumVerification", "false").lower() == "true"
 
         settings = self.server.settings
+        landed = self.server.landed
 
         def work() -> None:
             meta: dict[str, str] = {}
             try:
                 outcome["bytes"] = pull(u.hostname or "", port, u.path or "/", None, dest, max(1, streams), registry,
-                                        counter, ssl_ctx, settings.idle_timeout, meta=meta if verify else None)
+                                        counter, ssl_ctx, settings.idle_timeout, meta=meta if verify else None,
+                                        auth=source_auth)
                 if verify:
                     expected = digest_checksum(meta.get("digest"))
                     if expected is None:
@@ -76,6 +84,7 @@ class CopyHandler(FilesHandler):
                     got = adler32_of(dest)
                     if got != expected:
                         raise PullError(f"checksum mismatch: source says {expected}, received {got}")
+                    landed.record(dest, got)
             except BaseException as e:  # reported in the final line
                 outcome["error"] = e
 
@@ -103,6 +112,7 @@ class CopyHandler(FilesHandler):
             if err is None:
                 self._chunk(self._marker(counter.value, streams) + "success: Created\n")
             else:
+                landed.forget(dest)
                 dest.unlink(missing_ok=True)
                 msg = str(err).replace("\n", " ")
                 self._chunk(f"failure: {msg}\n")
@@ -112,6 +122,12 @@ class CopyHandler(FilesHandler):
             registry.cancel("client disconnected")
             worker.join(5)
             dest.unlink(missing_ok=True)
+            return
+        if "error" not in outcome:
+            try:
+                landed.checksum(dest)  # once, now (the client has its answer); a no-op when verified
+            except OSError as e:
+                log.info("COPY to %s: no checksum of the landed file: %s", name, e)
 
     def _marker(self, nbytes: int, streams: int) -> str:
         return (f"Perf Marker\nTimestamp: {int(time.time())}\nStripe Index: 0\n"

@@ -1,6 +1,10 @@
 """The data server's requests on files: ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>`` with the
-agent's bearer token; ``Range: bytes=a-b`` gives 206; the body goes out with ``os.sendfile`` on plain TCP) and
-``DELETE /files/incoming/<name>``. A connection idle for ``idle_timeout`` seconds is closed."""
+agent's API token; ``Range: bytes=a-b`` gives 206; the body goes out with ``os.sendfile`` on plain TCP) and
+``DELETE /files/incoming/<name>``. A connection idle for ``idle_timeout`` seconds is closed.
+
+In token mode (the server has a TokenValidator) a set's file is served only to a bearer token granting read on
+``/sets/<set>/<file>`` (an incoming file: the API token or read on ``/incoming/<name>``); a refusal answers 401
+(no token) or 403 with the failed check as the reason phrase and the text, never the token."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...files import FileSetError, validate_name
+from ...token_check import TokenRefused, bearer
 from .client import CHUNK, CONNECT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -47,9 +52,13 @@ class FilesHandler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.settings.idle_timeout)
 
     # -- helpers
-    def _error(self, code: int, message: str) -> None:
+    def _error(self, code: int, message: str, reason: str | None = None) -> None:
+        """Answer ``code`` with ``message`` as the text; ``reason`` (ASCII-escaped) replaces the reason phrase, so
+        a HEAD's refusal says why too."""
         body = (message + "\n").encode()
-        self.send_response(code)
+        self.send_response(code, reason and reason.encode("ascii", "backslashreplace").decode())
+        if code == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -70,13 +79,32 @@ class FilesHandler(BaseHTTPRequestHandler):
         base = self.server.settings.incoming_dir if set_name == "incoming" else self.server.settings.sets_dir / set_name
         return base / name, set_name, name
 
-    def _authorized(self) -> bool:
+    def _agent_token(self) -> bool:
         got = self.headers.get("Authorization", "")
-        want = "Bearer " + self.server.token()
-        if hmac.compare_digest(got.encode(), want.encode()):
+        return hmac.compare_digest(got.encode(), ("Bearer " + self.server.token()).encode())
+
+    def _authorized(self) -> bool:
+        if self._agent_token():
             return True
         self._error(401, "missing or wrong bearer token (Authorization: Bearer <agent token>)")
         return False
+
+    def _allowed(self, operation: str, path: str, agent_token: bool) -> bool:
+        """Whether the request may ``operation`` ("read" or "create") ``path`` (its /sets or /incoming name): with
+        the agent's API token where ``agent_token``, else (token mode) with a valid bearer token granting it;
+        without token mode, reads of the sets are open. Answers the refusal itself."""
+        if agent_token and self._agent_token():
+            return True
+        validator = self.server.validator
+        if validator is None:
+            return not agent_token or self._authorized()
+        try:
+            validator.check(bearer(self.headers.get("Authorization")), operation, path)
+            return True
+        except TokenRefused as e:
+            log.info("Built-in %s %s from %s: %s", self.command, path, self.client_address[0], e)
+            self._error(401 if e.check == "missing" else 403, str(e), reason=str(e))
+            return False
 
     # -- GET / HEAD
     def do_HEAD(self) -> None:  # noqa: N802
@@ -86,7 +114,8 @@ class FilesHandler(BaseHTTPRequestHandler):
         r = self._resolve()
         if r is None:
             return
-        if r[1] == "incoming" and not self._authorized():  # what peers sent here is not for everyone to read
+        incoming = r[1] == "incoming"  # what peers sent here is not for everyone to read
+        if not self._allowed("read", f"/incoming/{r[2]}" if incoming else f"/sets/{r[1]}/{r[2]}", incoming):
             return
         path = r[0]
         try:
@@ -170,15 +199,19 @@ class FilesHandler(BaseHTTPRequestHandler):
         finally:
             sock.settimeout(idle)
 
-    def _incoming(self, action: str) -> tuple[Path, str] | None:
-        """The path and name of an authorized request's /files/incoming/<name>; None when it was answered (refused)."""
-        if not self._authorized():
-            return None
+    def _incoming(self, action: str, token_operation: str | None = None) -> tuple[Path, str] | None:
+        """The path and name of an authorized request's /files/incoming/<name>; None when it was answered (refused).
+        In token mode, a request for ``token_operation`` needs a bearer token granting it (not the API token)."""
+        if token_operation is None or self.server.validator is None:
+            if not self._authorized():
+                return None
         r = self._resolve()
         if r is None:
             return None
         if r[1] != "incoming":
             self._error(403, f"{self.command} may only {action} /files/incoming/<name>")
+            return None
+        if token_operation is not None and not self._allowed(token_operation, f"/incoming/{r[2]}", False):
             return None
         return r[0], r[2]
 

@@ -1,5 +1,7 @@
 """``BuiltinMover``: the destination agent's side of a builtin test: every file of the set pulled by client.pull,
-``concurrency`` at a time in threads, checksums verified, the job's timeout and cancellation shut the sockets."""
+``concurrency`` at a time in threads, checksums verified, the job's timeout and cancellation shut the sockets.
+With tokens, the read token goes to the source (Authorization) and the create token is checked here as the
+built-in COPY checks it (token mode), so a built-in row pays the same token checks as an XRootD one."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...files import adler32_of
+from ...token_check import TokenRefused, builtin_validator
 from ..base import FileResult, FileSpec, Mover, Progress, TransferJob
 from .client import IDLE_TIMEOUT, Counter, PullError, SocketRegistry, _now, client_ssl_context, digest_checksum, pull
 
@@ -34,11 +37,12 @@ class BuiltinMover(Mover):
         dest = job.destination_dir / spec.name if job.destination_dir is not None else None
         meta: dict[str, str] = {}
         want_digest = dest is not None and job.verify_checksums and not spec.checksum
+        auth = f"Bearer {job.tokens.read}" if job.tokens is not None else None
         try:
             pull(job.source.host, job.source.port, f"/files/{job.file_set}/{spec.name}", spec.size, dest,
-                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None)
+                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None, auth)
         except PullError as e:
-            res.error = str(e)
+            res.error = f"read token: {e}" if auth and "token refused" in str(e) else str(e)
         except OSError as e:
             res.error = f"{spec.name}: {e.strerror or e}"
         res.bytes = counter.value
@@ -52,7 +56,28 @@ class BuiltinMover(Mover):
         progress.files_done += 1
         return res
 
+    def _landing_refusal(self, job: TransferJob) -> str | None:
+        """Why the create token does not allow landing the job's files here (token mode); None when it does."""
+        validator = builtin_validator(self.settings)
+        if job.tokens is None or validator is None or job.destination_dir is None:
+            return None
+        try:
+            where = job.destination_dir.relative_to(self.settings.incoming_dir).as_posix()
+        except ValueError:
+            where = "."
+        try:
+            validator.check(job.tokens.create, "create", "/incoming" + ("" if where == "." else f"/{where}"))
+        except TokenRefused as e:
+            return f"create token: {e}"
+        return None
+
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
+        # token mode only (the check may fetch the issuer's keys: in a thread, which otherwise is not started)
+        refused = await asyncio.to_thread(self._landing_refusal, job) if job.tokens is not None else None
+        if refused is not None:
+            progress.files_total = len(job.files)
+            return [FileResult(name=f.name, size=f.size, started_at=_now(), finished_at=_now(), error=refused)
+                    for f in job.files]
         registry = SocketRegistry()
         self._registries[job.test_id] = registry
         ssl_ctx = client_ssl_context(self.settings) if self.settings.builtin_tls else None

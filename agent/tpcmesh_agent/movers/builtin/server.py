@@ -1,5 +1,6 @@
 """The built-in data server (the builtin port, plain HTTP by default, TLS optional): a threading HTTP/1.1 server
-whose handler is copy.CopyHandler; set manifests' checksums are cached by mtime."""
+whose handler is copy.CopyHandler; set manifests' checksums are cached by mtime, received files' ones in
+landed.LandedChecksums. In token mode (settings.xrootd_token_issuer) it holds the TokenValidator."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from ...files import MANIFEST
+from ...token_check import TokenValidator, builtin_validator
 from .copy import CopyHandler
+from .landed import LandedChecksums
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,8 @@ class DataServer(ThreadingHTTPServer):
     def __init__(self, settings: Any, token: Callable[[], str]) -> None:
         self.settings = settings
         self.token = token
+        self.validator: TokenValidator | None = builtin_validator(settings)
+        self.landed = LandedChecksums()
         family = socket.AF_INET6 if ":" in settings.address else socket.AF_INET
         self.address_family = family
         super().__init__((settings.address, settings.builtin_port), CopyHandler)
@@ -39,9 +44,13 @@ class DataServer(ThreadingHTTPServer):
         self._manifests: dict[str, tuple[int, dict[str, tuple[int, str | None]]]] = {}
 
     def checksum(self, set_name: str, name: str, size: int) -> str | None:
-        """The published checksum of a set's file, from the set's manifest (cached by its mtime)."""
+        """The published checksum of a set's file, from the set's manifest (cached by its mtime); a received
+        file's from ``landed``."""
         if set_name == "incoming":
-            return None
+            try:
+                return self.landed.checksum(self.settings.incoming_dir / name)
+            except OSError:
+                return None
         path = self.settings.sets_dir / set_name / MANIFEST
         try:
             mtime = path.stat().st_mtime_ns
@@ -79,8 +88,9 @@ class DataServer(ThreadingHTTPServer):
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
                                         name="builtin-data")
         self._thread.start()
-        log.info("Started built-in data server on %s:%d (%s)", self.settings.address, self.settings.builtin_port,
-                 "TLS" if self.settings.builtin_tls else "plain TCP")
+        log.info("Started built-in data server on %s:%d (%s%s)", self.settings.address, self.settings.builtin_port,
+                 "TLS" if self.settings.builtin_tls else "plain TCP",
+                 f"; bearer tokens of {self.validator.issuer} for {self.validator.audience}" if self.validator else "")
 
     def stop(self) -> None:
         self.shutdown()

@@ -167,6 +167,9 @@ def test_demo_in_the_wan_lab_serves_a_grid_with_the_profile_delays(tmp_path: Pat
         got = measurements(base, "e2e-lab")
         check_protocols_offered(demo.output, 3)
         check_grid(base, "e2e-lab", got, set(ALL), pairs, must_succeed=set(ALL))
+        # the default: HTTP-TPC pulls authorized by the demo's own token issuer
+        assert "Token issuer (WLCG JWT" in demo.output
+        assert {m["auth"] for m in got if m["protocol"] in ("xrootd-https", "builtin")} == {"token"}
         rtt = {(m["source"], m["destination"]): m for m in got if m["protocol"] == "rtt"}
         assert set(rtt) == set(pairs)
         for (a, b), m in rtt.items():

@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--once", action="store_true", help="exit after the run instead of serving the grid")
     demo.add_argument("--port", type=int, default=8000, help="dashboard port on 127.0.0.1 (0: any free port)")
     demo.add_argument("--loopback", action="store_true", help="no network namespaces: loopback addresses only")
+    demo.add_argument("--auth", choices=("token", "x509"), default="token",
+                      help="how HTTP-TPC pulls are authorized: token (default: an issuer started here signs each "
+                           "pull's read and create tokens), x509 (host certificates alone)")
     demo.add_argument("--state-dir", type=Path, default=None,
                       help="keep certificates, logs, the SQLite database and the run status here")
     sub.add_parser("cleanup", help="remove network namespaces, devices and data directories left by killed local runs")
@@ -69,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     return demo(DemoOptions(agents=args.agents, benchmark=args.benchmark or DEFAULT_BENCHMARK, profile=args.profile,
                             once=args.once, port=args.port, mode="loopback" if args.loopback else "auto",
-                            state_dir=args.state_dir))
+                            state_dir=args.state_dir, auth=args.auth))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from ..agents import AgentsClient
 from ..results import ResultsClient
 from ..runs import ExecutorOptions, JsonFileStatusStore, Progress, RunExecutor, RunInfo, StaticDirectory
 from ..spec import BenchmarkSpec, SpecError, load_manifest
+from ..tokens.issuer import TokenIssuer
+from ..tokens.server import IssuerServer
 from .mesh import (
     ALL_PROTOCOLS,
     DATA_PREFIX,
@@ -63,6 +65,7 @@ class DemoOptions:
     mode: str = "auto"  # auto | netns | loopback
     state_dir: Path | None = None
     keep_state: bool = False
+    auth: str = "token"  # token: an issuer started here signs each HTTP-TPC pull's tokens; x509: host certificates
 
 
 def load_benchmark(path: Path) -> tuple[str, BenchmarkSpec]:
@@ -114,13 +117,24 @@ class ProgressDisplay:
             self.out.flush()
 
 
+def start_issuer(lab: Lab, certs: Certificates) -> TokenIssuer:
+    """The operator's token issuer on the lab's host address (the agents in their namespaces reach it there), its
+    HTTPS certificate from the lab's CA; stopped with the lab."""
+    cert, key = certs.hosts["issuer"]
+    server = IssuerServer(lab.host_address, 0, cert, key)
+    issuer = TokenIssuer(f"https://{lab.host_address}:{server.port}")
+    server.serve(issuer)
+    lab.add_cleanup(server.stop)
+    return issuer
+
+
 def say(message: str) -> None:
     print(message, flush=True)
 
 
 async def run_benchmark(name: str, spec: BenchmarkSpec, agents: list, agent_token: str, ca_file: Path,
                         dashboard_url: str, dashboard_token: str, state: Path,
-                        display: ProgressDisplay) -> dict[str, Any]:
+                        display: ProgressDisplay, token_issuer: TokenIssuer | None = None) -> dict[str, Any]:
     """The operator's run executor, once, against the local agents and dashboard."""
     now = dt.datetime.now(dt.UTC)
     run = RunInfo(benchmark_namespace=NAMESPACE, benchmark_name=name,
@@ -137,7 +151,7 @@ async def run_benchmark(name: str, spec: BenchmarkSpec, agents: list, agent_toke
             spec, run, StaticDirectory([a.agent() for a in agents]), agents_client, results_client,
             JsonFileStatusStore(state / "run-status.json"),
             options=ExecutorOptions(poll_interval=0.5, delivery_max_seconds=60),
-            on_progress=display, on_event=on_event,
+            on_progress=display, on_event=on_event, token_issuer=token_issuer,
         )
         status = await executor.execute()
     display.finish()
@@ -208,11 +222,21 @@ def demo(opts: DemoOptions) -> int:
         else:
             say(f"No WAN emulation ({lab.reason}): agents run on loopback addresses "
                 f"{', '.join(n.address for n in lab.nodes)} with no added delay.")
-        certs = Certificates.create(state / "pki", lab.nodes)
+        certs = Certificates.create(state / "pki", lab.nodes, {"issuer": lab.host_address})
+        issuer = None
+        if opts.auth == "token" and os.geteuid() != 0:
+            say("Token mode needs root (XRootD's token plugin trusts only the system CA bundle, which each agent "
+                "replaces in a mount namespace of its own): HTTP-TPC pulls use the host certificates (--auth x509).")
+            spec = dataclasses.replace(spec, auth=spec.auth or "x509")
+        elif opts.auth == "token":
+            issuer = start_issuer(lab, certs)
+            say(f"Token issuer (WLCG JWT, keys at {issuer.issuer}/.well-known/openid-configuration): each HTTP-TPC "
+                "pull gets a read and a create token")
         token = secrets.token_urlsafe(32)
         budget = max(2 * 10**9, 3 * (spec.file_set.count or 1) * (spec.file_set.size or 0))
         say(f"Starting {len(lab.nodes)} agents ...")
-        agents = start_agents(lab, certs, token, state, budget_bytes=budget, protocols=ALL_PROTOCOLS)
+        agents = start_agents(lab, certs, token, state, budget_bytes=budget, protocols=ALL_PROTOCOLS,
+                              token_issuer=issuer.issuer if issuer else "")
         for agent in agents:
             say(f"  {agent.node.name} at {agent.node.address}: {', '.join(agent.available()) or 'no protocol'}")
         spec, left_out = choose_protocols(spec, agents)
@@ -228,7 +252,7 @@ def demo(opts: DemoOptions) -> int:
         grid_url = f"{dashboard.url}/grid/{NAMESPACE}/{name}/"
         say(f"Grid (cells fill in as each round is delivered): {grid_url}")
         status = asyncio.run(run_benchmark(name, spec, agents, token, certs.ca_file, dashboard.url, dashboard.token,
-                                           state, ProgressDisplay()))
+                                           state, ProgressDisplay(), issuer))
         say(f"Run {status.get('phase')}: {status.get('message')}; {status.get('delivered', 0)} measurements "
             f"delivered, {len(status.get('outbox') or [])} undelivered.")
         recent = status.get("recentFailures") or []

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,21 +55,24 @@ class Certificates:
     hosts: dict[str, tuple[Path, Path]] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, directory: Path, nodes: list[Node]) -> Certificates:
+    def create(cls, directory: Path, nodes: list[Node], extra: Mapping[str, str] | None = None) -> Certificates:
+        """The lab's CA and a host certificate per node; ``extra``: name -> address of more hosts (the token
+        issuer on the lab's host address)."""
         directory.mkdir(parents=True, exist_ok=True)
         os.chmod(directory, 0o755)
         ca = pki.create_ca("tpcmesh local CA")
         ca_file = directory / "ca.crt"
         ca_file.write_bytes(ca.cert_pem)
         certs = cls(directory=directory, ca_file=ca_file)
-        for node in nodes:
-            kp = pki.issue_host_cert(ca, node.name, [node.address, node.name])
-            cert, key = directory / f"{node.name}.crt", directory / f"{node.name}.key"
+        hosts = [(n.name, n.address) for n in nodes] + sorted((extra or {}).items())
+        for name, address in hosts:
+            kp = pki.issue_host_cert(ca, name, [address, name])
+            cert, key = directory / f"{name}.crt", directory / f"{name}.key"
             kp.write(cert, key)
             # Servers the agent runs as its unprivileged run_user (xrootd refuses root) must read the key; the
             # directory is the demo's own temporary one.
             os.chmod(key, 0o644)
-            certs.hosts[node.name] = (cert, key)
+            certs.hosts[name] = (cert, key)
         return certs
 
 
@@ -91,8 +95,10 @@ class LocalAgent:
 
 
 def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budget_bytes: int,
-                 protocols: tuple[str, ...] = ALL_PROTOCOLS, wait: float = 60.0) -> list[LocalAgent]:
-    """One real ``tpcmesh-agent`` per lab node (in its namespace), waited for until /readyz answers."""
+                 protocols: tuple[str, ...] = ALL_PROTOCOLS, wait: float = 60.0,
+                 token_issuer: str = "") -> list[LocalAgent]:
+    """One real ``tpcmesh-agent`` per lab node (in its namespace), waited for until /readyz answers; with
+    ``token_issuer`` (its URL) in token mode: XRootD and the built-in endpoint take that issuer's bearer tokens."""
     token_file = state / "agent-token"
     token_file.write_text(token + "\n", encoding="utf-8")
     os.chmod(token_file, 0o600)
@@ -111,6 +117,8 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
             "tls_cert": cert, "tls_key": key, "ca_file": certs.ca_file, "budget_bytes": budget_bytes,
             "protocols": ",".join(protocols), "log_level": "INFO",
         }
+        if token_issuer:
+            settings["xrootd_token_issuer"] = token_issuer  # checked against ca_file, the lab's CA
         ports = dict(DEFAULT_PORTS)
         if node.netns is None:
             # XRootD listens on every address of the host: on loopback each agent needs XRootD ports of its own.

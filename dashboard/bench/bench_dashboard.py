@@ -48,6 +48,7 @@ GRID_PAGE = "grid page, HTML 100×100"
 GRID_MEDIAN = "grid API, median over 7 days"
 PROBLEMS_PAGE = "problems page, HTML"
 CHANGES_API = "changes API, a benchmark's newest 100"
+CHANGES_NODE = "changes API, one node's"
 WATCH_GOAL_MS = 300.0
 START, END = "<!-- bench-dashboard:start -->", "<!-- bench-dashboard:end -->"
 
@@ -364,20 +365,21 @@ def main() -> int:
             GRID_PAGE: ("/grid/bench/mesh/?protocol=xrootd-https", args.requests // 2),
             PROBLEMS_PAGE: ("/problems/bench/mesh/", args.requests // 2),
             CHANGES_API: ("/api/v1/changes/?benchmark=bench/mesh", args.requests),
-            "changes API, one node's": ("/api/v1/changes/?benchmark=bench/mesh&node=dtn003", args.requests),
+            CHANGES_NODE: ("/api/v1/changes/?benchmark=bench/mesh&node=dtn003", args.requests),
             f"pair history API ({days} days, both directions)":
                 ("/api/v1/pairs/history/?source=dtn003&destination=dtn042&benchmark=bench/mesh", args.requests),
         }
         results: dict[str, dict[str, float]] = {}
         baseline: dict[str, dict[str, float]] = {}
+        new_only = {PROBLEMS_PAGE, CHANGES_API, CHANGES_NODE}  # the baseline has no such pages
         for name, (path, n) in reads.items():
-            if old is None:
+            if old is None or name in new_only:
                 results[name] = timings(base + path, n)
             else:
                 results[name], baseline[name] = side_by_side({"new": path, "old": path}, n,
                                                              (base, SERVER_PIDS), old)
             log(f"{name}: p95 {results[name]['p95']:.1f} ms" +
-                (f" (baseline {baseline[name]['p95']:.1f} ms)" if baseline else ""))
+                (f" (baseline {baseline[name]['p95']:.1f} ms)" if name in baseline else ""))
         _, body = get(base + grid)
         assert len(json.loads(body)["cells"]) == NODES * (NODES - 1)
         if old is not None:  # the same cells from both (values and states; ages differ by the time between)
@@ -408,8 +410,9 @@ def main() -> int:
         table = ["| request | p50 ms | p95 ms | server CPU ms/request | n | baseline p95 ms | baseline CPU ms "
                  "| new / old p95 | new / old CPU |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         table += [f"| {name} | {r['p50']:.1f} | {r['p95']:.1f} | {r['cpu']:.1f} | {r['n']} | "
-                  f"{baseline[name]['p95']:.1f} | {baseline[name]['cpu']:.1f} | "
-                  f"{r['p95'] / baseline[name]['p95']:.2f} | {r['cpu'] / baseline[name]['cpu']:.2f} |"
+                  + (f"{baseline[name]['p95']:.1f} | {baseline[name]['cpu']:.1f} | "
+                     f"{r['p95'] / baseline[name]['p95']:.2f} | {r['cpu'] / baseline[name]['cpu']:.2f} |"
+                     if name in baseline else "– | – | – | – |")
                   for name, r in results.items()]
         how = (f"Side by side in this run with the dashboard of commit `{args.baseline}` (a git worktree, a second "
                "gunicorn on the same database), each request in alternating blocks of the two servers; both answer "

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -259,6 +260,30 @@ def test_agent_and_operator_pods_deleted_mid_run(real_cluster, installed, databa
                     if "Started transfer " in line]
     ids = [r[0] for r in records if r[3] == "iperf3"]
     assert all(started.count(i) == 1 for i in ids), {i: started.count(i) for i in ids}
+
+
+    # A node in maintenance (its annotation, as an admin sets it with kubectl) is left out of the next run, which
+    # says so in its status; the annotation removed, the node is back.
+    until = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    core.patch_node(victim, {"metadata": {"annotations": {"tpcmesh.io/maintenance-until": until,
+                                                          "tpcmesh.io/maintenance-reason": "NIC swap"}}})
+    try:
+        objs.create_namespaced_custom_object(G, V, NS, "transferruns", {
+            "apiVersion": f"{G}/{V}", "kind": "TransferRun", "metadata": {"name": "faults-maintenance"},
+            "spec": {"benchmarkRef": {"name": "faults"}}})
+        status = wait_run(objs, "faults-maintenance", real_cluster)
+        assert status["phase"] == "Succeeded" and status.get("inMaintenance") == victim, json.dumps(status)[:2000]
+        assert status["maintenance"] == [{"node": victim, "reason": "NIC swap", "until": until,
+                                          "origin": "annotation"}]
+        wait_for("every record delivered", lambda: not run_status(objs, "faults-maintenance").get("outbox"),
+                 timeout=120)
+        kept = stored_records(psql, "faults-maintenance")
+        others = [n for n in nodes if n != victim]
+        assert sorted((r[1], r[2]) for r in kept if r[3] == "iperf3") == sorted(
+            (a, b) for a in others for b in others if a != b), kept
+    finally:
+        core.patch_node(victim, {"metadata": {"annotations": {"tpcmesh.io/maintenance-until": None,
+                                                              "tpcmesh.io/maintenance-reason": None}}})
 
 
 def test_helm_uninstall_leaves_nothing(real_cluster, installed):

@@ -9,6 +9,9 @@ Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
   When the counters move only as whole files end (``Progress.end_only``: iperf3, the GridFTP sink) they are not
   used: one end-jump in a 1 s window would read as all the bytes in that second; each file's bytes are spread
   over its transfer time instead (``spread_samples``), a lower bound on the true peak.
+- tcp (when the mover has a TCP view): per file ``{"sender", "receiver"}`` summaries (tcpinfo.py); for the test
+  the same two combined over its files, ``retransmits`` (the senders' total: only a sender retransmits; None when
+  no sender view came) and ``srtt_median_ms`` (the median of the files' smoothed RTT, the sender's when known).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
+from . import tcpinfo
 from .movers.base import FileResult, TransferJob
 
 PEAK_WINDOW = 1.0  # seconds
@@ -88,6 +93,22 @@ def spread_samples(results: Sequence[FileResult], step: float = 0.25) -> list[tu
     return out
 
 
+def tcp_summary(results: Sequence[FileResult]) -> dict[str, Any] | None:
+    """The test's TCP view from its files' (see the module's docstring); None when no file has one."""
+    views = [r.tcp for r in results if r.tcp]
+    if not views:
+        return None
+    sender = tcpinfo.combine(v.get("sender") for v in views)
+    receiver = tcpinfo.combine(v.get("receiver") for v in views)
+    srtts = [s["srtt_ms"] for v in views if (s := v.get("sender") or v.get("receiver")) and s.get("srtt_ms")]
+    return {
+        "retransmits": sender.get("retransmits") if sender else None,
+        "srtt_median_ms": statistics.median(srtts) if srtts else None,
+        "sender": sender,
+        "receiver": receiver,
+    }
+
+
 def checksum_verdict(results: Sequence[FileResult]) -> str:
     verified = [r.checksum_ok for r in results if r.checksum_ok is not None]
     if not verified:
@@ -126,7 +147,7 @@ def build_record(
     if file_peaks:
         peak_bps = max([peak_bps or 0.0, *file_peaks])
     sizes = {r.size for r in results}
-    return {
+    record = {
         "test_id": job.test_id,
         "protocol": job.protocol,
         "streams": job.streams,
@@ -156,7 +177,12 @@ def build_record(
                 "seconds": file_seconds(r),
                 "error": r.error,
                 "checksum_ok": r.checksum_ok,
+                **({"tcp": r.tcp} if r.tcp else {}),
             }
             for r in results
         ],
     }
+    tcp = tcp_summary(results)
+    if tcp is not None:
+        record["tcp"] = tcp
+    return record

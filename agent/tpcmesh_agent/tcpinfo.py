@@ -118,6 +118,14 @@ def summarize(samples: Sequence[Mapping[str, Any]], congestion: str | None = Non
     }
 
 
+def sender_only(**figures: Any) -> dict[str, Any]:
+    """A summary in the same shape from figures a tool reported itself (iperf3): the rest None."""
+    blank = dict.fromkeys(summarize([{}]) or {}, None)
+    blank.update(congestion=[], samples=None, connections=None)
+    blank.update({k: v for k, v in figures.items() if v is not None})
+    return blank
+
+
 _SUMMED = ("retransmits", "bytes_retrans", "reordering", "out_of_order", "data_segs_out", "data_segs_in",
            "delivery_rate_max_bps", "pacing_rate_max_bps", "samples", "connections", "lost_max")
 _HIGHEST = ("srtt_ms", "srtt_max_ms", "cwnd_max_bytes", "cwnd_last_bytes")

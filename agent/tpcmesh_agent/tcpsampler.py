@@ -90,3 +90,18 @@ class Sampler:
 
 
 SAMPLER = Sampler()  # one per process: the data server's and the mover's sockets share it
+
+
+def wait_drained(sock: socket.socket, timeout: float, poll: float = 0.005) -> bool:
+    """Wait until everything written to ``sock`` is acknowledged (the retransmits of a file's last bytes then count
+    too); False when ``timeout`` seconds pass first or the socket is gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = read_info(sock)
+        if info is None:
+            return False
+        if not info.get("unacked") and not info.get("notsent_bytes"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)

@@ -60,6 +60,22 @@ def check_record(rec: dict, files: list[dict], *, streams: int, concurrency: int
     assert mean <= rec["wall_seconds"] + 1e-6
     assert rec["throughput_gbps"] >= rec["aggregate_gbps"] * (1 - 1e-9)  # files overlap or run back to back
     assert rec["peak_gbps"] is not None and rec["peak_gbps"] > 0
+    check_tcp(rec, streams=streams)
+
+
+def check_tcp(rec: dict, *, streams: int) -> None:
+    """Each file's TCP view has both sides, one connection per stream: the sender's (fetched from the source
+    agent) counts the data segments it sent and its retransmits; the receiver's the segments it got."""
+    for f in rec["files"]:
+        sender, receiver = f["tcp"]["sender"], f["tcp"]["receiver"]
+        assert sender is not None and receiver is not None, f
+        assert sender["connections"] == receiver["connections"] == streams
+        assert sender["data_segs_out"] >= f["size"] // 65536 and receiver["data_segs_in"] >= f["size"] // 65536
+        assert isinstance(sender["retransmits"], int) and sender["min_rtt_ms"] is not None
+        assert sender["cwnd_max_bytes"] > 0 and sender["congestion"]
+    tcp = rec["tcp"]
+    assert tcp["retransmits"] == sum(f["tcp"]["sender"]["retransmits"] for f in rec["files"])
+    assert tcp["sender"]["connections"] == streams * len(rec["files"]) and tcp["srtt_median_ms"] is not None
 
 
 @pytest.fixture

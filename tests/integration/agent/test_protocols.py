@@ -110,6 +110,11 @@ def test_iperf3_measures_the_received_rate(pair, streams, destination):
     assert 2.9 < f["seconds"] < 3.5  # iperf3 ran for 3 s (half the 6 s timeout)
     assert rec["throughput_gbps"] == pytest.approx(f["bytes"] * 8 / 1e9 / f["seconds"])
     assert 0.95 <= rec["peak_gbps"] / rec["throughput_gbps"] < 2, rec  # the sampled end-jump would give ~3
+    # the sender's own figures came back with --get-server-output (the agent's iperf3 server prints JSON)
+    sender = f["tcp"]["sender"]
+    assert sender["connections"] == streams and isinstance(sender["retransmits"], int)
+    assert sender["cwnd_max_bytes"] > 0 and sender["min_rtt_ms"] > 0 and sender["congestion"]
+    assert rec["tcp"]["retransmits"] == sender["retransmits"]
     assert time.monotonic() - t0 < 15
 
 

@@ -9,7 +9,8 @@ Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
   When the counters move only as whole files end (``Progress.end_only``: iperf3, the GridFTP sink) they are not
   used: one end-jump in a 1 s window would read as all the bytes in that second; each file's bytes are spread
   over its transfer time instead (``spread_samples``), a lower bound on the true peak.
-- tcp (when the mover has a TCP view): per file ``{"sender", "receiver"}`` summaries (tcpinfo.py); for the test
+- tcp (when the mover has a TCP view): per file ``{"sender", "receiver"}`` summaries (tcpinfo.py, the main figures
+  only: tcpinfo.for_file); for the test
   the same two combined over its files, ``retransmits`` (the senders' total: only a sender retransmits; None when
   no sender view came) and ``srtt_median_ms`` (the median of the files' smoothed RTT, the sender's when known).
 """
@@ -177,7 +178,7 @@ def build_record(
                 "seconds": file_seconds(r),
                 "error": r.error,
                 "checksum_ok": r.checksum_ok,
-                **({"tcp": r.tcp} if r.tcp else {}),
+                **({"tcp": tcpinfo.for_file(r.tcp)} if r.tcp else {}),
             }
             for r in results
         ],

@@ -118,6 +118,18 @@ def summarize(samples: Sequence[Mapping[str, Any]], congestion: str | None = Non
     }
 
 
+# a file's row keeps these (the test keeps every figure): a record of 1000 files stays small enough for the
+# operator's status budget (about 150 bytes a side instead of 450)
+FILE_FIGURES = ("retransmits", "lost_max", "reordering", "out_of_order", "min_rtt_ms", "srtt_ms", "cwnd_max_bytes",
+                "delivery_rate_max_bps", "connections")
+
+
+def for_file(view: Mapping[str, Any]) -> dict[str, Any]:
+    """A file's {"sender", "receiver"} view with each side cut to FILE_FIGURES, unknown figures left out."""
+    return {side: None if not s else {k: s[k] for k in FILE_FIGURES if s.get(k) is not None}
+            for side, s in view.items()}
+
+
 def sender_only(**figures: Any) -> dict[str, Any]:
     """A summary in the same shape from figures a tool reported itself (iperf3): the rest None."""
     blank = dict.fromkeys(summarize([{}]) or {}, None)

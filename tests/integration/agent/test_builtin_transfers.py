@@ -70,10 +70,11 @@ def check_tcp(rec: dict, *, streams: int) -> None:
         sender, receiver = f["tcp"]["sender"], f["tcp"]["receiver"]
         assert sender is not None and receiver is not None, f
         assert sender["connections"] == receiver["connections"] == streams
-        assert sender["data_segs_out"] >= f["size"] // 65536 and receiver["data_segs_in"] >= f["size"] // 65536
         assert isinstance(sender["retransmits"], int) and sender["min_rtt_ms"] is not None
-        assert sender["cwnd_max_bytes"] > 0 and sender["congestion"]
+        assert sender["cwnd_max_bytes"] > 0 and sender["delivery_rate_max_bps"] > 0
     tcp = rec["tcp"]
+    assert tcp["sender"]["data_segs_out"] >= rec["total_bytes"] // 65536 <= tcp["receiver"]["data_segs_in"]
+    assert tcp["sender"]["congestion"]
     assert tcp["retransmits"] == sum(f["tcp"]["sender"]["retransmits"] for f in rec["files"])
     assert tcp["sender"]["connections"] == streams * len(rec["files"]) and tcp["srtt_median_ms"] is not None
 

@@ -113,7 +113,7 @@ def test_iperf3_measures_the_received_rate(pair, streams, destination):
     # the sender's own figures came back with --get-server-output (the agent's iperf3 server prints JSON)
     sender = f["tcp"]["sender"]
     assert sender["connections"] == streams and isinstance(sender["retransmits"], int)
-    assert sender["cwnd_max_bytes"] > 0 and sender["min_rtt_ms"] > 0 and sender["congestion"]
+    assert sender["cwnd_max_bytes"] > 0 and sender["min_rtt_ms"] > 0 and rec["tcp"]["sender"]["congestion"]
     assert rec["tcp"]["retransmits"] == sender["retransmits"]
     assert time.monotonic() - t0 < 15
 

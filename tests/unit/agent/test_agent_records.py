@@ -179,3 +179,12 @@ def test_without_a_sender_view_the_retransmits_are_unknown_not_zero():
 def test_a_mover_without_tcp_view_adds_no_tcp_fields():
     rec = records.build_record(_job(1, 10), [_res("f0", 10, 0, 1)], T0, T0 + timedelta(seconds=1), "succeeded")
     assert "tcp" not in rec and "tcp" not in rec["files"][0]
+
+
+def test_a_files_row_keeps_the_main_figures_and_the_test_every_one():
+    side = {**_side(3, 50.0), "bytes_retrans": 4000, "pacing_rate_max_bps": None, "samples": 12}
+    rec = records.build_record(_job(1, 10), [_res("f0", 10, 0, 1, tcp={"sender": side, "receiver": None})], T0,
+                               T0 + timedelta(seconds=1), "succeeded")
+    assert rec["files"][0]["tcp"] == {"sender": {"retransmits": 3, "srtt_ms": 50.0, "min_rtt_ms": 25.0,
+                                                 "connections": 1}, "receiver": None}
+    assert rec["tcp"]["sender"]["bytes_retrans"] == 4000 and rec["tcp"]["sender"]["samples"] == 12

@@ -13,6 +13,7 @@ Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
   only: tcpinfo.for_file); for the test
   the same two combined over its files, ``retransmits`` (the senders' total: only a sender retransmits; None when
   no sender view came) and ``srtt_median_ms`` (the median of the files' smoothed RTT, the sender's when known).
+  Movers without a view of their own (XRootD, GridFTP) get the receiver side of the test from ss (ssview.py).
 """
 
 from __future__ import annotations
@@ -94,11 +95,15 @@ def spread_samples(results: Sequence[FileResult], step: float = 0.25) -> list[tu
     return out
 
 
-def tcp_summary(results: Sequence[FileResult]) -> dict[str, Any] | None:
-    """The test's TCP view from its files' (see the module's docstring); None when no file has one."""
+def tcp_summary(results: Sequence[FileResult], receiver_view: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The test's TCP view from its files' (see the module's docstring); without those, from ``receiver_view``
+    (the kernel's view of the protocol's own sockets, ssview.py); None when neither."""
     views = [r.tcp for r in results if r.tcp]
     if not views:
-        return None
+        if not receiver_view:
+            return None
+        return {"retransmits": None, "srtt_median_ms": receiver_view.get("srtt_ms"), "sender": None,
+                "receiver": receiver_view}
     sender = tcpinfo.combine(v.get("sender") for v in views)
     receiver = tcpinfo.combine(v.get("receiver") for v in views)
     srtts = [s["srtt_ms"] for v in views if (s := v.get("sender") or v.get("receiver")) and s.get("srtt_ms")]
@@ -135,6 +140,7 @@ def build_record(
     status: str,
     error: str | None = None,
     samples: Iterable[tuple[float, int]] = (),
+    receiver_view: dict[str, Any] | None = None,
 ) -> dict:
     """A finished record (status succeeded|failed|cancelled) that validates as the contract's transferRecord."""
     total = sum(r.bytes for r in results)
@@ -183,7 +189,7 @@ def build_record(
             for r in results
         ],
     }
-    tcp = tcp_summary(results)
+    tcp = tcp_summary(results, receiver_view)
     if tcp is not None:
         record["tcp"] = tcp
     return record

@@ -22,6 +22,7 @@ from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
 from .movers.base import BearerTokens, Endpoint, FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob
+from .ssview import PeerSockets
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ MAX_TIMEOUT = 24 * 3600
 MAX_IPERF3_SECONDS = 300  # iperf3 -t: long enough for a slow-start over any WAN, short enough not to hog the pair
 KEEP_RECORDS = 1000
 SAMPLE_INTERVAL = 0.25
+# protocols whose sockets belong to other programs (XRootD, GridFTP): the kernel's view of them comes from ss
+KERNEL_VIEW_PROTOCOLS = ("xrootd-https", "xrootd-root", "gridftp")
 TIMEOUT_GRACE = 2.0  # seconds a mover gets past the job timeout to end its files itself (with partial bytes)
 
 
@@ -287,6 +290,7 @@ class TransferRunner:
         job = run.job
         self.metrics.active.inc()
         sampler = asyncio.create_task(self._sample(run))
+        sockets = PeerSockets(job.source.host).start() if job.protocol in KERNEL_VIEW_PROTOCOLS else None
         results: list[FileResult] | None = None
         status, error = "failed", None
         t0 = time.monotonic()
@@ -316,6 +320,7 @@ class TransferRunner:
         finally:
             sampler.cancel()
             finished = datetime.now(UTC)
+            receiver_view = await sockets.stop() if sockets is not None else None
             run.samples.append((time.monotonic(), run.progress.bytes_done))
             if results is None:
                 results = [FileResult(name=f.name, size=f.size, bytes=0, error=error) for f in job.files]
@@ -323,7 +328,8 @@ class TransferRunner:
                 if job.destination_dir is not None:  # free the memory before the record says "done"
                     await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
                 samples = records.spread_samples(results) if run.progress.end_only else run.samples
-                run.record = records.build_record(job, results, run.started_at, finished, status, error, samples)
+                run.record = records.build_record(job, results, run.started_at, finished, status, error, samples,
+                                                  receiver_view)
             except Exception as e:  # a malformed mover result must not leave the agent busy forever
                 log.exception("Transfer %s: building the record failed", job.test_id)
                 status, error = "failed", f"agent error building the record: {type(e).__name__}: {e}"

@@ -46,7 +46,7 @@ def mesh(tmp_path_factory):
     with Lab(profile, mode="netns") as lab:
         certs = Certificates.create(state / "pki", lab.nodes)
         token = secrets.token_urlsafe(32)
-        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin", "iperf3"))
+        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin", "iperf3", "xrootd-https"))
         ctx = ssl.create_default_context(cafile=str(certs.ca_file))
         with httpx.Client(verify=ctx, timeout=120, headers={"Authorization": f"Bearer {token}"}) as client:
             for name in ("lossy", "clean"):
@@ -59,7 +59,7 @@ def pull(mesh, source: str, protocol: str, **extra) -> dict:
     """A test run by near's agent from ``source``; its finished record."""
     lab, client = mesh
     near = f"https://{lab.node('near').address}:{DEFAULT_PORTS['control']}"
-    port = DEFAULT_PORTS["builtin" if protocol == "builtin" else "iperf3"]
+    port = DEFAULT_PORTS[protocol]
     tid = str(uuid.uuid4())
     client.post(near + "/api/v1/transfers", json={
         "test_id": tid, "protocol": protocol, "source": {"host": lab.node(source).address, "port": port},
@@ -111,3 +111,18 @@ def test_iperf3_reports_its_senders_retransmits_of_a_lossy_link_and_none_on_a_cl
     assert lossy["tcp"]["retransmits"] > 0
     assert lossy["tcp"]["retransmits"] / segments[id(lossy)] >= LOSSY_MIN_SHARE, lossy["tcp"]
     assert clean["tcp"]["retransmits"] / segments[id(clean)] <= CLEAN_MAX_SHARE, clean["tcp"]
+
+
+def test_xrootds_sockets_are_seen_by_the_kernel_on_the_receiving_side(mesh):
+    """XRootD's own connections (its HTTP-TPC pull from the source) sampled with ss: the receiver counts no data
+    retransmits, but sees the lossy link's gaps as out-of-order packets, and the link's RTT."""
+    lossy = pull(mesh, "lossy", "xrootd-https", streams=2, destination="store")
+    clean = pull(mesh, "clean", "xrootd-https", streams=2, destination="store")
+    for rec in (lossy, clean):
+        tcp = rec["tcp"]
+        assert tcp["sender"] is None and tcp["retransmits"] is None  # unknown, not 0
+        assert tcp["receiver"]["connections"] >= 2 and tcp["receiver"]["data_segs_in"] > 0
+        assert 2 * DELAY_MS * 0.9 <= tcp["receiver"]["min_rtt_ms"] <= 2 * DELAY_MS * 3, tcp
+    print(f"xrootd-https receiver out-of-order: lossy {lossy['tcp']['receiver']['out_of_order']}, "
+          f"clean {clean['tcp']['receiver']['out_of_order']}")
+    assert lossy["tcp"]["receiver"]["out_of_order"] > 0 == clean["tcp"]["receiver"]["out_of_order"]

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import memory, records
+from . import congestion, memory, records
 from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
@@ -191,7 +191,8 @@ class TransferRunner:
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
                            destination_dir=dest_dir, verify_checksums=verify,
                            duration=float(duration) if duration is not None else None,
-                           tokens=_tokens(body.get("tokens"), protocol))
+                           tokens=_tokens(body.get("tokens"), protocol),
+                           congestion=_congestion(body.get("congestion_control"), protocol))
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -380,6 +381,19 @@ def _fmt(v: float | None) -> str:
 TOKEN_PROTOCOLS = ("xrootd-https",)
 MAX_TOKEN_CHARS = 8192
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+
+
+def _congestion(given: Any, protocol: str) -> str | None:
+    """``congestion_control``: an algorithm this node may send with, for a mover that sets it."""
+    if given is None:
+        return None
+    if protocol not in congestion.PROTOCOLS:
+        raise ApiError(422, f"congestion_control applies to {' and '.join(congestion.PROTOCOLS)} only "
+                            f"({protocol} chooses its own)")
+    why = congestion.problem(given)
+    if why:
+        raise ApiError(422, why)
+    return str(given)
 
 
 def _tokens(given: Any, protocol: str) -> BearerTokens | None:

@@ -48,6 +48,7 @@ class Watch:
 
     def finish(self) -> dict[str, Any] | None:
         """Stop watching; the summary from the first sample to one taken now (None when none could be taken)."""
+        self.congestion = congestion_of(self.sock) or self.congestion  # set after the watch began, perhaps
         self._sampler.forget(self)
         return tcpinfo.summarize(self.samples, self.congestion)
 

@@ -60,6 +60,7 @@ class TransferJob:
     verify_checksums: bool = True
     duration: float | None = None  # seconds a timed test (iperf3) runs; None: the mover's default
     tokens: BearerTokens | None = None  # token mode (xrootd-https); None: the protocol's usual authorization
+    congestion: str | None = None  # TCP congestion control the sender uses (builtin, iperf3); None: the default
 
 
 @dataclass

@@ -105,6 +105,8 @@ class Iperf3Mover(Mover):
         secs = int(job.duration) if job.duration else duration_for(job.timeout)
         argv = ["iperf3", "-c", job.source.host, "-p", str(job.source.port), "-B", self.settings.address,
                 "-R", "-P", str(job.streams), "-t", str(secs), "-J", "--get-server-output"]
+        if job.congestion:
+            argv += ["-C", job.congestion]  # iperf3 passes it to the server, which sends with it
         progress.files_total = 1
         progress.end_only = True  # the bytes arrive in one piece when iperf3 has ended
         start = now()

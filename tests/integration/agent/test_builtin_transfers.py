@@ -145,3 +145,17 @@ def test_checksums_from_the_source_s_digest_header_and_back_to_back_tests(pair):
     for _ in range(2):
         rec = dst.transfer(**body)
         check_record(rec, fs["files"], streams=2, concurrency=3, destination="store")
+
+
+@pytest.mark.parametrize("algorithm", ["cubic", "bbr"])
+def test_the_source_sends_with_the_congestion_control_asked_for(pair, algorithm):
+    """Both algorithms this kernel has (the agents run as root, so an available one need not be allowed too): the
+    source's sockets use the one the test names, and the record says which was asked for."""
+    src, dst = pair
+    fs = src.file_set(count=2, size=SIZE)
+    rec = dst.transfer(protocol="builtin", source={"host": src.address, "port": src.builtin_port},
+                       file_set={"count": 2, "size": SIZE}, files=fs["files"], concurrency=2, streams=2,
+                       congestion_control=algorithm, timeout_seconds=60)
+    check_record(rec, fs["files"], streams=2, concurrency=2, destination="store")
+    assert rec["congestion_control"] == algorithm
+    assert rec["tcp"]["sender"]["congestion"] == [algorithm] == rec["tcp"]["receiver"]["congestion"]

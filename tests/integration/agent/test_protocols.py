@@ -118,6 +118,16 @@ def test_iperf3_measures_the_received_rate(pair, streams, destination):
     assert time.monotonic() - t0 < 15
 
 
+def test_iperf3_sends_with_the_congestion_control_asked_for(pair):
+    src, dst, _ = pair
+    for algorithm in ("cubic", "bbr"):
+        rec = dst.transfer(protocol="iperf3", source={"host": src.address, "port": src.ports["iperf3_port"]},
+                           file_set={"count": 1, "size": 1000}, concurrency=1, streams=1, timeout_seconds=60,
+                           duration_seconds=1, congestion_control=algorithm, timeout=30)
+        assert rec["status"] == "succeeded", rec
+        assert rec["congestion_control"] == algorithm and rec["tcp"]["sender"]["congestion"] == [algorithm]
+
+
 def test_iperf3_runs_for_the_requested_duration(pair):
     src, dst, _ = pair
     rec = dst.transfer(protocol="iperf3", source={"host": src.address, "port": src.ports["iperf3_port"]},

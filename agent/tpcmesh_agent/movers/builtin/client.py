@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ... import congestion
 from ...tcpsampler import SAMPLER
 from ..base import Progress
 
@@ -37,11 +38,13 @@ TELEMETRY_HEADER = "X-Tpcmesh-Telemetry"  # "<test id>/<file name>": the source 
 
 @dataclass
 class TcpTelemetry:
-    """One file's TCP view: ``key`` asks the source to keep its sender-side view of the file's connections
-    (fetched once the test ends), ``receiver`` collects this side's summary of each data connection."""
+    """One file's TCP settings and view: ``key`` asks the source to keep its sender-side view of the file's
+    connections (fetched once the test ends), ``receiver`` collects this side's summary of each data connection,
+    ``congestion`` asks the source to send with that algorithm."""
 
     key: str | None = None
     receiver: list[dict[str, Any]] = field(default_factory=list)
+    congestion: str | None = None  # the algorithm the source is asked to send with (and this side sets too)
 
 
 class PullError(Exception):
@@ -220,6 +223,9 @@ def fetch(
             req += "Want-Digest: adler32\r\n"
         if watch is not None and telemetry is not None and telemetry.key:
             req += f"{TELEMETRY_HEADER}: {telemetry.key}\r\n"
+        if telemetry is not None and telemetry.congestion:
+            congestion.apply(sock, telemetry.congestion)
+            req += f"{congestion.HEADER}: {telemetry.congestion}\r\n"
         if end is not None:
             req += f"Range: bytes={start}-{end - 1}\r\n"
         try:

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import congestion
 from ...files import FileSetError, validate_name
 from ...tcpsampler import SAMPLER, wait_drained
 from .client import CHUNK, CONNECT_TIMEOUT, TELEMETRY_HEADER
@@ -90,6 +91,8 @@ class FilesHandler(BaseHTTPRequestHandler):
         if self.path.startswith("/tcp-info/"):
             self._tcp_info()
             return
+        if not self._apply_congestion():
+            return
         r = self._resolve()
         if r is None:
             return
@@ -158,6 +161,22 @@ class FilesHandler(BaseHTTPRequestHandler):
                           self.client_address[0], *key)
         finally:
             views.end(key[0], key[1], watch.finish())
+
+    def _apply_congestion(self) -> bool:
+        """Send with the congestion control the client asked for (X-Tpcmesh-Congestion); False when refused."""
+        name = self.headers.get(congestion.HEADER)
+        if name is None:
+            return True
+        why = None if congestion.NAME_RE.match(name) else f"{congestion.HEADER} {name!r} is not an algorithm name"
+        if why is None:
+            try:
+                congestion.apply(self.connection, name)
+            except OSError as e:
+                why = f"congestion control {name!r} is not usable on this node: {e.strerror or e}"
+        if why:
+            self._error(400, why)
+            return False
+        return True
 
     def _tcp_info(self) -> None:
         m = PATH_RE.match(urllib.parse.urlsplit(self.path).path)

@@ -47,7 +47,7 @@ class BuiltinMover(Mover):
         dest = job.destination_dir / spec.name if job.destination_dir is not None else None
         meta: dict[str, str] = {}
         want_digest = dest is not None and job.verify_checksums and not spec.checksum
-        telemetry = TcpTelemetry(key=f"{job.test_id}/{spec.name}")
+        telemetry = TcpTelemetry(key=f"{job.test_id}/{spec.name}", congestion=job.congestion)
         try:
             pull(job.source.host, job.source.port, f"/files/{job.file_set}/{spec.name}", spec.size, dest,
                  job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None,

@@ -97,6 +97,8 @@ class Measurement(models.Model):
     retransmits = models.BigIntegerField(null=True, blank=True,
                                          help_text="TCP segments the senders retransmitted (tcp.retransmits)")
     tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
+    congestion_control = models.CharField(max_length=15, null=True, blank=True,
+                                          help_text="the congestion control the test asked for (null: default)")
     status = models.CharField(max_length=12, choices=[(s, s) for s in STATUSES])
     error = models.TextField(null=True, blank=True)
     checksum = models.CharField(max_length=12, null=True, blank=True)

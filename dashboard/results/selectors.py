@@ -314,7 +314,7 @@ def pair_history(
     out = []
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "throughput_gbps", "aggregate_gbps",
-        "rtt_ms", "retransmits", "status", "error", "finished_at",
+        "rtt_ms", "retransmits", "congestion_control", "status", "error", "finished_at",
     ):
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 MEASUREMENT_FIELDS = [
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum",
-    "destination_kind", "started_at", "finished_at", "tcp",
+    "destination_kind", "started_at", "finished_at", "tcp", "congestion_control",
 ]
 STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits"]  # retransmits: tcp.retransmits in a column, for filtering
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]

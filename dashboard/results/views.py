@@ -179,7 +179,9 @@ def pair_page(request, source: str, destination: str):
             if p["rtt_ms"] is not None:
                 rtt.setdefault(f"RTT {direction}", []).append([t, p["rtt_ms"]])
             continue
-        label = f'{p["protocol"]} ×{p["streams"] or 1} {direction}'
+        # a congestion control the test asked for is a setting of its own, like streams: a series of its own
+        cc = f' {p["congestion_control"]}' if p["congestion_control"] else ""
+        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc} {direction}'
         if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
             retransmits.setdefault(label, []).append([t, p["retransmits"]])
         if p["throughput_gbps"] is None:

@@ -13,7 +13,7 @@ from .spec import BenchmarkSpec
 _MEASUREMENT_FIELDS = (
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "started_at", "finished_at",
-    "files", "tcp",
+    "files", "tcp", "congestion_control",
 )
 
 
@@ -44,6 +44,8 @@ def failed_measurement(
         "streams": test.setting.streams, "status": status, "error": error,
         "started_at": started_at, "finished_at": now_iso(),
     }
+    if test.setting.congestion:
+        m["congestion_control"] = test.setting.congestion
     if test.setting.protocol != RTT:
         m["concurrency"] = spec.concurrency
         m["file_size"] = spec.file_set.size

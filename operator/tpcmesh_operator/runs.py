@@ -673,6 +673,8 @@ class RunExecutor:
         }
         if proto == "iperf3":
             request["duration_seconds"] = self.spec.iperf3_seconds
+        if test.setting.congestion:
+            request["congestion_control"] = test.setting.congestion
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
         unreachable_since: float | None = None
         started = False

@@ -95,6 +95,7 @@ class MeasurementIn(serializers.Serializer):
     finished_at = RFC3339Field()
     files = FileResultIn(many=True, required=False)
     tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
+    congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
 
     def validate(self, attrs):
         errors = {}
@@ -228,7 +229,8 @@ class MeasurementSerializer(serializers.ModelSerializer):
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
-                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "status", "error", "checksum",
+                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "status", "error",
+                  "checksum",
                   "destination_kind", "started_at", "finished_at", "ingested_at"]
 
 

@@ -126,3 +126,17 @@ def test_xrootds_sockets_are_seen_by_the_kernel_on_the_receiving_side(mesh):
     print(f"xrootd-https receiver out-of-order: lossy {lossy['tcp']['receiver']['out_of_order']}, "
           f"clean {clean['tcp']['receiver']['out_of_order']}")
     assert lossy["tcp"]["receiver"]["out_of_order"] > 0 == clean["tcp"]["receiver"]["out_of_order"]
+
+
+def test_cubic_and_bbr_on_the_lossy_link(mesh):
+    """This kernel offers both (available: reno bbr cubic): the source sends with the one asked for. Random loss is
+    what cubic reads as congestion and bbr mostly does not; the figures are printed, not judged (one short pull)."""
+    rows = {}
+    for algorithm in ("cubic", "bbr"):
+        rec = pull(mesh, "lossy", "builtin", streams=1, congestion_control=algorithm)
+        assert rec["congestion_control"] == algorithm
+        assert rec["tcp"]["sender"]["congestion"] == [algorithm], rec["tcp"]
+        assert rec["tcp"]["retransmits"] > 0
+        rows[algorithm] = (rec["aggregate_gbps"], rec["tcp"]["retransmits"], rec["tcp"]["sender"]["data_segs_out"])
+    print("lossy link, 2 x 64 MB, 1 stream each: " + "; ".join(
+        f"{a} {g:.2f} Gbit/s, {r} retransmits of {n} segments" for a, (g, r, n) in rows.items()))

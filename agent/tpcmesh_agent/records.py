@@ -9,6 +9,11 @@ Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
   When the counters move only as whole files end (``Progress.end_only``: iperf3, the GridFTP sink) they are not
   used: one end-jump in a 1 s window would read as all the bytes in that second; each file's bytes are spread
   over its transfer time instead (``spread_samples``), a lower bound on the true peak.
+- tcp (when the mover has a TCP view): per file ``{"sender", "receiver"}`` summaries (tcpinfo.py, the main figures
+  only: tcpinfo.for_file); for the test
+  the same two combined over its files, ``retransmits`` (the senders' total: only a sender retransmits; None when
+  no sender view came) and ``srtt_median_ms`` (the median of the files' smoothed RTT, the sender's when known).
+  Movers without a view of their own (XRootD, GridFTP) get the receiver side of the test from ss (ssview.py).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
+from . import tcpinfo
 from .movers.base import FileResult, TransferJob
 
 PEAK_WINDOW = 1.0  # seconds
@@ -88,6 +95,26 @@ def spread_samples(results: Sequence[FileResult], step: float = 0.25) -> list[tu
     return out
 
 
+def tcp_summary(results: Sequence[FileResult], receiver_view: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The test's TCP view from its files' (see the module's docstring); without those, from ``receiver_view``
+    (the kernel's view of the protocol's own sockets, ssview.py); None when neither."""
+    views = [r.tcp for r in results if r.tcp]
+    if not views:
+        if not receiver_view:
+            return None
+        return {"retransmits": None, "srtt_median_ms": receiver_view.get("srtt_ms"), "sender": None,
+                "receiver": receiver_view}
+    sender = tcpinfo.combine(v.get("sender") for v in views)
+    receiver = tcpinfo.combine(v.get("receiver") for v in views)
+    srtts = [s["srtt_ms"] for v in views if (s := v.get("sender") or v.get("receiver")) and s.get("srtt_ms")]
+    return {
+        "retransmits": sender.get("retransmits") if sender else None,
+        "srtt_median_ms": statistics.median(srtts) if srtts else None,
+        "sender": sender,
+        "receiver": receiver,
+    }
+
+
 def checksum_verdict(results: Sequence[FileResult]) -> str:
     verified = [r.checksum_ok for r in results if r.checksum_ok is not None]
     if not verified:
@@ -113,6 +140,7 @@ def build_record(
     status: str,
     error: str | None = None,
     samples: Iterable[tuple[float, int]] = (),
+    receiver_view: dict[str, Any] | None = None,
 ) -> dict:
     """A finished record (status succeeded|failed|cancelled) that validates as the contract's transferRecord."""
     total = sum(r.bytes for r in results)
@@ -126,7 +154,7 @@ def build_record(
     if file_peaks:
         peak_bps = max([peak_bps or 0.0, *file_peaks])
     sizes = {r.size for r in results}
-    return {
+    record = {
         "test_id": job.test_id,
         "protocol": job.protocol,
         "streams": job.streams,
@@ -144,6 +172,7 @@ def build_record(
         "peak_gbps": peak_bps / 1e9 if peak_bps else None,
         "checksum": checksum_verdict(results),
         "destination_kind": "sink" if job.destination_dir is None else "store",
+        "congestion_control": job.congestion,
         "started_at": iso(started_at),
         "finished_at": iso(finished_at),
         "files": [
@@ -156,7 +185,12 @@ def build_record(
                 "seconds": file_seconds(r),
                 "error": r.error,
                 "checksum_ok": r.checksum_ok,
+                **({"tcp": tcpinfo.for_file(r.tcp)} if r.tcp else {}),
             }
             for r in results
         ],
     }
+    tcp = tcp_summary(results, receiver_view)
+    if tcp is not None:
+        record["tcp"] = tcp
+    return record

@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import memory, records
+from . import congestion, memory, records
 from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
 from .movers.base import BearerTokens, Endpoint, FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob
+from .ssview import PeerSockets
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ MAX_TIMEOUT = 24 * 3600
 MAX_IPERF3_SECONDS = 300  # iperf3 -t: long enough for a slow-start over any WAN, short enough not to hog the pair
 KEEP_RECORDS = 1000
 SAMPLE_INTERVAL = 0.25
+# protocols whose sockets belong to other programs (XRootD, GridFTP): the kernel's view of them comes from ss
+KERNEL_VIEW_PROTOCOLS = ("xrootd-https", "xrootd-root", "gridftp")
 TIMEOUT_GRACE = 2.0  # seconds a mover gets past the job timeout to end its files itself (with partial bytes)
 
 
@@ -188,7 +191,8 @@ class TransferRunner:
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
                            destination_dir=dest_dir, verify_checksums=verify,
                            duration=float(duration) if duration is not None else None,
-                           tokens=_tokens(body.get("tokens"), protocol))
+                           tokens=_tokens(body.get("tokens"), protocol),
+                           congestion=_congestion(body.get("congestion_control"), protocol))
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -287,6 +291,7 @@ class TransferRunner:
         job = run.job
         self.metrics.active.inc()
         sampler = asyncio.create_task(self._sample(run))
+        sockets = PeerSockets(job.source.host).start() if job.protocol in KERNEL_VIEW_PROTOCOLS else None
         results: list[FileResult] | None = None
         status, error = "failed", None
         t0 = time.monotonic()
@@ -316,6 +321,7 @@ class TransferRunner:
         finally:
             sampler.cancel()
             finished = datetime.now(UTC)
+            receiver_view = await sockets.stop() if sockets is not None else None
             run.samples.append((time.monotonic(), run.progress.bytes_done))
             if results is None:
                 results = [FileResult(name=f.name, size=f.size, bytes=0, error=error) for f in job.files]
@@ -323,7 +329,8 @@ class TransferRunner:
                 if job.destination_dir is not None:  # free the memory before the record says "done"
                     await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
                 samples = records.spread_samples(results) if run.progress.end_only else run.samples
-                run.record = records.build_record(job, results, run.started_at, finished, status, error, samples)
+                run.record = records.build_record(job, results, run.started_at, finished, status, error, samples,
+                                                  receiver_view)
             except Exception as e:  # a malformed mover result must not leave the agent busy forever
                 log.exception("Transfer %s: building the record failed", job.test_id)
                 status, error = "failed", f"agent error building the record: {type(e).__name__}: {e}"
@@ -374,6 +381,19 @@ def _fmt(v: float | None) -> str:
 TOKEN_PROTOCOLS = ("xrootd-https", "builtin")
 MAX_TOKEN_CHARS = 8192
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+
+
+def _congestion(given: Any, protocol: str) -> str | None:
+    """``congestion_control``: an algorithm this node may send with, for a mover that sets it."""
+    if given is None:
+        return None
+    if protocol not in congestion.PROTOCOLS:
+        raise ApiError(422, f"congestion_control applies to {' and '.join(congestion.PROTOCOLS)} only "
+                            f"({protocol} chooses its own)")
+    why = congestion.problem(given)
+    if why:
+        raise ApiError(422, why)
+    return str(given)
 
 
 def _tokens(given: Any, protocol: str) -> BearerTokens | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import __version__
+from . import __version__, congestion
 from .atomic import write_atomically
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .files import FileSetError, FileSets, spec_from_request, validate_name
@@ -277,6 +277,7 @@ class Agent:
             "address": self.settings.address,
             "version": __version__,
             "protocols": self.protocols_info(),
+            "congestion_control": congestion.kernel_algorithms(),
             "servers": self.servers_status(),
             "budget_bytes": self.settings.budget_bytes,
             "file_sets": self.filesets.list(),

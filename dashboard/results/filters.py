@@ -140,6 +140,10 @@ class MeasurementFilterSet(OfPair):
     finished_after = RFC3339Filter(field_name="finished_at", lookup_expr="gte")
     finished_before = RFC3339Filter(field_name="finished_at", lookup_expr="lt")
     min_throughput_gbps = FloatFilter(field_name="throughput_gbps", lookup_expr="gte")
+    congestion_control = filters.CharFilter(field_name="congestion_control",
+                                            help_text="the congestion control the test asked for (cubic, bbr)")
+    retransmits_min = IntegerFilter(field_name="retransmits", lookup_expr="gte",
+                                    help_text="at least this many TCP retransmits (senders' total)")
 
     class Meta:
         model = Measurement

@@ -98,6 +98,11 @@ class Measurement(models.Model):
     rtt_ms = models.FloatField(null=True, blank=True)
     rtt_min_ms = models.FloatField(null=True, blank=True)
     rtt_max_ms = models.FloatField(null=True, blank=True)
+    retransmits = models.BigIntegerField(null=True, blank=True,
+                                         help_text="TCP segments the senders retransmitted (tcp.retransmits)")
+    tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
+    congestion_control = models.CharField(max_length=15, null=True, blank=True,
+                                          help_text="the congestion control the test asked for (null: default)")
     status = models.CharField(max_length=12, choices=[(s, s) for s in STATUSES])
     error = models.TextField(null=True, blank=True)
     checksum = models.CharField(max_length=12, null=True, blank=True)
@@ -141,6 +146,7 @@ class FileTransfer(models.Model):
     seconds = models.FloatField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     checksum_ok = models.BooleanField(null=True, blank=True)
+    tcp = models.JSONField(null=True, blank=True, help_text="the file's TCP view (the contract's fileTcp)")
 
     class Meta:
         ordering = ["measurement", "name"]

@@ -4,6 +4,7 @@ selectors."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import operator
 from collections.abc import Iterable
@@ -24,9 +25,10 @@ log = logging.getLogger(__name__)
 MEASUREMENT_FIELDS = [
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum",
-    "destination_kind", "auth", "started_at", "finished_at",
+    "destination_kind", "auth", "started_at", "finished_at", "tcp", "congestion_control",
 ]
-FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok"]
+STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits"]  # retransmits: tcp.retransmits in a column, for filtering
+FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
 LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error"]
 NODE_FIELDS = ["site", "address", "labels", "nic_speed_gbps", "loopback_gbps"]
 
@@ -132,6 +134,8 @@ def _csv(v: Any) -> str:
         return "t" if v else "f"
     if t is datetime:
         return v.isoformat()
+    if t is dict or t is list:
+        v = json.dumps(v)
     return '"' + str(v).replace('"', '""') + '"'
 
 
@@ -144,7 +148,7 @@ def _copy(table: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> None
         cur.cursor.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)", io.StringIO(text))
 
 
-MEASUREMENT_COLUMNS = ["id", "run_id", "benchmark_id", "source_id", "destination_id", *MEASUREMENT_FIELDS,
+MEASUREMENT_COLUMNS = ["id", "run_id", "benchmark_id", "source_id", "destination_id", *STORED_FIELDS,
                        "ingested_at"]
 
 
@@ -159,7 +163,7 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
     table = Measurement._meta.db_table
     with connection.cursor() as cur:
         cur.execute(f"CREATE TEMP TABLE ingest_tmp (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
-    fields = [operator.attrgetter(k) for k in MEASUREMENT_FIELDS]
+    fields = [operator.attrgetter(k) for k in STORED_FIELDS]
     _copy("ingest_tmp", MEASUREMENT_COLUMNS,
           ([r.id, run.id, run.benchmark_id, r.source_id, r.destination_id, *(f(r) for f in fields), now]
            for r in rows))
@@ -214,6 +218,12 @@ def _store_files(files: list[list[Any]]) -> None:
         )
 
 
+def _retransmits(m: dict[str, Any]) -> int | None:
+    """tcp.retransmits for its column: the contract's integer (JSON may write it 12.0)."""
+    v = (m.get("tcp") or {}).get("retransmits")
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
 @transaction.atomic
 def ingest(batch: dict[str, Any]) -> IngestResult:
     """Store one validated ingestBatch; idempotent by measurement id, all or nothing."""
@@ -229,7 +239,7 @@ def ingest(batch: dict[str, Any]) -> IngestResult:
         unique.setdefault(str(m["id"]), m)
     candidates = [
         Row(id=m["id"], source_id=nodes[m["source"]].id, destination_id=nodes[m["destination"]].id,
-            **{k: m.get(k) for k in MEASUREMENT_FIELDS})
+            retransmits=_retransmits(m), **{k: m.get(k) for k in MEASUREMENT_FIELDS})
         for m in unique.values()
     ]
     postgresql = connection.vendor == "postgresql"

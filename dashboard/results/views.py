@@ -176,6 +176,7 @@ def pair_page(request, source: str, destination: str):
     history = selectors.pair_history(a, b, bench, since=timezone.now() - since)
     series: dict[str, list] = {}
     rtt: dict[str, list] = {}
+    retransmits: dict[str, list] = {}
     for p in history:
         t = int(p["finished_at"].timestamp() * 1000)
         direction = f'{p["source"]} → {p["destination"]}'
@@ -183,9 +184,13 @@ def pair_page(request, source: str, destination: str):
             if p["rtt_ms"] is not None:
                 rtt.setdefault(f"RTT {direction}", []).append([t, p["rtt_ms"]])
             continue
+        # a congestion control the test asked for is a setting of its own, like streams: a series of its own
+        cc = f' {p["congestion_control"]}' if p["congestion_control"] else ""
+        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc} {direction}'
+        if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
+            retransmits.setdefault(label, []).append([t, p["retransmits"]])
         if p["throughput_gbps"] is None:
             continue
-        label = f'{p["protocol"]} ×{p["streams"] or 1} {direction}'
         series.setdefault(label, []).append([t, round(p["throughput_gbps"], 3)])
     files = selectors.pair_latest_run_files(a, b, bench)
     groups = files["groups"] if files else []
@@ -194,6 +199,7 @@ def pair_page(request, source: str, destination: str):
         "throughput": series,
         "levels": levels,
         "rtt": rtt,
+        "retransmits": retransmits,
         # The latest run's per-file seconds: a strip of points per direction and setting, with the median.
         "files": [{"label": [f'{g["source"]} → {g["destination"]}', f'{g["protocol"]} ×{g["streams"] or 1}'],
                    "points": [[f["seconds"], f["name"]] for f in g["files"]], "median": g["summary"]["median"]}

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from .spec import BenchmarkSpec
 
 RTT = "rtt"
+CONGESTION_PROTOCOLS = ("builtin", "iperf3")  # movers that set the congestion control; the others keep the default
 
 
 @dataclass(frozen=True, order=True)
@@ -43,10 +44,13 @@ class Setting:
     protocol: str
     streams: int | None = None  # None for rtt
     loopback: bool = False  # each agent against itself
+    congestion: str | None = None  # the senders' TCP congestion control (spec.tcp); None: the nodes' default
 
     @property
     def key(self) -> str:
         key = self.protocol if self.streams is None else f"{self.protocol}/{self.streams}"
+        if self.congestion:
+            key += f"/{self.congestion}"
         return f"loopback/{key}" if self.loopback else key
 
 
@@ -125,7 +129,8 @@ def lower_bound(n: int) -> int:
 def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
     """RTT first (it is quick and its result goes with every measurement of the pair), then protocol x streams."""
     out = [Setting(RTT)] if spec.latency else []
-    out += [Setting(p, s) for p in spec.protocols for s in spec.streams]
+    out += [Setting(p, s, congestion=c) for p in spec.protocols for s in spec.streams
+            for c in (spec.congestion_control if p in CONGESTION_PROTOCOLS and spec.congestion_control else (None,))]
     return tuple(out)
 
 

@@ -58,6 +58,7 @@ from typing import Any, Protocol
 
 from . import maintenance, metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
+from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
@@ -71,11 +72,6 @@ log = logging.getLogger(__name__)
 TEST_ID_NAMESPACE = uuid.UUID("6f0c7a52-4c8e-4d0e-9a51-0d6a2b1f3c11")
 TERMINAL = ("Succeeded", "Failed")
 FINAL = ("succeeded", "failed", "cancelled")  # an agent's test that has its record
-_MEASUREMENT_FIELDS = (
-    "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
-    "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "auth", "started_at",
-    "finished_at", "files",
-)
 
 
 # ---------------------------------------------------------------- interfaces
@@ -189,10 +185,6 @@ EventCallback = Callable[[str, str, str], None]
 # ---------------------------------------------------------------- pure helpers
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def test_id(run_uid: str, key: str, attempt: int) -> str:
     """Deterministic per run, test and attempt: a resumed executor re-posts the same id."""
     return str(uuid.uuid5(TEST_ID_NAMESPACE, f"{run_uid}/{key}/{attempt}"))
@@ -200,58 +192,6 @@ def test_id(run_uid: str, key: str, attempt: int) -> str:
 
 def pair_key(source: str, destination: str) -> str:
     return f"{source}>{destination}"
-
-
-def measurement_from_record(
-    record: Mapping[str, Any], source: str, destination: str, rtt: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """Contract `measurement` = the agent's `transferRecord` + the pair's node names + its RTT."""
-    m: dict[str, Any] = {"id": record["test_id"], "source": source, "destination": destination}
-    for k in _MEASUREMENT_FIELDS:
-        if k in record:
-            m[k] = record[k]
-    _add_rtt(m, rtt)
-    return m
-
-
-def failed_measurement(
-    mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None,
-    status: str = "failed",
-) -> dict[str, Any]:
-    """A test that produced no agent record (agent vanished, unreachable, file set missing, cancelled before the
-    agent had one): a failed (or cancelled) row."""
-    m: dict[str, Any] = {
-        "id": mid, "source": test.source, "destination": test.destination, "protocol": test.setting.protocol,
-        "streams": test.setting.streams, "status": status, "error": error,
-        "started_at": started_at, "finished_at": now_iso(),
-    }
-    if test.setting.protocol != RTT:
-        m["concurrency"] = spec.concurrency
-        m["file_size"] = spec.file_set.size
-        m["file_count"] = spec.file_set.count
-        m["destination_kind"] = spec.destination
-    _add_rtt(m, rtt)
-    return m
-
-
-def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: str) -> dict[str, Any]:
-    ok = not probe.get("error") and probe.get("median_ms") is not None
-    m = {
-        "id": mid, "source": test.source, "destination": test.destination, "protocol": RTT,
-        "status": "succeeded" if ok else "failed", "error": probe.get("error"),
-        "started_at": started_at, "finished_at": now_iso(),
-    }
-    _add_rtt(m, probe if ok else None)
-    return m
-
-
-def _add_rtt(m: dict[str, Any], rtt: Mapping[str, Any] | None) -> None:
-    """The pair's RTT on a measurement: median, min and max on the RTT row itself; the median on the others."""
-    if rtt:
-        m["rtt_ms"] = rtt.get("median_ms")
-        for k in ("min_ms", "max_ms"):
-            if k in rtt:
-                m[f"rtt_{k}"] = rtt[k]
 
 
 MAX_RECENT_FAILURES = 20
@@ -778,6 +718,8 @@ class RunExecutor:
                 return None, ("spec.auth is token but this operator runs no token issuer: enable it (chart value "
                               "tokens.enabled) or set spec.auth: x509"), True
             request["tokens"] = dict(pull_tokens(self.token_issuer, src, dst, proto, self.spec.timeout_seconds))
+        if test.setting.congestion:
+            request["congestion_control"] = test.setting.congestion
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
         unreachable_since: float | None = None
         started = False

@@ -147,6 +147,7 @@ class BenchmarkSpec:
     loopback: Loopback = field(default_factory=Loopback)
     iperf3_seconds: int = DEFAULT_IPERF3_SECONDS  # how long each iperf3 test (and an iperf3 loopback) sends
     streams: tuple[int, ...] = DEFAULT_STREAMS
+    congestion_control: tuple[str, ...] = ()  # spec.tcp.congestionControl; empty: the nodes' default
     concurrency: int = DEFAULT_CONCURRENCY
     file_set: FileSet = field(default_factory=FileSet)
     destination: str = "store"
@@ -228,7 +229,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         raise SpecError(path, f"expected an object, got {d!r}")
     known = {
         "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
-        "streams",
+        "streams", "tcp",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
         "auth",
@@ -386,6 +387,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         loopback=loopback,
         iperf3_seconds=iperf3_seconds,
         streams=tuple(streams),
+        congestion_control=_congestion_control(d.get("tcp"), f"{path}.tcp"),
         concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
         file_set=file_set,
         destination=destination,
@@ -400,6 +402,30 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
+
+
+CONGESTION_NAME = re.compile(r"^[a-z0-9_]{1,15}$")
+
+
+def _congestion_control(d: Any, path: str) -> tuple[str, ...]:
+    """spec.tcp.congestionControl: distinct algorithm names (whether a node has them, its agent says)."""
+    if d is None:
+        return ()
+    if not isinstance(d, Mapping):
+        raise SpecError(path, f"expected an object {{congestionControl: [...]}}, got {d!r}")
+    unknown = sorted(set(d) - {"congestionControl"})
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", "unknown field (known: congestionControl)")
+    names = _get(d, "congestionControl", path, list, [])
+    for i, n in enumerate(names):
+        if not isinstance(n, str) or not CONGESTION_NAME.match(n):
+            raise SpecError(f"{path}.congestionControl[{i}]", f"must be an algorithm name such as cubic or bbr, "
+                                                              f"got {n!r}")
+    if len(set(names)) != len(names):
+        raise SpecError(f"{path}.congestionControl", "must not repeat an algorithm")
+    if len(names) > 8:
+        raise SpecError(f"{path}.congestionControl", f"at most 8 algorithms, got {len(names)}")
+    return tuple(names)
 
 
 def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
@@ -427,6 +453,8 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "successfulRunsHistoryLimit": s.successful_runs_history_limit,
         "failedRunsHistoryLimit": s.failed_runs_history_limit,
     }
+    if s.congestion_control:
+        out["tcp"] = {"congestionControl": list(s.congestion_control)}
     if s.agent_selector:
         out["agentSelector"] = {"matchLabels": dict(s.agent_selector)}
     if s.node_selector:

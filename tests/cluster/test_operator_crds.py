@@ -76,6 +76,8 @@ BAD = [
     ({"timeoutSeconds": 10}, "spec.iperf3.durationSeconds must be shorter than spec.timeoutSeconds"),  # loopback
     ({"protocols": ["iperf3"], "loopback": {"enabled": False}, "timeoutSeconds": 5, "iperf3": {"durationSeconds": 5}},
      "spec.iperf3.durationSeconds must be shorter than spec.timeoutSeconds"),
+    ({"tcp": {"congestionControl": ["BBR"]}}, "spec.tcp.congestionControl[0]"),
+    ({"tcp": {"congestionControl": ["bbr", "bbr"]}}, "spec.tcp.congestionControl[1]: Duplicate value"),
 ]
 
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class TransferJob:
     verify_checksums: bool = True
     duration: float | None = None  # seconds a timed test (iperf3) runs; None: the mover's default
     tokens: BearerTokens | None = None  # token mode (xrootd-https); None: the protocol's usual authorization
+    congestion: str | None = None  # TCP congestion control the sender uses (builtin, iperf3); None: the default
 
 
 @dataclass
@@ -71,6 +73,9 @@ class FileResult:
     error: str | None = None
     checksum_ok: bool | None = None
     peak_bps: float | None = None  # this file's fastest >= 1 s window (file growth, iperf3 intervals), bit/s
+    # the kernel's view of the file's connections: {"sender": summary, "receiver": summary} (tcpinfo.py), either
+    # side None when unknown; None when the mover has no TCP view
+    tcp: dict[str, Any] | None = None
 
 
 @dataclass

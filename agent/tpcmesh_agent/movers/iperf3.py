@@ -1,6 +1,9 @@
 """iperf3: raw TCP capacity from the source to this agent (``iperf3 -c <source> -R -P <streams> -J``).
 
-``-R`` makes the source send, as in a pull. The test runs for the request's ``duration_seconds`` (by default half the
+``-R`` makes the source send, as in a pull; ``--get-server-output`` brings the sender's own figures (the agent's
+iperf3 server runs with ``-J``): retransmits, highest cwnd, min/mean/max RTT and the congestion control, kept as the
+pseudo-file's sender-side TCP view (the end totals' retransmits alone when the server printed no JSON).
+The test runs for the request's ``duration_seconds`` (by default half the
 job timeout, between 1 and 10 s); the record carries one pseudo-file ``iperf3`` holding the bytes received and the
 measured interval, so throughput and aggregate are both the received rate, and the peak is the fastest of iperf3's
 1 s intervals (the bytes are only known once iperf3 ends). The job's files are not moved.
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .. import tcpinfo
 from .base import FileResult, Mover, MoverUnavailable, Progress, TransferJob
 from .external import missing, now, run_program, short
 
@@ -33,6 +37,35 @@ class Report:
     seconds: float
     bps: float  # the mean received rate
     peak_bps: float | None  # the fastest interval (iperf3 reports every second), None without intervals
+    tcp: dict[str, Any] | None = None  # {"sender": summary, "receiver": None} (tcpinfo's shape)
+
+
+def _us_to_ms(v: Any) -> float | None:
+    return round(float(v) / 1000, 3) if isinstance(v, int | float) and v > 0 else None
+
+
+def sender_view(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The sender's TCP figures from a ``-R`` report: its own JSON (server_output_json) when the server sent it, else
+    the retransmits iperf3 exchanged at the end; None when the report has neither."""
+    server = data.get("server_output_json")
+    end = (server or {}).get("end") or {}
+    streams = [s.get("sender") or {} for s in end.get("streams") or []]
+    senders = [s for s in streams if s.get("sender")]
+    if senders:
+        rtts = [_us_to_ms(s.get("mean_rtt")) for s in senders]
+        return tcpinfo.sender_only(
+            retransmits=sum(int(s.get("retransmits") or 0) for s in senders),
+            cwnd_max_bytes=max((int(s.get("max_snd_cwnd") or 0) for s in senders), default=0) or None,
+            min_rtt_ms=min((v for s in senders if (v := _us_to_ms(s.get("min_rtt"))) is not None), default=None),
+            srtt_ms=max((v for v in rtts if v is not None), default=None),
+            srtt_max_ms=max((v for s in senders if (v := _us_to_ms(s.get("max_rtt"))) is not None), default=None),
+            congestion=[c] if (c := end.get("sender_tcp_congestion")) else [],
+            connections=len(senders))
+    sent = (data.get("end") or {}).get("sum_sent") or {}
+    if isinstance(sent.get("retransmits"), int):
+        c = (data.get("end") or {}).get("sender_tcp_congestion")
+        return tcpinfo.sender_only(retransmits=sent["retransmits"], congestion=[c] if c else [])
+    return None
 
 
 def parse_report(text: str) -> Report:
@@ -51,8 +84,9 @@ def parse_report(text: str) -> Report:
                  if not i["sum"].get("omitted") and float(i["sum"]["seconds"]) >= MIN_INTERVAL]
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"iperf3 report has a malformed interval: {e}") from e
+    sender = sender_view(data)
     return Report(int(received["bytes"]), float(received["seconds"]), float(received["bits_per_second"]),
-                  max(rates) if rates else None)
+                  max(rates) if rates else None, {"sender": sender, "receiver": None} if sender else None)
 
 
 class Iperf3Mover(Mover):
@@ -70,7 +104,9 @@ class Iperf3Mover(Mover):
             raise MoverUnavailable(why)
         secs = int(job.duration) if job.duration else duration_for(job.timeout)
         argv = ["iperf3", "-c", job.source.host, "-p", str(job.source.port), "-B", self.settings.address,
-                "-R", "-P", str(job.streams), "-t", str(secs), "-J"]
+                "-R", "-P", str(job.streams), "-t", str(secs), "-J", "--get-server-output"]
+        if job.congestion:
+            argv += ["-C", job.congestion]  # iperf3 passes it to the server, which sends with it
         progress.files_total = 1
         progress.end_only = True  # the bytes arrive in one piece when iperf3 has ended
         start = now()
@@ -87,6 +123,7 @@ class Iperf3Mover(Mover):
         result.size = result.bytes = report.bytes
         result.finished_at = start + timedelta(seconds=report.seconds)
         result.peak_bps = report.peak_bps
+        result.tcp = report.tcp
         progress.add_bytes(report.bytes)
         progress.files_done = 1
         return [result]

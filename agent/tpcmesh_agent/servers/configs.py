@@ -299,7 +299,8 @@ def gridftp_env(cert: Path, key: Path, ca_dir: Path) -> dict[str, str]:
 
 
 def iperf3_argv(settings: Any) -> list[str]:
-    return ["iperf3", "-s", "-B", settings.address, "-p", str(settings.iperf3_port)]
+    # -J: a client's --get-server-output then carries the sender's JSON (retransmits, cwnd, RTT of a -R test)
+    return ["iperf3", "-s", "-J", "-B", settings.address, "-p", str(settings.iperf3_port)]
 
 
 def supervised_argv(argv: list[str], switch_user: str | None, switch_group: str | None,

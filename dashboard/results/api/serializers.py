@@ -45,6 +45,25 @@ class RFC3339Field(serializers.DateTimeField):
         return super().to_internal_value(value)
 
 
+def _without_nul(value):
+    """A JSON value with every NUL character (in keys and text) as U+FFFD: PostgreSQL's jsonb cannot store NUL,
+    and a stray one in a benchmark's spec or a node's labels must not cost the batch its measurements."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+class JSONObjectField(serializers.DictField):
+    """A free-form JSON object (a spec, labels, counts), stored as given but for NUL characters."""
+
+    def to_internal_value(self, data):
+        return _without_nul(super().to_internal_value(data))
+
+
 class FileResultIn(serializers.Serializer):
     name = serializers.RegexField(r"^[A-Za-z0-9._-]+$", max_length=200)
     size = serializers.IntegerField(min_value=0)
@@ -54,6 +73,7 @@ class FileResultIn(serializers.Serializer):
     seconds = serializers.FloatField(min_value=0, allow_null=True, required=False)
     error = serializers.CharField(allow_null=True, allow_blank=True)
     checksum_ok = serializers.BooleanField(allow_null=True, required=False)
+    tcp = JSONObjectField(allow_null=True, required=False, help_text="the file's TCP view (the contract's fileTcp)")
 
     def validate(self, attrs):
         if attrs["finished_at"] < attrs["started_at"]:
@@ -89,6 +109,8 @@ class MeasurementIn(serializers.Serializer):
     started_at = RFC3339Field()
     finished_at = RFC3339Field()
     files = FileResultIn(many=True, required=False)
+    tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
+    congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
 
     def validate(self, attrs):
         errors = {}
@@ -99,25 +121,6 @@ class MeasurementIn(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
-
-
-def _without_nul(value):
-    """A JSON value with every NUL character (in keys and text) as U+FFFD: PostgreSQL's jsonb cannot store NUL,
-    and a stray one in a benchmark's spec or a node's labels must not cost the batch its measurements."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_without_nul(v) for v in value]
-    return value
-
-
-class JSONObjectField(serializers.DictField):
-    """A free-form JSON object (a spec, labels, counts), stored as given but for NUL characters."""
-
-    def to_internal_value(self, data):
-        return _without_nul(super().to_internal_value(data))
 
 
 class ThresholdsField(serializers.DictField):
@@ -207,10 +210,28 @@ class RunSerializer(serializers.ModelSerializer):
         fields = ["id", "uid", "name", "benchmark", "scheduled_at", "started_at", "finished_at", "state", "counts"]
 
 
+def _contract_or_null(definition: str) -> dict:
+    """The contract's definition (inlined) or null, for a read field that serves it as stored."""
+    root = contract.schema()
+    return {"anyOf": [contract._inline(root["$defs"][definition], root["$defs"]), {"type": "null"}]}
+
+
+@extend_schema_field(_contract_or_null("fileTcp"))
+class FileTcpField(serializers.JSONField):
+    """A file's TCP view as ingested (the contract's fileTcp), or null."""
+
+
+@extend_schema_field(_contract_or_null("testTcp"))
+class TestTcpField(serializers.JSONField):
+    """A test's TCP view as ingested (the contract's testTcp), or null."""
+
+
 class FileTransferSerializer(serializers.ModelSerializer):
+    tcp = FileTcpField(read_only=True)
+
     class Meta:
         model = FileTransfer
-        fields = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok"]
+        fields = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
 
 
 class MeasurementSerializer(serializers.ModelSerializer):
@@ -223,15 +244,16 @@ class MeasurementSerializer(serializers.ModelSerializer):
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
-                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum", "destination_kind", "auth",
-                  "started_at", "finished_at", "ingested_at"]
+                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "status", "error",
+                  "checksum", "destination_kind", "auth", "started_at", "finished_at", "ingested_at"]
 
 
 class MeasurementDetailSerializer(MeasurementSerializer):
     files = FileTransferSerializer(many=True, read_only=True)
+    tcp = TestTcpField(read_only=True)
 
     class Meta(MeasurementSerializer.Meta):
-        fields = [*MeasurementSerializer.Meta.fields, "files"]
+        fields = [*MeasurementSerializer.Meta.fields, "tcp", "files"]
 
 
 class GridCellSerializer(serializers.Serializer):

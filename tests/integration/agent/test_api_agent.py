@@ -100,6 +100,9 @@ def test_info(agent):
     ({"protocol": "iperf3", "duration_seconds": 0}, 422, "duration_seconds 0 is out of range (1..300)"),
     ({"protocol": "iperf3", "duration_seconds": 30, "timeout_seconds": 30}, 422,
      "duration_seconds 30 must be shorter than timeout_seconds 30"),
+    ({"congestion_control": "warp9"}, 422, "congestion control 'warp9' is not usable on this node"),
+    ({"congestion_control": "BBR; rm"}, 422, "congestion_control must be an algorithm name"),
+    ({"protocol": "gridftp", "congestion_control": "bbr"}, 422, "congestion_control applies to builtin and iperf3"),
 ])
 def test_bad_transfer_requests_are_refused_naming_the_field(agent, over, status, words):
     r = agent.post("/api/v1/transfers", json=_transfer_body(**over))

@@ -60,6 +60,23 @@ def check_record(rec: dict, files: list[dict], *, streams: int, concurrency: int
     assert mean <= rec["wall_seconds"] + 1e-6
     assert rec["throughput_gbps"] >= rec["aggregate_gbps"] * (1 - 1e-9)  # files overlap or run back to back
     assert rec["peak_gbps"] is not None and rec["peak_gbps"] > 0
+    check_tcp(rec, streams=streams)
+
+
+def check_tcp(rec: dict, *, streams: int) -> None:
+    """Each file's TCP view has both sides, one connection per stream: the sender's (fetched from the source
+    agent) counts the data segments it sent and its retransmits; the receiver's the segments it got."""
+    for f in rec["files"]:
+        sender, receiver = f["tcp"]["sender"], f["tcp"]["receiver"]
+        assert sender is not None and receiver is not None, f
+        assert sender["connections"] == receiver["connections"] == streams
+        assert isinstance(sender["retransmits"], int) and sender["min_rtt_ms"] is not None
+        assert sender["cwnd_max_bytes"] > 0 and sender["delivery_rate_max_bps"] > 0
+    tcp = rec["tcp"]
+    assert tcp["sender"]["data_segs_out"] >= rec["total_bytes"] // 65536 <= tcp["receiver"]["data_segs_in"]
+    assert tcp["sender"]["congestion"]
+    assert tcp["retransmits"] == sum(f["tcp"]["sender"]["retransmits"] for f in rec["files"])
+    assert tcp["sender"]["connections"] == streams * len(rec["files"]) and tcp["srtt_median_ms"] is not None
 
 
 @pytest.fixture
@@ -128,3 +145,17 @@ def test_checksums_from_the_source_s_digest_header_and_back_to_back_tests(pair):
     for _ in range(2):
         rec = dst.transfer(**body)
         check_record(rec, fs["files"], streams=2, concurrency=3, destination="store")
+
+
+@pytest.mark.parametrize("algorithm", ["cubic", "bbr"])
+def test_the_source_sends_with_the_congestion_control_asked_for(pair, algorithm):
+    """Both algorithms this kernel has (the agents run as root, so an available one need not be allowed too): the
+    source's sockets use the one the test names, and the record says which was asked for."""
+    src, dst = pair
+    fs = src.file_set(count=2, size=SIZE)
+    rec = dst.transfer(protocol="builtin", source={"host": src.address, "port": src.builtin_port},
+                       file_set={"count": 2, "size": SIZE}, files=fs["files"], concurrency=2, streams=2,
+                       congestion_control=algorithm, timeout_seconds=60)
+    check_record(rec, fs["files"], streams=2, concurrency=2, destination="store")
+    assert rec["congestion_control"] == algorithm
+    assert rec["tcp"]["sender"]["congestion"] == [algorithm] == rec["tcp"]["receiver"]["congestion"]

@@ -110,7 +110,22 @@ def test_iperf3_measures_the_received_rate(pair, streams, destination):
     assert 2.9 < f["seconds"] < 3.5  # iperf3 ran for 3 s (half the 6 s timeout)
     assert rec["throughput_gbps"] == pytest.approx(f["bytes"] * 8 / 1e9 / f["seconds"])
     assert 0.95 <= rec["peak_gbps"] / rec["throughput_gbps"] < 2, rec  # the sampled end-jump would give ~3
+    # the sender's own figures came back with --get-server-output (the agent's iperf3 server prints JSON)
+    sender = f["tcp"]["sender"]
+    assert sender["connections"] == streams and isinstance(sender["retransmits"], int)
+    assert sender["cwnd_max_bytes"] > 0 and sender["min_rtt_ms"] > 0 and rec["tcp"]["sender"]["congestion"]
+    assert rec["tcp"]["retransmits"] == sender["retransmits"]
     assert time.monotonic() - t0 < 15
+
+
+def test_iperf3_sends_with_the_congestion_control_asked_for(pair):
+    src, dst, _ = pair
+    for algorithm in ("cubic", "bbr"):
+        rec = dst.transfer(protocol="iperf3", source={"host": src.address, "port": src.ports["iperf3_port"]},
+                           file_set={"count": 1, "size": 1000}, concurrency=1, streams=1, timeout_seconds=60,
+                           duration_seconds=1, congestion_control=algorithm, timeout=30)
+        assert rec["status"] == "succeeded", rec
+        assert rec["congestion_control"] == algorithm and rec["tcp"]["sender"]["congestion"] == [algorithm]
 
 
 def test_iperf3_runs_for_the_requested_duration(pair):

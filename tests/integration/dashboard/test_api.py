@@ -512,3 +512,33 @@ def test_concurrent_ingest_never_moves_a_cell_back_in_time(write_key):
         assert len(cells) == len(pairs)
         assert {k: v[0] for k, v in cells.items()} == newest, f"round {round_}: a cell went back in time"
         assert {v[1:] for v in cells.values()} == {(10.0 * round_ + 3, T0 + timedelta(hours=10 * round_ + 3))}
+
+
+def _tcp(retransmits: int | None) -> dict:
+    side = {"retransmits": retransmits, "min_rtt_ms": 50.2, "srtt_ms": 63.5, "cwnd_max_bytes": 4_194_304,
+            "connections": 2, "congestion": ["cubic"]}
+    return {"retransmits": retransmits, "srtt_median_ms": 63.5, "sender": side, "receiver": None}
+
+
+def test_the_tcp_view_is_stored_served_and_filterable(client, write_key):
+    lossy, clean, old = (measurement("a", "b", protocol="builtin", files=2), measurement("b", "a", protocol="builtin"),
+                         measurement("a", "b", protocol="gridftp"))
+    lossy["tcp"], clean["tcp"] = _tcp(731), _tcp(0)
+    lossy["files"][0]["tcp"] = {"sender": {"retransmits": 400, "srtt_ms": 63.5}, "receiver": {"out_of_order": 90}}
+    r = post(client, batch([lossy, clean, old]), write_key)
+    assert r.status_code == 200, r.content
+    stored = Measurement.objects.get(id=lossy["id"])
+    assert stored.retransmits == 731 and stored.tcp == lossy["tcp"]  # the COPY path kept the JSON as JSON
+    assert Measurement.objects.get(id=old["id"]).retransmits is None
+    assert sorted(m["id"] for m in results(client.get("/api/v1/measurements/?retransmits_min=1"))) == [lossy["id"]]
+    assert len(results(client.get("/api/v1/measurements/?retransmits_min=0"))) == 2  # unknown is not 0
+    assert client.get("/api/v1/measurements/?retransmits_min=lots").status_code == 400
+    detail = client.get(f"/api/v1/measurements/{lossy['id']}/").json()
+    assert detail["retransmits"] == 731 and detail["tcp"] == lossy["tcp"]
+    by_name = {f["name"]: f for f in detail["files"]}
+    assert by_name[lossy["files"][0]["name"]]["tcp"] == lossy["files"][0]["tcp"]
+    assert by_name[lossy["files"][1]["name"]]["tcp"] is None
+    bad = measurement("a", "b", protocol="builtin")
+    bad["tcp"] = {"retransmits": "many"}
+    r = post(client, batch([bad]), write_key)
+    assert r.status_code == 400 and "measurements[0].tcp.retransmits" in r.content.decode()

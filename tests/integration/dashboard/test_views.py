@@ -194,3 +194,26 @@ def test_the_pair_page_shows_a_step_change_and_the_levels(client, write_key):
     by_series = {html.unescape(s): (float(m), float(lo), float(hi), int(n)) for s, m, lo, hi, n in recent}
     m, lo, hi, n = by_series["xrootd-https ×1 s1 → s2"]
     assert n == 8 and lo <= m <= hi and m == pytest.approx(10, rel=0.06)  # since the step: 8 runs at ~10
+
+
+def test_the_pair_page_plots_the_retransmits_under_the_throughput(client, write_key):
+    now = datetime.now(UTC)
+    ms = []
+    for k, retrans in enumerate([0, 3, 812]):
+        m = measurement("r1", "r2", protocol="builtin", gbps=5 - k, finished=now - timedelta(hours=3 - k))
+        m["tcp"] = {"retransmits": retrans, "srtt_median_ms": 51.0, "sender": None, "receiver": None}
+        ms.append(m)
+    ms.append(measurement("r1", "r2", protocol="gridftp", finished=now - timedelta(hours=1)))  # no TCP view
+    ms.append(measurement("r3", "r4", protocol="gridftp", finished=now - timedelta(hours=1)))
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, name="tcp")), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200, r.content
+    page = client.get("/pair/r1/r2/?benchmark=mesh/tcp").content.decode()
+    data = json.loads(re.search(r'<script id="pair-data" type="application/json">(.*?)</script>', page, re.S)[1])
+    assert data["retransmits"] == {"builtin ×1 r1 → r2": [[p[0], v] for p, v in zip(
+        data["throughput"]["builtin ×1 r1 → r2"], [0, 3, 812], strict=True)]}
+    assert '<canvas id="retransmits">' in page
+    # the history canvas comes first: the retransmits sit under the throughput
+    assert page.index('<canvas id="history">') < page.index('<canvas id="retransmits">')
+    plain = client.get("/pair/r3/r4/").content.decode()
+    assert '<canvas id="retransmits">' not in plain and "No TCP view in this history" in plain

@@ -342,3 +342,25 @@ async def test_nodes_and_pairs_in_maintenance_are_left_out_and_named(mesh, share
     assert all(names[0] not in e for e in ends) and frozenset(names[1:3]) not in ends
     assert any(e[1] == "BadMaintenanceAnnotation" and names[3] in e[2] and "tomorrow" in e[2] for e in events)
     assert any(e[1] == "Started" and "in maintenance" in e[2] for e in events)
+
+
+async def test_congestion_control_settings_reach_the_agents_and_the_dashboard(mesh, shared_token, tpcmesh_pki,
+                                                                              dashboard) -> None:
+    """spec.tcp.congestionControl [cubic, bbr]: each a setting of its own; the source sends with it, the row says
+    which was asked for, and the TCP view (with the senders' retransmits) is stored."""
+    handles, agents = mesh(2)
+    info = run_info()
+    spec = {**SPEC, "latency": {"enabled": False}, "tcp": {"congestionControl": ["cubic", "bbr"]}}
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                      dashboard.token) as rc:
+        st = await executor(spec, agents, ac, rc, MemoryStatusStore(), run=info).execute()
+    assert st["phase"] == "Succeeded", st.get("message")
+    rows = stored(dashboard, info)
+    assert sorted((r["source"], r["congestion_control"]) for r in rows) == sorted(
+        (h.name, cc) for h in handles for cc in ("cubic", "bbr"))
+    for r in rows:
+        assert isinstance(r["retransmits"], int)
+        detail = httpx.get(f"{dashboard.url}/api/v1/measurements/{r['id']}/", timeout=10,
+                           headers={"Accept": "application/json"}).json()
+        assert detail["tcp"]["sender"]["congestion"] == [r["congestion_control"]]
+        assert all(f["tcp"]["sender"]["connections"] == 1 for f in detail["files"])

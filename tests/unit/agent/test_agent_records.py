@@ -151,3 +151,40 @@ def test_file_marker_peak_is_used_when_higher():
 
 def test_iso_times_are_utc_z():
     assert records.iso(T0) == "2026-01-01T12:00:00Z"
+
+
+def _side(retrans: int | None, srtt: float, conns: int = 1) -> dict:
+    return {"retransmits": retrans, "srtt_ms": srtt, "min_rtt_ms": srtt / 2, "connections": conns,
+            "congestion": ["cubic"]}
+
+
+def test_tcp_views_of_files_give_the_tests_retransmits_and_median_rtt():
+    res = [_res("f0", 10, 0, 1, tcp={"sender": _side(2, 50.0), "receiver": _side(0, 40.0)}),
+           _res("f1", 10, 0, 1, tcp={"sender": _side(5, 70.0, 2), "receiver": _side(0, 45.0, 2)}),
+           _res("f2", 10, 0, 1, tcp={"sender": _side(0, 60.0), "receiver": _side(0, 42.0)})]
+    rec = records.build_record(_job(3, 10), res, T0, T0 + timedelta(seconds=1), "succeeded")
+    validator().validate(rec)
+    tcp = rec["tcp"]
+    assert tcp["retransmits"] == 7 and tcp["srtt_median_ms"] == 60.0
+    assert tcp["sender"]["connections"] == 4 and tcp["sender"]["min_rtt_ms"] == 25.0
+    assert rec["files"][1]["tcp"]["sender"]["retransmits"] == 5
+
+
+def test_without_a_sender_view_the_retransmits_are_unknown_not_zero():
+    res = [_res("f0", 10, 0, 1, tcp={"sender": None, "receiver": _side(0, 40.0)})]
+    rec = records.build_record(_job(1, 10), res, T0, T0 + timedelta(seconds=1), "succeeded")
+    assert rec["tcp"]["retransmits"] is None and rec["tcp"]["srtt_median_ms"] == 40.0
+
+
+def test_a_mover_without_tcp_view_adds_no_tcp_fields():
+    rec = records.build_record(_job(1, 10), [_res("f0", 10, 0, 1)], T0, T0 + timedelta(seconds=1), "succeeded")
+    assert "tcp" not in rec and "tcp" not in rec["files"][0]
+
+
+def test_a_files_row_keeps_the_main_figures_and_the_test_every_one():
+    side = {**_side(3, 50.0), "bytes_retrans": 4000, "pacing_rate_max_bps": None, "samples": 12}
+    rec = records.build_record(_job(1, 10), [_res("f0", 10, 0, 1, tcp={"sender": side, "receiver": None})], T0,
+                               T0 + timedelta(seconds=1), "succeeded")
+    assert rec["files"][0]["tcp"] == {"sender": {"retransmits": 3, "srtt_ms": 50.0, "min_rtt_ms": 25.0,
+                                                 "connections": 1}, "receiver": None}
+    assert rec["tcp"]["sender"]["bytes_retrans"] == 4000 and rec["tcp"]["sender"]["samples"] == 12

@@ -32,6 +32,33 @@ def test_iperf3_report_gives_received_bytes_seconds_mean_and_the_fastest_interva
     assert (report.bytes, report.seconds, report.bps) == (4_542_824_448, 2.000014, 18171170593.805843)
     assert report.peak_bps == pytest.approx(2_320_564_171 * 8 / 1.00004)
     assert 1 <= report.peak_bps / report.bps < 1.05  # a peak near the mean, not the total in one second
+    assert report.tcp is None  # neither the sender's JSON nor exchanged retransmits
+
+
+def _sender_stream(retrans: int, cwnd: int, rtts: tuple[int, int, int]) -> dict:
+    """end.streams[i].sender of the server's -J output (iperf3 3.12): RTTs in µs, cwnd in bytes."""
+    lo, mean, hi = rtts
+    return {"sender": {"socket": 5, "bytes": 10**9, "retransmits": retrans, "max_snd_cwnd": cwnd, "min_rtt": lo,
+                       "mean_rtt": mean, "max_rtt": hi, "sender": True}}
+
+
+def test_iperf3_report_takes_the_senders_tcp_figures_from_the_server_output():
+    server = {"end": {"streams": [_sender_stream(3, 1_440_626, (51_200, 52_000, 60_000)),
+                                  _sender_stream(4, 900_000, (51_100, 53_500, 58_000))],
+                      "sender_tcp_congestion": "cubic"}}
+    tcp = parse_report(json.dumps({**REPORT, "server_output_json": server})).tcp
+    assert tcp is not None and tcp["receiver"] is None
+    s = tcp["sender"]
+    assert (s["retransmits"], s["cwnd_max_bytes"], s["connections"]) == (7, 1_440_626, 2)
+    assert (s["min_rtt_ms"], s["srtt_ms"], s["srtt_max_ms"]) == (51.1, 53.5, 60.0)
+    assert s["congestion"] == ["cubic"] and s["lost_max"] is None
+
+
+def test_iperf3_report_without_server_json_keeps_the_exchanged_retransmits():
+    end = {**REPORT["end"], "sum_sent": {**REPORT["end"]["sum_sent"], "retransmits": 12},
+           "sender_tcp_congestion": "bbr"}
+    s = parse_report(json.dumps({**REPORT, "end": end})).tcp["sender"]
+    assert s["retransmits"] == 12 and s["congestion"] == ["bbr"] and s["cwnd_max_bytes"] is None
 
 
 def test_iperf3_peak_skips_omitted_and_ragged_intervals():

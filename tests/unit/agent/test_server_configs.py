@@ -152,7 +152,7 @@ def test_ca_directory_entries_carry_a_globus_signing_policy(tmp_path):
 
 
 def test_iperf3_binds_to_the_agent_address():
-    assert configs.iperf3_argv(_settings()) == ["iperf3", "-s", "-B", "127.0.1.7", "-p", "15201"]
+    assert configs.iperf3_argv(_settings()) == ["iperf3", "-s", "-J", "-B", "127.0.1.7", "-p", "15201"]
 
 
 def test_package_names_match_the_debian_package_list():

@@ -55,6 +55,20 @@ def test_record_to_measurement_keeps_every_contract_field() -> None:
     assert "progress" not in m
 
 
+def test_the_records_tcp_view_is_passed_on_unchanged() -> None:
+    side = {"retransmits": 42, "min_rtt_ms": 50.1, "srtt_ms": 61.0, "cwnd_max_bytes": 900_000, "connections": 2}
+    rec = record(tcp={"retransmits": 42, "srtt_median_ms": 61.0, "sender": {**side, "congestion": ["cubic"]},
+                      "receiver": None})
+    rec["files"][0]["tcp"] = {"sender": side, "receiver": None}
+    validator("transferRecord").validate(rec)
+    m = measurement_from_record(rec, "node-a", "node-b")
+    validator("measurement").validate(m)
+    assert m["tcp"] == rec["tcp"] and m["files"][0]["tcp"]["sender"] == side and "tcp" not in measurement_from_record(
+        record(), "node-a", "node-b")
+    with pytest.raises(jsonschema.ValidationError):  # the contract checks the figures' types
+        validator("measurement").validate({**m, "tcp": {"retransmits": -1}})
+
+
 def test_failed_and_rtt_rows_validate() -> None:
     spec = parse_spec({})
     t = Test(0, Setting("gridftp", 8), "a", "b")

@@ -72,6 +72,18 @@ def test_rtt_first_then_protocols_and_streams() -> None:
     assert [s.key for s in settings_for(no_latency)] == ["iperf3/1"]
 
 
+def test_congestion_control_is_a_setting_of_its_own_for_the_movers_that_set_it() -> None:
+    spec = parse_spec({"protocols": ["builtin", "iperf3", "gridftp"], "streams": [1], "latency": False,
+                       "loopback": {"enabled": False},
+                       "tcp": {"congestionControl": ["cubic", "bbr"]}})
+    assert [s.key for s in settings_for(spec)] == ["builtin/1/cubic", "builtin/1/bbr", "iperf3/1/cubic",
+                                                   "iperf3/1/bbr", "gridftp/1"]
+    tests = list(plan(["a", "b"], spec).tests())
+    assert {(t.setting.protocol, t.setting.congestion) for t in tests} == {
+        ("builtin", "cubic"), ("builtin", "bbr"), ("iperf3", "cubic"), ("iperf3", "bbr"), ("gridftp", None)}
+    assert len({t.key for t in tests}) == len(tests) == 10  # 5 settings x 2 directions, each its own key
+
+
 def test_small_meshes() -> None:
     assert full_mesh_rounds(0) == [] and full_mesh_rounds(1) == []
     assert sorted(p for r in full_mesh_rounds(2) for p in r) == [(0, 1), (1, 0)]

@@ -35,13 +35,14 @@ def test_round_trip() -> None:
     raw = {"schedule": "0 */6 * * *", "protocols": ["builtin", "iperf3"], "streams": [4],
            "fileSet": {"count": 4, "size": "64MiB"}, "latency": {"enabled": True, "count": 3},
            "loopback": {"enabled": True, "protocol": "builtin"},
-           "iperf3": {"durationSeconds": 3},
+           "iperf3": {"durationSeconds": 3}, "tcp": {"congestionControl": ["cubic", "bbr"]},
            "pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "b"}]},
            "results": {"url": "http://dash:8000/", "tokenSecret": {"name": "tok"}}, "agentSelector": {
                "matchLabels": {"app": "agent"}}}
     s = parse_spec(raw)
     assert parse_spec(to_dict(s)) == s
-    assert s.results.url == "http://dash:8000"
+    assert s.results.url == "http://dash:8000" and s.congestion_control == ("cubic", "bbr")
+    assert "tcp" not in to_dict(parse_spec({}))  # unset: the nodes' default, and a frozen spec says nothing
 
 
 @pytest.mark.parametrize("raw,field", [
@@ -79,6 +80,11 @@ def test_round_trip() -> None:
     ({"iperf3": {"durationSeconds": 0}}, "spec.iperf3.durationSeconds"),
     ({"iperf3": {"seconds": 3}}, "spec.iperf3.seconds"),
     ({"timeoutSeconds": 10}, "spec.iperf3.durationSeconds"),  # the iperf3 loopback would outlast its timeout
+    ({"tcp": {"congestionControl": ["BBR"]}}, "spec.tcp.congestionControl[0]"),
+    ({"tcp": {"congestionControl": ["bbr", "bbr"]}}, "spec.tcp.congestionControl"),
+    ({"tcp": {"congestionControl": "bbr"}}, "spec.tcp.congestionControl"),
+    ({"tcp": {"congestion": ["bbr"]}}, "spec.tcp.congestion"),
+    ({"tcp": ["bbr"]}, "spec.tcp"),
 ])
 def test_errors_name_the_field(raw, field) -> None:
     with pytest.raises(SpecError) as e:

@@ -14,10 +14,13 @@ import ssl
 import struct
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ... import congestion
+from ...tcpsampler import SAMPLER
 from ..base import Progress
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,18 @@ MAX_HEADER = 64 * 1024
 COPY_GRACE = 5.0  # seconds a cancelled COPY pull gets to stop before the caller is answered anyway
 HEAD_CHUNK = 16 * 1024  # bytes past the header read here are written before the zero-copy body path starts
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+TELEMETRY_HEADER = "X-Tpcmesh-Telemetry"  # "<test id>/<file name>": the source files its sender-side view under it
+
+
+@dataclass
+class TcpTelemetry:
+    """One file's TCP settings and view: ``key`` asks the source to keep its sender-side view of the file's
+    connections (fetched once the test ends), ``receiver`` collects this side's summary of each data connection,
+    ``congestion`` asks the source to send with that algorithm."""
+
+    key: str | None = None
+    receiver: list[dict[str, Any]] = field(default_factory=list)
+    congestion: str | None = None  # the algorithm the source is asked to send with (and this side sets too)
 
 
 class PullError(Exception):
@@ -194,12 +209,15 @@ def fetch(
     meta: dict[str, str] | None = None,
     want_digest: bool = False,
     auth: str | None = None,
+    telemetry: TcpTelemetry | None = None,
 ) -> int:
     """GET ``path`` (bytes [start, end) when ``end`` is given) into ``fd`` at offset ``start``, or discard it when
     ``fd`` is None, sending ``auth`` as the Authorization header. Returns the bytes received; raises PullError when
     short, refused or wrong (with the source's reason phrase, where the built-in endpoint says which token check
-    failed). For HEAD, returns the Content-Length."""
+    failed). For HEAD, returns the Content-Length. With ``telemetry``, the connection's TCP_INFO is sampled and its
+    summary kept there."""
     sock = _connect(host, port, registry, ssl_ctx, idle_timeout)
+    watch = SAMPLER.watch(sock) if telemetry is not None and method != "HEAD" else None
     what = f"{'https' if ssl_ctx else 'http'}://{host}:{port}{path}"
     try:
         hosthdr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -208,6 +226,11 @@ def fetch(
             req += "Want-Digest: adler32\r\n"
         if auth:
             req += f"Authorization: {auth}\r\n"
+        if watch is not None and telemetry is not None and telemetry.key:
+            req += f"{TELEMETRY_HEADER}: {telemetry.key}\r\n"
+        if telemetry is not None and telemetry.congestion:
+            congestion.apply(sock, telemetry.congestion)
+            req += f"{congestion.HEADER}: {telemetry.congestion}\r\n"
         if end is not None:
             req += f"Range: bytes={start}-{end - 1}\r\n"
         try:
@@ -237,6 +260,8 @@ def fetch(
             raise PullError(f"{what} announced {length} bytes, expected {want}")
         return _receive(sock, fd, start, length, rest, counter, registry, host, port, idle_timeout, what)
     finally:
+        if watch is not None and telemetry is not None and (summary := watch.finish()) is not None:
+            telemetry.receiver.append(summary)
         registry.discard(sock)
         sock.close()
 
@@ -309,16 +334,20 @@ def split_ranges(size: int, streams: int) -> list[tuple[int, int]]:
 
 def pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
          registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None = None,
-         idle_timeout: float = IDLE_TIMEOUT, meta: dict[str, str] | None = None, auth: str | None = None) -> int:
+         idle_timeout: float = IDLE_TIMEOUT, meta: dict[str, str] | None = None, auth: str | None = None,
+         telemetry: TcpTelemetry | None = None) -> int:
     """Pull one file with ``streams`` parallel ranges into ``dest`` (None: discard). Blocking; returns bytes.
     With ``meta``, asks for an adler32 ``Digest`` (asking again without when the source refuses, as XRootD
-    without a checksum configured does) and fills ``meta`` with the first response's lower-cased headers."""
+    without a checksum configured does) and fills ``meta`` with the first response's lower-cased headers.
+    With ``telemetry``, each data connection's TCP view is kept there (TcpTelemetry)."""
     if meta is not None:
         try:
-            return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, meta, auth)
+            return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, meta, auth,
+                         telemetry)
         except DigestRefused:
             log.debug("Source %s:%d refused Want-Digest; pulling without", host, port)
-    return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, None, auth)
+    return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, None, auth,
+                 telemetry)
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -336,7 +365,8 @@ def _preallocate(fd: int, size: int) -> None:
 
 def _pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
           registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None,
-          idle_timeout: float, meta: dict[str, str] | None, auth: str | None) -> int:
+          idle_timeout: float, meta: dict[str, str] | None, auth: str | None,
+          telemetry: TcpTelemetry | None) -> int:
     if streams > 1 and (size is None or meta is not None):
         # a HEAD learns the size (and the digest) before any byte moves, so a refused Want-Digest costs nothing
         size = fetch(host, port, path, None, registry, counter, ssl_ctx=ssl_ctx, method="HEAD",
@@ -347,14 +377,15 @@ def _pull(host: str, port: int, path: str, size: int | None, dest: Path | None, 
             _preallocate(fd, size)
         if streams <= 1 or not size:
             return fetch(host, port, path, fd, registry, counter, expect_total=size, ssl_ctx=ssl_ctx,
-                         idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None, auth=auth)
+                         idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None, auth=auth,
+                         telemetry=telemetry)
         ranges = split_ranges(size, streams)
         results: list[int | BaseException] = [0] * len(ranges)
 
         def one(i: int, a: int, b: int) -> None:
             try:
                 results[i] = fetch(host, port, path, fd, registry, counter, start=a, end=b, expect_total=size,
-                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout, auth=auth)
+                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout, auth=auth, telemetry=telemetry)
             except BaseException as e:  # reported below
                 results[i] = e
 

@@ -1,6 +1,7 @@
 """The data server's requests on files: ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>`` with the
 agent's API token; ``Range: bytes=a-b`` gives 206; the body goes out with ``os.sendfile`` on plain TCP) and
-``DELETE /files/incoming/<name>``. A connection idle for ``idle_timeout`` seconds is closed.
+``DELETE /files/incoming/<name>``; ``GET /tcp-info/<test id>`` hands over the sender-side TCP view of a test's
+files (telemetry.py). A connection idle for ``idle_timeout`` seconds is closed.
 
 In token mode (the server has a TokenValidator) a set's file is served only to a bearer token granting read on
 ``/sets/<set>/<file>`` (an incoming file: the API token or read on ``/incoming/<name>``); a refusal answers 401
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import hmac
+import json
 import logging
 import os
 import re
@@ -22,9 +24,12 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import congestion
 from ...files import FileSetError, validate_name
+from ...tcpsampler import SAMPLER, wait_drained
 from ...token_check import TokenRefused, bearer
-from .client import CHUNK, CONNECT_TIMEOUT
+from .client import CHUNK, CONNECT_TIMEOUT, TELEMETRY_HEADER
+from .telemetry import DRAIN_TIMEOUT, PATH_RE, parse_key
 
 if TYPE_CHECKING:
     from .server import DataServer
@@ -111,6 +116,11 @@ class FilesHandler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:  # noqa: N802
+        if self.path.startswith("/tcp-info/"):
+            self._tcp_info()
+            return
+        if not self._apply_congestion():
+            return
         r = self._resolve()
         if r is None:
             return
@@ -159,9 +169,56 @@ class FilesHandler(BaseHTTPRequestHandler):
             if self.command == "HEAD":
                 return
             self.wfile.flush()
-            self._send_body(fd, start, end - start)
+            self._send_body_watched(fd, start, end - start)
         finally:
             os.close(fd)
+
+    def _send_body_watched(self, fd: int, offset: int, count: int) -> None:
+        """_send_body; when the client asked for telemetry, with the connection's TCP view kept for it."""
+        key = parse_key(self.headers.get(TELEMETRY_HEADER))
+        if key is None:
+            self._send_body(fd, offset, count)
+            return
+        views = self.server.sender_views
+        views.begin(key[0])
+        watch = SAMPLER.watch(self.connection)
+        try:
+            self._send_body(fd, offset, count)
+            # the last bytes' retransmits belong to the file too: summarise once they are acknowledged
+            if not wait_drained(self.connection, min(DRAIN_TIMEOUT, self.server.settings.idle_timeout)):
+                log.debug("builtin %s: %s/%s not acknowledged in time; its TCP view may miss the last retransmits",
+                          self.client_address[0], *key)
+        finally:
+            views.end(key[0], key[1], watch.finish())
+
+    def _apply_congestion(self) -> bool:
+        """Send with the congestion control the client asked for (X-Tpcmesh-Congestion); False when refused."""
+        name = self.headers.get(congestion.HEADER)
+        if name is None:
+            return True
+        why = None if congestion.NAME_RE.match(name) else f"{congestion.HEADER} {name!r} is not an algorithm name"
+        if why is None:
+            try:
+                congestion.apply(self.connection, name)
+            except OSError as e:
+                why = f"congestion control {name!r} is not usable on this node: {e.strerror or e}"
+        if why:
+            self._error(400, why)
+            return False
+        return True
+
+    def _tcp_info(self) -> None:
+        m = PATH_RE.match(urllib.parse.urlsplit(self.path).path)
+        if not m:
+            self._error(404, f"no such resource {self.path!r}: use /tcp-info/<test id>")
+            return
+        body = json.dumps({"files": self.server.sender_views.take(m.group(1))}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _send_body(self, fd: int, offset: int, count: int) -> None:
         rate = self.server.settings.builtin_max_rate

@@ -1,7 +1,8 @@
 """``BuiltinMover``: the destination agent's side of a builtin test: every file of the set pulled by client.pull,
 ``concurrency`` at a time in threads, checksums verified, the job's timeout and cancellation shut the sockets.
 With tokens, the read token goes to the source (Authorization) and the create token is checked here as the
-built-in COPY checks it (token mode), so a built-in row pays the same token checks as an XRootD one."""
+built-in COPY checks it (token mode), so a built-in row pays the same token checks as an XRootD one. Each file's TCP
+view: this side's samples of its connections, and the source's (fetched once the files are in)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,22 @@ import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ... import tcpinfo
 from ...files import adler32_of
 from ...token_check import TokenRefused, builtin_validator
 from ..base import FileResult, FileSpec, Mover, Progress, TransferJob
-from .client import IDLE_TIMEOUT, Counter, PullError, SocketRegistry, _now, client_ssl_context, digest_checksum, pull
+from .client import (
+    IDLE_TIMEOUT,
+    Counter,
+    PullError,
+    SocketRegistry,
+    TcpTelemetry,
+    _now,
+    client_ssl_context,
+    digest_checksum,
+    pull,
+)
+from .telemetry import FETCH_TIMEOUT, fetch_sender_views
 
 
 class BuiltinMover(Mover):
@@ -38,15 +51,18 @@ class BuiltinMover(Mover):
         meta: dict[str, str] = {}
         want_digest = dest is not None and job.verify_checksums and not spec.checksum
         auth = f"Bearer {job.tokens.read}" if job.tokens is not None else None
+        telemetry = TcpTelemetry(key=f"{job.test_id}/{spec.name}", congestion=job.congestion)
         try:
             pull(job.source.host, job.source.port, f"/files/{job.file_set}/{spec.name}", spec.size, dest,
-                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None, auth)
+                 job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None, auth,
+                 telemetry=telemetry)
         except PullError as e:
             res.error = f"read token: {e}" if auth and "token refused" in str(e) else str(e)
         except OSError as e:
             res.error = f"{spec.name}: {e.strerror or e}"
         res.bytes = counter.value
         res.finished_at = _now()
+        res.tcp = {"sender": None, "receiver": tcpinfo.combine(telemetry.receiver)}
         expected = spec.checksum or digest_checksum(meta.get("digest"))
         if res.error is None and dest is not None and job.verify_checksums and expected:
             got = adler32_of(dest)
@@ -90,9 +106,21 @@ class BuiltinMover(Mover):
         futures = [loop.run_in_executor(executor, self._pull_one, job, f, registry, progress, ssl_ctx)
                    for f in job.files]
         # the job's own timeout: shut the sockets so every file ends with the reason and the bytes it got
+        deadline = loop.time() + job.timeout
         timer = loop.call_later(job.timeout, registry.cancel, f"timed out after {job.timeout:g} s")
         try:
-            return list(await asyncio.gather(*futures))
+            results = list(await asyncio.gather(*futures))
+            # the source's view fits in what is left of the job's time; a test that timed out, was cancelled or
+            # got no byte does not wait for it (the source may be the reason)
+            left = deadline - loop.time()
+            asked = not registry.cancelled and left >= 0.5 and any(r.bytes for r in results)
+            views = await loop.run_in_executor(
+                executor, fetch_sender_views, job.source.host, job.source.port, job.test_id, ssl_ctx,
+                min(FETCH_TIMEOUT, left)) if asked else None
+            for r in results:
+                if views is not None and r.tcp is not None:
+                    r.tcp["sender"] = tcpinfo.combine(views.get(r.name, []))
+            return results
         except asyncio.CancelledError:
             registry.cancel("cancelled")
             raise

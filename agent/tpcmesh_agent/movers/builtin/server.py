@@ -18,6 +18,7 @@ from ...files import MANIFEST
 from ...token_check import TokenValidator, builtin_validator
 from .copy import CopyHandler
 from .landed import LandedChecksums
+from .telemetry import SenderViews
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class DataServer(ThreadingHTTPServer):
         self._thread: threading.Thread | None = None
         self._manifest_lock = threading.Lock()
         self._manifests: dict[str, tuple[int, dict[str, tuple[int, str | None]]]] = {}
+        self.sender_views = SenderViews()  # the TCP view of files sent to pulling agents that asked for it
 
     def checksum(self, set_name: str, name: str, size: int) -> str | None:
         """The published checksum of a set's file, from the set's manifest (cached by its mtime); a received

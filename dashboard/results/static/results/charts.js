@@ -34,6 +34,23 @@ window.tpcmesh = (function () {
           rtt: { position: "right", title: { display: true, text: "RTT (ms)" }, beginAtZero: true, grid: { drawOnChartArea: false } } },
         plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
     });
+    // Under the throughput: the senders' TCP retransmits of each test, same series, same colours, same time axis.
+    const retransEl = document.getElementById("retransmits");
+    if (retransEl && Object.keys(data.retransmits).length) {
+      const names = Object.keys(data.throughput);
+      const sets = Object.entries(data.retransmits).map(([label, points], j) => {
+        const c = names.indexOf(label) >= 0 ? names.indexOf(label) : names.length + j;
+        return { label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(c), backgroundColor: color(c),
+          pointRadius: 1.5, borderWidth: 1, showLine: true };
+      });
+      new Chart(retransEl, {
+        type: "scatter", data: { datasets: sets },
+        options: { animation: false, maintainAspectRatio: false, parsing: false,
+          scales: { x: { type: "linear", ticks: { callback: dateTick, maxTicksLimit: 8 } },
+            y: { title: { display: true, text: "retransmitted segments" }, beginAtZero: true } },
+          plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
+      });
+    }
     const filesEl = document.getElementById("files");
     if (filesEl && data.files.length) {
       // A strip plot: one column per direction and setting, every file a point (spread sideways so equal times

@@ -1,0 +1,75 @@
+"""The contract's `measurement` rows the executor records (manifests/schemas/measurement.v1.schema.json): from an
+agent's transferRecord, for a test that produced no record, and for an RTT probe. Pure: no I/O."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from .planner import RTT, Test
+from .spec import BenchmarkSpec
+
+_MEASUREMENT_FIELDS = (
+    "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
+    "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "auth", "started_at",
+    "finished_at", "files", "tcp", "congestion_control",
+)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def measurement_from_record(
+    record: Mapping[str, Any], source: str, destination: str, rtt: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Contract `measurement` = the agent's `transferRecord` + the pair's node names + its RTT."""
+    m: dict[str, Any] = {"id": record["test_id"], "source": source, "destination": destination}
+    for k in _MEASUREMENT_FIELDS:
+        if k in record:
+            m[k] = record[k]
+    _add_rtt(m, rtt)
+    return m
+
+
+def failed_measurement(
+    mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None,
+    status: str = "failed",
+) -> dict[str, Any]:
+    """A test that produced no agent record (agent vanished, unreachable, file set missing, cancelled before the
+    agent had one): a failed (or cancelled) row."""
+    m: dict[str, Any] = {
+        "id": mid, "source": test.source, "destination": test.destination, "protocol": test.setting.protocol,
+        "streams": test.setting.streams, "status": status, "error": error,
+        "started_at": started_at, "finished_at": now_iso(),
+    }
+    if test.setting.congestion:
+        m["congestion_control"] = test.setting.congestion
+    if test.setting.protocol != RTT:
+        m["concurrency"] = spec.concurrency
+        m["file_size"] = spec.file_set.size
+        m["file_count"] = spec.file_set.count
+        m["destination_kind"] = spec.destination
+    _add_rtt(m, rtt)
+    return m
+
+
+def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: str) -> dict[str, Any]:
+    ok = not probe.get("error") and probe.get("median_ms") is not None
+    m = {
+        "id": mid, "source": test.source, "destination": test.destination, "protocol": RTT,
+        "status": "succeeded" if ok else "failed", "error": probe.get("error"),
+        "started_at": started_at, "finished_at": now_iso(),
+    }
+    _add_rtt(m, probe if ok else None)
+    return m
+
+
+def _add_rtt(m: dict[str, Any], rtt: Mapping[str, Any] | None) -> None:
+    """The pair's RTT on a measurement: median, min and max on the RTT row itself; the median on the others."""
+    if rtt:
+        m["rtt_ms"] = rtt.get("median_ms")
+        for k in ("min_ms", "max_ms"):
+            if k in rtt:
+                m[f"rtt_{k}"] = rtt[k]

@@ -5,6 +5,7 @@ A fresh Debian 12 cannot be booted here; these run the real scripts with fake `g
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -101,8 +102,17 @@ def test_setup_without_npm_warns_and_still_completes(tmp_path):
         found = shutil.which(tool)
         if found:
             (no_npm / tool).symlink_to(found)
-    # the repository's virtualenv already has these pins installed: only the checks and the asset step run
-    env = {"PATH": str(no_npm), "VENV": str(VENV_BIN.parent), "HOME": str(tmp_path)}
+    # A virtualenv of its own whose stamp says the pins are installed: only the checks and the asset step run. (With
+    # the repository's, a changed pyproject made setup.sh install the copies here, which hold no packages, into it
+    # as editable installs: every later test lost tpcmesh_agent and tpcmesh_operator.)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(VENV_BIN / "python")
+    pins = b"".join((tmp_path / rel).read_bytes() for rel in ("requirements-dev.txt", "agent/pyproject.toml",
+                                                              "operator/pyproject.toml", "dashboard/requirements.txt"))
+    (venv / ".tpcmesh").mkdir()
+    (venv / ".tpcmesh" / f"pip-{hashlib.sha256(pins).hexdigest()[:16]}").touch()
+    env = {"PATH": str(no_npm), "VENV": str(venv), "HOME": str(tmp_path)}
     out = subprocess.run(["bash", str(tmp_path / "hack" / "setup.sh"), "--no-apt"], capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr

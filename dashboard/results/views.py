@@ -301,6 +301,9 @@ def _act(request, bench: Benchmark) -> str | None:
     return None
 
 
+PROBLEMS_SHOWN = 200
+
+
 @read_access_required
 def problems_page(request, namespace: str, name: str):
     """A benchmark's problems (open first, acknowledged ones greyed), its maintenance windows and recent step
@@ -312,7 +315,10 @@ def problems_page(request, namespace: str, name: str):
         if error is None:
             return redirect(request.path)
     now = timezone.now()
-    open_problems = list(bench.problems.filter(resolved_at__isnull=True).order_by("severity", "-first_seen"))
+    open_all = bench.problems.filter(resolved_at__isnull=True)
+    open_count = open_all.count()
+    # the most severe and newest first; a page of thousands helps nobody (the API pages through all of them)
+    open_problems = list(open_all.order_by("severity", "-first_seen", "id")[:PROBLEMS_SHOWN])
     resolved = list(bench.problems.filter(resolved_at__gte=now - timedelta(days=7)).order_by("-resolved_at")[:20])
     node_ids = bench.nodes.values_list("id", flat=True)
     windows = (Maintenance.objects.filter(ends_at__gt=now)
@@ -321,7 +327,7 @@ def problems_page(request, namespace: str, name: str):
     recent = (bench.changes.select_related("source", "destination").order_by("-at")[:20])
     perms = request.user.get_all_permissions() if request.user.is_authenticated else set()
     return render(request, "results/problems.html", {
-        "bench": bench, "open_problems": open_problems, "resolved": resolved, "windows": windows,
+        "bench": bench, "open_problems": open_problems, "open_count": open_count, "resolved": resolved, "windows": windows,
         "changes": recent, "nodes": bench.nodes.order_by("name"), "now": now, "error": error,
         "can_ack": "results.change_problem" in perms, "can_maintain": "results.add_maintenance" in perms,
         "can_end": "results.delete_maintenance" in perms,

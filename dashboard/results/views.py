@@ -327,8 +327,8 @@ def problems_page(request, namespace: str, name: str):
     recent = (bench.changes.select_related("source", "destination").order_by("-at")[:20])
     perms = request.user.get_all_permissions() if request.user.is_authenticated else set()
     return render(request, "results/problems.html", {
-        "bench": bench, "open_problems": open_problems, "open_count": open_count, "resolved": resolved, "windows": windows,
-        "changes": recent, "nodes": bench.nodes.order_by("name"), "now": now, "error": error,
+        "bench": bench, "open_problems": open_problems, "open_count": open_count, "resolved": resolved,
+        "windows": windows, "changes": recent, "nodes": bench.nodes.order_by("name"), "now": now, "error": error,
         "can_ack": "results.change_problem" in perms, "can_maintain": "results.add_maintenance" in perms,
         "can_end": "results.delete_maintenance" in perms,
         "default_end": (now + timedelta(hours=4)).strftime("%Y-%m-%dT%H:%M:%SZ"),

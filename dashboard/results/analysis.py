@@ -115,8 +115,9 @@ def detect_changes(limit: int | None = None) -> set[int]:
         histories = _histories(cells)
         found = [c for cell in cells for c in detect_cell(cell, now, histories[cell.id])]
         Change.objects.bulk_create(found, ignore_conflicts=True)
-        for cell in cells:
-            PairLatest.objects.filter(id=cell.id).update(analysed_at=cell.finished_at)
+        with connection.cursor() as cur:  # autocommit: each row's UPDATE is its own transaction
+            cur.executemany(f"UPDATE {PairLatest._meta.db_table} SET analysed_at = %s WHERE id = %s",
+                            [(c.finished_at, c.id) for c in cells])
         touched |= {c.benchmark_id for c in cells}
         done += len(cells)
         if found:

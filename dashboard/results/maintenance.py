@@ -3,7 +3,7 @@ and the operator (which leaves them out of runs)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Q, QuerySet
@@ -25,7 +25,6 @@ class Overlay:
 
     nodes: frozenset[int] = frozenset()
     pairs: frozenset[int] = frozenset()
-    reasons: dict[int, str] = field(default_factory=dict, compare=False)  # node id or pair -> reason
 
     def covers(self, source_id: int, destination_id: int) -> bool:
         return (source_id in self.nodes or destination_id in self.nodes
@@ -35,16 +34,13 @@ class Overlay:
 def overlay(now: datetime | None = None) -> Overlay:
     nodes: set[int] = set()
     pairs: set[int] = set()
-    reasons: dict[int, str] = {}
-    for m in active(now).only("node_id", "source_id", "destination_id", "reason"):
+    for m in active(now).only("node_id", "source_id", "destination_id"):
         if m.node_id is not None:
             nodes.add(m.node_id)
-            reasons[m.node_id] = m.reason
         else:
             for a, b in ((m.source_id, m.destination_id), (m.destination_id, m.source_id)):
                 pairs.add(a * PAIR_SHIFT + b)
-                reasons[a * PAIR_SHIFT + b] = m.reason
-    return Overlay(frozenset(nodes), frozenset(pairs), reasons)
+    return Overlay(frozenset(nodes), frozenset(pairs))
 
 
 def covering(node_names: list[str], now: datetime | None = None) -> QuerySet[Maintenance]:

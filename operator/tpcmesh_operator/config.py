@@ -32,6 +32,13 @@ class Settings:
     # Where benchmarks without spec.results deliver (the chart sets its own dashboard); empty: they must name one.
     results_url: str = ""
     results_token_file: str = ""  # the token for results_url, re-read after a 401
+    # The built-in token issuer (tokens/incluster.py): its URL as the agents reach it (the chart: the operator's
+    # Service); empty: no issuer here, benchmarks default to x509.
+    token_issuer: str = ""
+    token_issuer_port: int = 8443
+    token_keys_secret: str = "tpcmesh-token-keys"  # in agent_namespace
+    token_issuer_tls_dir: str = ""  # tls.crt/tls.key (cert-manager); empty: signed with the agents' CA
+    token_rotate_seconds: int = 24 * 3600
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -52,6 +59,12 @@ class Settings:
         if not 0 < s.status_budget_bytes < MAX_STATUS_BYTES:
             raise SettingsError(f"TPCMESH_OPERATOR_STATUS_BUDGET_BYTES: {s.status_budget_bytes} must be positive and "
                                 f"below {MAX_STATUS_BYTES}, where a status starts to lose its per-file details")
+        if s.token_issuer and not (s.token_issuer.startswith("https://") and not s.token_issuer.endswith("/")):
+            raise SettingsError(f"TPCMESH_OPERATOR_TOKEN_ISSUER: expected https://host[:port] without a trailing "
+                                f"slash, got {s.token_issuer!r}")
+        if s.token_issuer and not s.agent_namespace:
+            raise SettingsError("TPCMESH_OPERATOR_TOKEN_ISSUER needs TPCMESH_OPERATOR_AGENT_NAMESPACE (where the "
+                                "signing keys' Secret lives)")
         if s.results_url and not s.results_url.startswith(("http://", "https://")):
             raise SettingsError(f"TPCMESH_OPERATOR_RESULTS_URL: expected an http(s) URL, got {s.results_url!r}")
         return s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import os
@@ -19,6 +20,7 @@ from . import (
 from .config import Settings
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
 from .spec import BenchmarkSpec
+from .tokens import incluster
 
 # Read once for what kopf fixes at import (timer interval) and at start-up; handlers read Settings.from_env() when
 # they run, so several operators started in one process (the tests' KopfRunner) each get their own environment.
@@ -101,6 +103,25 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any)
     if SETTINGS.metrics_port:
         start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
         logger.info("Started metrics on %s:%d", SETTINGS.metrics_address, SETTINGS.metrics_port)
+
+
+@kopf.on.startup()  # type: ignore[arg-type]
+async def start_token_issuer(logger: logging.Logger, **_: Any) -> None:
+    """Token mode: serve the built-in issuer's JWKS (every replica) and sign with it (the active one)."""
+    s = SETTINGS
+    if not s.token_issuer:
+        return
+    cfg = incluster.IssuerConfig(s.token_issuer, s.token_issuer_port, s.agent_namespace, s.token_keys_secret,
+                                 s.token_rotate_seconds, s.token_issuer_tls_dir)
+    ca = None
+    if not s.token_issuer_tls_dir and certs.SETTINGS.signer_name and certs.SETTINGS.sign:
+        ca = await asyncio.to_thread(certs.ensure_ca, kube.core().api_client, certs.SETTINGS)
+    await asyncio.to_thread(incluster.start_once, cfg, kube.core(), ca)
+
+
+@kopf.on.cleanup()
+def stop_token_issuer(**_: Any) -> None:
+    incluster.stop()
 
 
 @kopf.on.create(GROUP, VERSION, BENCHMARKS)

@@ -27,6 +27,7 @@ from .config import Settings
 from .results import ResultsClient
 from .runs import TERMINAL, ExecutorOptions, RunExecutor, RunInfo, StaticDirectory, now_iso, set_condition
 from .spec import BenchmarkSpec, SpecError, parse_spec, to_dict
+from .tokens import incluster
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ async def drive_run(name: str, namespace: str, uid: str, body: Mapping[str, Any]
     try:
         async with AgentsClient(settings.agent_token(), settings.ca()) as agents_client:
             ex = RunExecutor(spec, prepared.info, directory, agents_client, results, prepared.store,
-                             options=options, on_event=event)
+                             options=options, on_event=event, token_issuer=incluster.current())
             run = asyncio.create_task(ex.execute())
             why = await _watch(run, body, stopped)
             if why == "exiting":  # the operator stops: leave the run as saved, a restarted operator resumes it

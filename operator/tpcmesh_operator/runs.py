@@ -716,7 +716,7 @@ class RunExecutor:
         if proto in TOKEN_PROTOCOLS and self.auth == "token":
             if self.token_issuer is None:
                 return None, ("spec.auth is token but this operator runs no token issuer: enable it (chart value "
-                              "tokens.enabled) or set spec.auth: x509"), True
+                              "tokens.mode: builtin, with certificates) or set spec.auth: x509"), True
             request["tokens"] = dict(pull_tokens(self.token_issuer, src, dst, proto, self.spec.timeout_seconds))
         if test.setting.congestion:
             request["congestion_control"] = test.setting.congestion

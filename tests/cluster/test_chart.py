@@ -142,6 +142,12 @@ def operator_ca_calls(ca_secret: str, bundle: str) -> dict:
             ("", "configmaps", "update", bundle): "the bundle replaced"}
 
 
+def operator_token_calls(keys_secret: str) -> dict:
+    """tokens.incluster.KeySecret in the release namespace (token mode: the operator is the token issuer)."""
+    return {("", "secrets", "create", None): "the signing keys' Secret on first start",
+            ("", "secrets", "update", keys_secret): "the signing keys rotated"}
+
+
 def operator_cluster_calls(signer: str, sign: bool) -> dict:
     calls = {("", "nodes", "list", None): "kube.KubeAgentDirectory; certs.process: node addresses",
              ("certificates.k8s.io", "certificatesigningrequests", "list", None): "kopf; certs.process_all",
@@ -190,6 +196,8 @@ def test_rbac_grants_exactly_the_calls_the_code_makes(values) -> None:
             if name_ns == ns and env.get("TPCMESH_OPERATOR_SIGN") == "true":
                 calls |= operator_ca_calls(env["TPCMESH_OPERATOR_CA_SECRET"],
                                            env["TPCMESH_OPERATOR_CA_BUNDLE_CONFIGMAP"])
+            if name_ns == ns and env.get("TPCMESH_OPERATOR_TOKEN_ISSUER"):
+                calls |= operator_token_calls(env["TPCMESH_OPERATOR_TOKEN_KEYS_SECRET"])
             problems += _rbac_mismatch(f"Role in {name_ns}", role, calls)
         signer = env.get("TPCMESH_OPERATOR_SIGNER_NAME")
         cluster = roles.pop(("ClusterRole", "tpc-tpcmesh-operator", None))
@@ -364,3 +372,48 @@ def test_problem_alerts_cover_every_rule_of_the_dashboard(tmp_path):
         f'{gauge}{{kind="{k}",acknowledged="false"}} > 0' for k in KINDS)
     assert {a["alert"] for a in alerts} >= {"TpcmeshProblemNode", "TpcmeshProblemSitePair"}
     assert all(a["labels"]["severity"] == "{{ $labels.severity }}" for a in alerts)
+
+
+def _pod(docs: list[dict], kind: str, suffix: str) -> dict:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix))["spec"]["template"][
+        "spec"]
+
+
+def _env(container: dict) -> dict:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def test_token_mode_is_the_default_and_the_agents_trust_the_operators_issuer(tmp_path) -> None:
+    """Defaults: the operator serves the issuer on its Service; the agents name that issuer and see a system CA bundle
+    with the agents' CA added (XRootD's token plugin trusts only that file). Without certificates, no tokens."""
+    docs = render(None, "tpcmesh")
+    operator = _pod(docs, "Deployment", "-operator")
+    op_env = _env(operator["containers"][0])
+    url = "https://tpc-tpcmesh-operator.tpcmesh.svc:8443"
+    assert op_env["TPCMESH_OPERATOR_TOKEN_ISSUER"] == url
+    assert op_env["TPCMESH_OPERATOR_TOKEN_KEYS_SECRET"] == "tpc-tpcmesh-token-keys"
+    assert {"name": "issuer", "containerPort": 8443} in operator["containers"][0]["ports"]
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "tpc-tpcmesh-operator")
+    assert {"name": "issuer", "port": 8443, "targetPort": "issuer"} in service["spec"]["ports"]
+
+    agent = _pod(docs, "DaemonSet", "-agent")
+    main = next(c for c in agent["containers"] if c["name"] == "agent")
+    assert _env(main)["TPCMESH_AGENT_XROOTD_TOKEN_ISSUER"] == url
+    bundle_mount = next(m for m in main["volumeMounts"] if m["name"] == "ca-bundle")
+    assert bundle_mount["mountPath"] == "/etc/ssl/certs/ca-certificates.crt"
+    init = [c["name"] for c in agent["initContainers"]]
+    assert init.index("ca-bundle") > init.index("certificate")  # after the CA bundle ConfigMap exists
+    maker = next(c for c in agent["initContainers"] if c["name"] == "ca-bundle")
+    assert "/etc/tpcmesh/ca/ca.crt" in maker["command"][-1] and f"/bundle/{bundle_mount['subPath']}" in \
+        maker["command"][-1]
+
+    off = tmp_path / "none.yaml"
+    off.write_text("certificates: {mode: none}\n")
+    for values in (off, tmp_path / "off.yaml"):
+        if values.name == "off.yaml":
+            values.write_text("tokens: {mode: \"off\"}\n")
+        docs = render(values, "tpcmesh")
+        assert "TPCMESH_OPERATOR_TOKEN_ISSUER" not in _env(_pod(docs, "Deployment", "-operator")["containers"][0])
+        agent = _pod(docs, "DaemonSet", "-agent")
+        assert "TPCMESH_AGENT_XROOTD_TOKEN_ISSUER" not in _env(agent["containers"][0]), values.name
+        assert not any(v["name"] == "ca-bundle" for v in agent["volumes"]), values.name

@@ -59,7 +59,7 @@ def test_the_ca_chain_is_rendered_and_agents_and_operator_trust_its_ca(docs):
     signer = f"issuers.cert-manager.io/{NS}.{FULL}-ca-issuer"
 
     agent = pod_spec(docs, "DaemonSet", f"{FULL}-agent")
-    for c in agent["initContainers"] + [c for c in agent["containers"] if c["name"] == "certificate-renewer"]:
+    for c in [c for c in agent["initContainers"] + agent["containers"] if c["name"].startswith("certificate")]:
         assert env_of(c)["TPCMESH_CSR_SIGNER_NAME"] == signer, c["name"]
     operator = pod_spec(docs, "Deployment", f"{FULL}-operator")
     op_env = env_of(operator["containers"][0])
@@ -75,6 +75,17 @@ def test_the_ca_chain_is_rendered_and_agents_and_operator_trust_its_ca(docs):
         mount = next(m for m in container["volumeMounts"] if m["name"] == "ca")
         assert env_of(container)[var] == f"{mount['mountPath']}/ca.crt"
     assert not any("configMap" in v for s in (agent, operator) for v in s["volumes"]), "no ca-bundle ConfigMap here"
+
+    # Token mode (the default): the issuer's HTTPS certificate from the same CA Issuer, mounted where the operator
+    # reads it (it holds no CA key to sign one itself).
+    issuer_cert = one(docs, "Certificate", f"{FULL}-token-issuer-tls")["spec"]
+    assert issuer_cert["issuerRef"] == {"kind": "Issuer", "name": f"{FULL}-ca-issuer"}
+    assert f"{FULL}-operator.{NS}.svc" in issuer_cert["dnsNames"]
+    assert op_env["TPCMESH_OPERATOR_TOKEN_ISSUER"] == f"https://{FULL}-operator.{NS}.svc:8443"
+    tls_volume = next(v for v in operator["volumes"] if v["name"] == "issuer-tls")
+    assert tls_volume["secret"]["secretName"] == issuer_cert["secretName"]
+    mount = next(m for m in operator["containers"][0]["volumeMounts"] if m["name"] == "issuer-tls")
+    assert op_env["TPCMESH_OPERATOR_TOKEN_ISSUER_TLS_DIR"] == mount["mountPath"]
 
 
 def _apply_rbac(control_plane, docs: list[dict]) -> None:

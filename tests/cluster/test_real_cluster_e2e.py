@@ -132,12 +132,17 @@ def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed,
 
     # The measurements are in PostgreSQL: every directed pair, every protocol and stream setting, and the RTT.
     _, psql = database
-    rows = subprocess.run([*psql, "-c", "SELECT s.name, d.name, m.protocol, m.streams, m.status, m.throughput_gbps "
-                                        "FROM results_measurement m JOIN results_node s ON s.id = m.source_id "
+    rows = subprocess.run([*psql, "-c", "SELECT s.name, d.name, m.protocol, m.streams, m.status, m.throughput_gbps, "
+                                        "m.auth FROM results_measurement m JOIN results_node s ON s.id = m.source_id "
                                         "JOIN results_node d ON d.id = m.destination_id"],
                           check=True, capture_output=True, text=True).stdout.split()
-    stored = [r.split("|") for r in rows]
+    stored = [r.split("|")[:6] for r in rows]
     got = {(s, d, p, int(n)) for s, d, p, n, st, _ in stored if st == "succeeded" and p != "rtt"}
+    # Token mode is the chart's default: the HTTP-based copies ran with the operator's tokens (XRootD's token plugin
+    # and the built-in mover validated them against the issuer behind the operator's Service).
+    auth = {r.split("|")[2]: r.split("|")[6] for r in rows}
+    assert auth["xrootd-https"] == auth["builtin"] == "token", auth
+    assert core.read_namespaced_secret(f"{FULLNAME}-token-keys", NS).data["keyring.json"]
     want = {(a, b, p, n) for a in nodes for b in nodes if a != b for p in PROTOCOLS for n in STREAMS}
     assert want <= got, sorted(want - got)
     assert {(s, d) for s, d, p, *_ in stored if p == "rtt"} == {(a, b) for a in nodes for b in nodes if a != b}

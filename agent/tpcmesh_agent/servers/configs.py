@@ -14,11 +14,13 @@ before it checks the writer's rights, so refusing the COPY itself would be too l
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 # The Debian package that provides each program (kept in step with hack/debian-packages.txt by a unit test).
 PACKAGES: dict[str, str] = {
@@ -231,6 +233,20 @@ def scitokens_config(issuer: str, audience: str) -> str:
 
 
 SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def bundle_has(bundle: bytes, ca_pem: bytes) -> bool:
+    """Whether every certificate of ``ca_pem`` is already in the PEM ``bundle``."""
+    def ders(pem: bytes) -> set[bytes]:
+        try:
+            with warnings.catch_warnings():  # the system bundle holds a few old roots cryptography frowns upon
+                warnings.simplefilter("ignore")
+                return {c.public_bytes(Encoding.DER) for c in x509.load_pem_x509_certificates(pem)}
+        except ValueError:  # no certificate in it
+            return set()
+
+    wanted = ders(ca_pem)
+    return bool(wanted) and wanted <= ders(bundle)
 
 
 def xrootd_private_ca_argv(bundle: Path, argv: list[str]) -> list[str]:

@@ -254,12 +254,14 @@ class ServerSupervisor:
         paths.token_cache.mkdir(mode=0o700)
         self._own(paths.token_cache)
         issuer_ca = s.token_issuer_ca()
+        system = configs.SYSTEM_CA_BUNDLE.read_bytes() if configs.SYSTEM_CA_BUNDLE.is_file() else b""
+        if issuer_ca is not None and configs.bundle_has(system, Path(issuer_ca).read_bytes()):
+            return argv  # the system bundle already trusts it (the chart mounts one with the agents' CA added)
         if os.geteuid() != 0 or issuer_ca is None:
             log.warning("XRootD validates tokens of %s with the system's CA bundle only: %s", s.xrootd_token_issuer,
-                        "the agent is not root (a private mount namespace needs it)" if issuer_ca else
-                        "no xrootd_token_issuer_ca or ca_file")
+                        "the agent is not root (a private mount namespace needs it) and the system bundle lacks "
+                        f"{issuer_ca}" if issuer_ca else "no xrootd_token_issuer_ca or ca_file")
             return argv
-        system = configs.SYSTEM_CA_BUNDLE.read_bytes() if configs.SYSTEM_CA_BUNDLE.is_file() else b""
         paths.ca_bundle.write_bytes(system.rstrip(b"\n") + b"\n" + Path(issuer_ca).read_bytes())
         paths.ca_bundle.chmod(0o644)
         return configs.xrootd_private_ca_argv(paths.ca_bundle, argv)

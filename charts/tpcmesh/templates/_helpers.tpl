@@ -215,3 +215,22 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ printf "postgres://%s:$(TPCMESH_POSTGRES_PASSWORD)@%s:5432/%s" .Values.database.bundled.user (include "tpcmesh.postgresql.host" .) .Values.database.bundled.database | quote }}
 {{- end }}
 {{- end }}
+
+{{/* Token mode (tokens.mode builtin): on when the chart can set it up alone: an operator that serves the issuer
+     and certificates the agents trust it by. Prints "true" or "". */}}
+{{- define "tpcmesh.tokens.enabled" -}}
+{{- if and (eq .Values.tokens.mode "builtin") .Values.operator.enabled (ne .Values.certificates.mode "none") }}true{{ end }}
+{{- end }}
+
+{{/* The built-in issuer as the agents reach it: the operator's Service. */}}
+{{- define "tpcmesh.tokens.issuerUrl" -}}
+{{- printf "https://%s.%s.svc:%d" (include "tpcmesh.componentName" (dict "ctx" . "component" "operator")) .Release.Namespace (int .Values.tokens.port) }}
+{{- end }}
+
+{{- define "tpcmesh.tokens.keysSecretName" -}}
+{{- .Values.tokens.keysSecretName | default (printf "%s-token-keys" (include "tpcmesh.fullname" .)) }}
+{{- end }}
+
+{{- define "tpcmesh.tokens.tlsSecretName" -}}
+{{- include "tpcmesh.componentName" (dict "ctx" . "component" "token-issuer-tls") }}
+{{- end }}

@@ -22,9 +22,11 @@ DEFAULT_ROTATE_EVERY = 24 * 3600  # seconds a key signs before the next one take
 
 class TokenIssuer:
     def __init__(self, issuer: str, keyring: Keyring | None = None, rotate_every: int = DEFAULT_ROTATE_EVERY,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_rotate: Callable[[Keyring], None] | None = None) -> None:
         self.issuer = check_issuer(issuer)
         self._clock = clock
+        self._on_rotate = on_rotate  # keeps the new keyring (the operator: in its Secret) before it signs with it
         self._lock = threading.Lock()  # the HTTPS server reads the JWKS while the operator signs and rotates
         self._keyring = keyring or Keyring.fresh(self._now())
         if rotate_every <= 0:
@@ -42,8 +44,19 @@ class TokenIssuer:
         """Schedule a new signing key (published now, signing ``publish_ahead`` seconds later; the old one stays
         published until its tokens expired); returns the new kid."""
         with self._lock:
-            self._keyring = self._keyring.rotate(self._now())
+            self._keep(self._keyring.rotate(self._now()))
             return self._keyring.keys[-1].kid
+
+    def adopt(self, keyring: Keyring) -> None:
+        """Take a keyring another process rotated (a standby operator reloading the stored one)."""
+        with self._lock:
+            self._keyring = keyring
+
+    def _keep(self, keyring: Keyring) -> None:
+        # stored first: a key that signed must survive a restart, or its tokens would fail until they expire
+        if self._on_rotate is not None:
+            self._on_rotate(keyring)
+        self._keyring = keyring
 
     def active_kid(self) -> str:
         with self._lock:
@@ -54,7 +67,7 @@ class TokenIssuer:
             now = self._now()
             if not self._keyring.due(now, self.rotate_every):
                 return False
-            self._keyring = self._keyring.rotate(now)
+            self._keep(self._keyring.rotate(now))
             return True
 
     def issue(self, req: TokenRequest) -> str:

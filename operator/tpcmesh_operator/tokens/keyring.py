@@ -10,9 +10,11 @@ accepted by scitokens-cpp and every WLCG validator.
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, field, replace
 
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from .claims import MAX_LIFETIME
@@ -77,3 +79,39 @@ class Keyring:
             if successor is None or now < successor.signs_from + self.max_lifetime:
                 out.append(key)
         return tuple(out)
+
+
+class KeyringFormatError(ValueError):
+    """A stored keyring that cannot be read back; the message says which part."""
+
+
+def dump(keyring: Keyring) -> str:
+    """The keyring as JSON (private keys as PKCS#8 PEM): what the operator keeps in its Secret, so a restarted or
+    standby operator signs and publishes the same keys."""
+    keys = [{"kid": k.kid, "signsFrom": k.signs_from,
+             "pem": k.private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption()).decode()} for k in keyring.keys]
+    return json.dumps({"version": 1, "maxLifetime": keyring.max_lifetime, "publishAhead": keyring.publish_ahead,
+                       "keys": keys}, indent=1)
+
+
+def load(text: str) -> Keyring:
+    """The keyring ``dump`` wrote."""
+    try:
+        doc = json.loads(text)
+        if doc.get("version") != 1:
+            raise KeyringFormatError(f"keyring version {doc.get('version')!r}: this operator reads version 1")
+        keys = []
+        for i, k in enumerate(doc["keys"]):
+            key = serialization.load_pem_private_key(k["pem"].encode(), password=None)
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise KeyringFormatError(f"keys[{i}] ({k.get('kid')}): expected an EC private key")
+            keys.append(SigningKey(str(k["kid"]), key, int(k["signsFrom"])))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        if isinstance(e, KeyringFormatError):
+            raise
+        raise KeyringFormatError(f"stored keyring unreadable: {type(e).__name__}: {e}") from None
+    if not keys:
+        raise KeyringFormatError("stored keyring has no keys")
+    keys.sort(key=lambda k: k.signs_from)
+    return Keyring(tuple(keys), int(doc.get("maxLifetime", MAX_LIFETIME)), int(doc.get("publishAhead", PUBLISH_AHEAD)))

@@ -225,3 +225,14 @@ def test_private_ca_wraps_the_server_in_its_own_mount_namespace():
     assert argv[:4] == ["unshare", "--mount", "--propagation", "private"]
     assert argv[-6:] == ["/rt/ca-bundle.crt", "/etc/ssl/certs/ca-certificates.crt", "setpriv", "xrootd", "-c",
                          "x.cfg"]
+
+
+def test_bundle_has_finds_a_ca_among_others_whatever_the_layout() -> None:
+    """The chart mounts a system bundle with the agents' CA appended; then no private mount namespace is needed."""
+    from tpcmesh_operator import pki
+
+    ca, other = pki.create_ca("agents CA").cert_pem, pki.create_ca("another CA").cert_pem
+    bundle = b"# a comment\n" + other + b"\n\n" + ca.replace(b"\n", b"\r\n")
+    assert configs.bundle_has(bundle, ca)
+    assert not configs.bundle_has(other, ca)
+    assert not configs.bundle_has(bundle, b"not a certificate")

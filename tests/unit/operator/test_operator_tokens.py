@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jwt
 import pytest
+from tpcmesh_operator.tokens import keyring
 from tpcmesh_operator.tokens.claims import (
     CREATE_INCOMING,
     READ_SETS,
@@ -141,3 +142,31 @@ def test_jwks_carries_public_keys_only():
     (key,) = issuer.jwks()["keys"]
     assert key["kty"] == "EC" and key["crv"] == "P-256" and key["alg"] == "ES256" and key["use"] == "sig"
     assert "d" not in key
+
+
+def test_a_stored_keyring_reads_back_with_the_same_keys_and_times() -> None:
+    ring = Keyring.fresh(1_000, max_lifetime=3600, publish_ahead=900).rotate(2_000)
+    back = keyring.load(keyring.dump(ring))
+    assert [(k.kid, k.signs_from) for k in back.keys] == [(k.kid, k.signs_from) for k in ring.keys]
+    assert (back.max_lifetime, back.publish_ahead) == (3600, 900)
+    issuer_a = TokenIssuer(ISS, keyring=ring, clock=lambda: 1_500)
+    issuer_b = TokenIssuer(ISS, keyring=back, clock=lambda: 1_500)
+    assert issuer_a.jwks() == issuer_b.jwks()  # same public keys: tokens of one verify with the other's JWKS
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("{}", "version None"),
+    ('{"version": 1, "keys": []}', "no keys"),
+    ('{"version": 1, "keys": [{"kid": "k", "signsFrom": 1, "pem": "junk"}]}', "unreadable"),
+    ("not json", "unreadable"),
+])
+def test_a_damaged_keyring_is_refused_with_the_reason(text: str, why: str) -> None:
+    with pytest.raises(keyring.KeyringFormatError, match=why):
+        keyring.load(text)
+
+
+def test_a_rotation_is_stored_before_the_new_key_is_used() -> None:
+    stored: list[Keyring] = []
+    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(0, max_lifetime=600, publish_ahead=100), rotate_every=1000,
+                         clock=lambda: 950, on_rotate=stored.append)
+    assert issuer.rotate_if_due() and stored and stored[-1] is issuer.keyring

@@ -19,6 +19,7 @@ PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3", "rtt
 TPC_PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp"]
 STATUSES = ["succeeded", "failed", "cancelled"]
 AUTH_MODES = ["token", "x509", "none"]
+TOKEN_PROTOCOLS = ["builtin", "xrootd-https"]  # the HTTP-based copies, which a benchmark may run with tokens
 METRICS = ["throughput_gbps", "rtt_ms"]
 SEVERITIES = ["critical", "warning"]
 

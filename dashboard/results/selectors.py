@@ -10,11 +10,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Avg, Count, Q
 from django.utils import timezone
 
 from results import maintenance, thresholds
-from results.models import TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
+from results.models import TOKEN_PROTOCOLS, TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
 from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
@@ -434,6 +434,37 @@ def streams_pairs(bench: Benchmark, protocol: str | None = None, low: int = 1, h
             out.append({"protocol": p, "source": names[src], "destination": names[dst],
                         "low_streams": low, "high_streams": high, "low_gbps": values[low], "high_gbps": values[high]})
     return out
+
+
+def auth_pairs(bench: Benchmark, since: datetime) -> list[dict[str, Any]]:
+    """Pairs of the token-capable protocols measured in more than one auth mode (token, x509, none) since ``since``:
+    each mode's mean throughput and run count, per protocol, stream setting and direction (grouped by the
+    database)."""
+    rows = (Measurement.objects
+            .filter(benchmark=bench, protocol__in=TOKEN_PROTOCOLS, status="succeeded", auth__isnull=False,
+                    throughput_gbps__isnull=False, finished_at__gte=since)
+            .values_list("protocol", "streams", "source_id", "destination_id", "auth")
+            .annotate(mean=Avg("throughput_gbps"), runs=Count("id")))
+    by_key: dict[tuple, dict[str, tuple[float, int]]] = defaultdict(dict)
+    for protocol, st, src, dst, auth, mean, runs in rows:
+        by_key[(protocol, st or 0, src, dst)][auth] = (mean, runs)
+    names = dict(Node.objects.values_list("id", "name"))
+    return [{"protocol": p, "streams": st, "source": names[src], "destination": names[dst],
+             "gbps": {a: v[0] for a, v in modes.items()}, "runs": {a: v[1] for a, v in modes.items()}}
+            for (p, st, src, dst), modes in sorted(by_key.items()) if len(modes) > 1]
+
+
+def auth_summary(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per protocol, stream setting and mode: the median over pairs of the mode's throughput relative to x509 on
+    the same pair (x509, the mode every install has, is the reference)."""
+    ratios: dict[tuple, list[float]] = defaultdict(list)
+    for p in pairs:
+        ref = p["gbps"].get("x509")
+        for mode, gbps in p["gbps"].items():
+            if mode != "x509" and ref:
+                ratios[(p["protocol"], p["streams"], mode)].append(gbps / ref)
+    return [{"protocol": p, "streams": st, "mode": mode, "pairs": len(r), "median_ratio": statistics.median(r)}
+            for (p, st, mode), r in sorted(ratios.items())]
 
 
 def tpc_protocols() -> list[str]:

@@ -256,20 +256,27 @@ def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list], list[d
     return sorted(found, key=lambda c: c["at"], reverse=True), levels, recent
 
 
+AUTH_DAYS = 30  # the comparison page's auth modes: a mean over this many days per pair and mode
+
+
 @read_access_required
 def compare_page(request, namespace: str, name: str):
     bench = _bench_or_404(namespace, name)
     try:
         low = params.integer("low", request.GET.get("low"), 1, 1, 100)
         high = params.integer("high", request.GET.get("high"), 8, 1, 100)
+        days = params.integer("days", request.GET.get("days"), AUTH_DAYS, 1, 365)
     except params.ParamError as err:
         return HttpResponseBadRequest(str(err))
+    auth = selectors.auth_pairs(bench, timezone.now() - timedelta(days=days))
     plot = {
         "rtt": selectors.throughput_vs_rtt(bench),
         "streams": selectors.streams_pairs(bench, None, low, high),
         "low": low, "high": high,
+        "auth": auth,
     }
     return render(request, "results/compare.html", {"bench": bench, "plot": plot, "low": low, "high": high,
+                                                    "days": days, "auth_summary": selectors.auth_summary(auth),
                                                     "json": json})
 
 

@@ -110,6 +110,34 @@ def test_compare_and_index(client, seeded):
     assert "mesh/nightly" in index and "/grid/mesh/nightly/?protocol=rtt" in index
 
 
+def test_compare_page_sets_token_against_x509_on_the_same_pairs(client, write_key):
+    """Token vs x509 vs none: per pair and mode a mean over the window; pairs seen in one mode only are left out;
+    the summary gives each mode's median throughput relative to x509."""
+    now = datetime.now(UTC)
+
+    def m(src, dst, auth, gbps, hours=1, protocol="xrootd-https"):
+        return {**measurement(src, dst, protocol=protocol, streams=8, gbps=gbps, finished=now - timedelta(hours=hours)),
+                "auth": auth}
+
+    ms = [m("a", "b", "x509", 40), m("a", "b", "x509", 20, hours=2), m("a", "b", "token", 27),
+          m("b", "a", "x509", 10), m("b", "a", "token", 9), m("b", "a", "none", 11),
+          m("a", "c", "token", 30),  # one mode only: nothing to compare
+          m("c", "a", "x509", 5, hours=24 * 40), m("c", "a", "token", 5)]  # x509 outside the 30 days
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms)), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200, r.content
+    body = client.get("/compare/mesh/nightly/").content.decode()
+    data = json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', body).group(1))
+    got = {(p["source"], p["destination"]): p["gbps"] for p in data["auth"]}
+    assert got == {("a", "b"): {"x509": 30, "token": 27}, ("b", "a"): {"x509": 10, "token": 9, "none": 11}}
+    rows = re.findall(r"<tr><td>xrootd-https</td><td>8</td><td>(\w+)</td><td>(\d+)</td><td>([\d.]+)</td></tr>", body)
+    assert rows == [("none", "1", "1.100"), ("token", "2", "0.900")]
+    assert "<canvas id=\"auth\">" in body
+    assert client.get("/compare/mesh/nightly/?days=0").status_code == 400
+    wider = client.get("/compare/mesh/nightly/?days=60").content.decode()
+    assert "<td>token</td><td>3</td>" in wider  # c -> a joins once its x509 run is in the window
+
+
 def test_static_chart_library_is_served(client):
     from django.contrib.staticfiles import finders
 

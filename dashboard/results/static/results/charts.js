@@ -101,6 +101,29 @@ window.tpcmesh = (function () {
         scales: { x: { title: { display: true, text: data.low + " stream(s) (Gbit/s)" }, beginAtZero: true },
           y: { title: { display: true, text: data.high + " streams (Gbit/s)" }, beginAtZero: true } } },
     });
+    // Token and none against x509 on the same pair: one dataset per protocol and mode; above the line is faster.
+    const authCanvas = document.getElementById("auth");
+    if (!authCanvas) return;
+    const authSets = {};
+    for (const p of data.auth) {
+      if (p.gbps.x509 === undefined) continue;
+      for (const [mode, gbps] of Object.entries(p.gbps)) {
+        if (mode === "x509") continue;
+        const label = mode + " · " + p.protocol + " ×" + (p.streams || 1);
+        (authSets[label] = authSets[label] || []).push({ x: p.gbps.x509, y: gbps, pair: p.source + " → " + p.destination });
+      }
+    }
+    const authMax = Math.max(1, ...data.auth.flatMap((p) => Object.values(p.gbps)));
+    const authData = Object.entries(authSets).map(([label, pts], k) => ({ label, data: pts, backgroundColor: color(k), pointRadius: 3 }));
+    authData.push({ label: "equal", data: [{ x: 0, y: 0 }, { x: authMax, y: authMax }], showLine: true, borderColor: "#999", borderDash: [4, 4], pointRadius: 0 });
+    new Chart(authCanvas, {
+      type: "scatter", data: { datasets: authData },
+      options: { animation: false, maintainAspectRatio: false,
+        scales: { x: { title: { display: true, text: "x509 (Gbit/s)" }, beginAtZero: true },
+          y: { title: { display: true, text: "token / none (Gbit/s)" }, beginAtZero: true } },
+        plugins: { tooltip: { callbacks: {
+          label: (ctx) => ctx.dataset.label + " " + (ctx.raw.pair || "") + ": " + ctx.parsed.y.toFixed(2) + " vs " + ctx.parsed.x.toFixed(2) + " Gbit/s" } } } },
+    });
   }
   return { pairPage, comparePage };
 })();

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 
 from results import problems, rfc3339
 from results.models import (
+    AUTH_MODES,
     METRICS,
     PROTOCOLS,
     SEVERITIES,
@@ -144,6 +145,8 @@ class MeasurementFilterSet(OfPair):
                                             help_text="the congestion control the test asked for (cubic, bbr)")
     retransmits_min = IntegerFilter(field_name="retransmits", lookup_expr="gte",
                                     help_text="at least this many TCP retransmits (senders' total)")
+    auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],
+                                help_text="how the copy was authorised (token, x509, none; HTTP-based protocols)")
 
     class Meta:
         model = Measurement

@@ -542,3 +542,15 @@ def test_the_tcp_view_is_stored_served_and_filterable(client, write_key):
     bad["tcp"] = {"retransmits": "many"}
     r = post(client, batch([bad]), write_key)
     assert r.status_code == 400 and "measurements[0].tcp.retransmits" in r.content.decode()
+
+
+def test_measurements_filter_by_auth_mode(client, write_key):
+    token, x509, iperf = (measurement("a", "b", protocol="builtin"), measurement("a", "b", protocol="builtin"),
+                          measurement("a", "b", protocol="iperf3"))
+    token["auth"], x509["auth"] = "token", "x509"
+    assert post(client, batch([token, x509, iperf]), write_key).status_code == 200
+    assert [m["id"] for m in results(client.get("/api/v1/measurements/?auth=token"))] == [token["id"]]
+    both = results(client.get("/api/v1/measurements/?auth=token&auth=x509"))
+    assert sorted(m["id"] for m in both) == sorted([token["id"], x509["id"]])
+    r = client.get("/api/v1/measurements/?auth=kerberos")
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "auth"

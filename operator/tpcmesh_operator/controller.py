@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import kube, schedule
 from .rundriver import STOP_ANNOTATION
-from .runs import TERMINAL, set_condition
+from .runstatus import TERMINAL, set_condition
 from .spec import BenchmarkSpec, SpecError, parse_spec, to_dict
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,10 @@ from kubernetes.client.exceptions import ApiException
 from . import kube
 from .agents import AgentsClient
 from .config import Settings
+from .measurements import now_iso
 from .results import ResultsClient
-from .runs import TERMINAL, ExecutorOptions, RunExecutor, RunInfo, StaticDirectory, now_iso, set_condition
+from .runs import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory
+from .runstatus import TERMINAL, set_condition
 from .spec import BenchmarkSpec, SpecError, parse_spec, to_dict
 from .tokens import incluster
 

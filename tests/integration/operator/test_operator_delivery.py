@@ -12,8 +12,9 @@ import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
 from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.measurements import now_iso
 from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory, now_iso
+from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 from tpcmesh_operator.spec import parse_spec
 
 from tests.support.live_dashboard import LiveDashboard

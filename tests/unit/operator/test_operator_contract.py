@@ -8,6 +8,7 @@ import uuid
 import jsonschema
 import pytest
 from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.measurements import now_iso
 from tpcmesh_operator.planner import Setting, Test
 from tpcmesh_operator.runs import (
     MemoryStatusStore,
@@ -15,11 +16,10 @@ from tpcmesh_operator.runs import (
     RunInfo,
     StaticDirectory,
     failed_measurement,
-    loopback_entry,
     measurement_from_record,
-    now_iso,
     rtt_measurement,
 )
+from tpcmesh_operator.runstatus import loopback_entry
 from tpcmesh_operator.spec import parse_spec
 
 from tests.support.paths import REPO

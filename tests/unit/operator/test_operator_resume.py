@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tpcmesh_operator.agents import Agent
 from tpcmesh_operator.rundriver import _as_started
-from tpcmesh_operator.runs import MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory, initial_status
+from tpcmesh_operator.runs import MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.runstatus import initial_status
 from tpcmesh_operator.spec import parse_spec
 
 AGENTS = [Agent(node=f"dtn-{i}", address=f"10.0.0.{i}", labels={}, name=f"agent-{i}") for i in range(1, 4)]

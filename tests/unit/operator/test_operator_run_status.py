@@ -6,18 +6,15 @@ import random
 
 from tpcmesh_operator.agents import Agent
 from tpcmesh_operator.planner import RTT, Test, plan
-from tpcmesh_operator.runs import (
+from tpcmesh_operator.runs import failed_measurement, measurement_from_record, rtt_measurement, status_size_bytes
+from tpcmesh_operator.runstatus import (
     MAX_RECENT_FAILURES,
     book_test,
-    failed_measurement,
     finish_round,
     get_rtt,
     initial_status,
-    measurement_from_record,
     migrate_status,
     put_rtt,
-    rtt_measurement,
-    status_size_bytes,
 )
 from tpcmesh_operator.spec import parse_spec
 

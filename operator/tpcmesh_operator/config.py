@@ -39,6 +39,11 @@ class Settings:
     token_keys_secret: str = "tpcmesh-token-keys"  # in agent_namespace
     token_issuer_tls_dir: str = ""  # tls.crt/tls.key (cert-manager); empty: signed with the agents' CA
     token_rotate_seconds: int = 24 * 3600
+    # An external issuer instead (tokens/external.py): token_issuer is then the site's issuer, this directory holds
+    # the operator's OAuth client credentials (files client_id, client_secret), and token_issuer_ca_file the CA of
+    # the issuer's HTTPS endpoint when no public CA signed it.
+    token_client_dir: str = ""
+    token_issuer_ca_file: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:

@@ -107,9 +107,13 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any)
 
 @kopf.on.startup()  # type: ignore[arg-type]
 async def start_token_issuer(logger: logging.Logger, **_: Any) -> None:
-    """Token mode: serve the built-in issuer's JWKS (every replica) and sign with it (the active one)."""
+    """Token mode: serve the built-in issuer's JWKS (every replica) and sign with it (the active one), or ask the
+    site's external issuer for each token."""
     s = SETTINGS
     if not s.token_issuer:
+        return
+    if s.token_client_dir:
+        await asyncio.to_thread(incluster.use_external, s.token_issuer, s.token_client_dir, s.token_issuer_ca_file)
         return
     cfg = incluster.IssuerConfig(s.token_issuer, s.token_issuer_port, s.agent_namespace, s.token_keys_secret,
                                  s.token_rotate_seconds, s.token_issuer_tls_dir)

@@ -14,8 +14,8 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
         options=ExecutorOptions(poll_interval=1.0, ...),
         on_progress=callback,   # Progress(done, failed, total, round, rounds, gbps, running) after every change
         on_event=callback,      # (type "Normal"|"Warning", reason, message): Kubernetes Events / log lines
-        token_issuer=issuer,    # tokens.TokenIssuer or None: signs each HTTP-TPC pull's read and create tokens
-                                #   (spec.auth token, the default when given; tokens/minting.py)
+        token_issuer=issuer,    # a tokens.minting.Minter (the built-in or an external issuer) or None: mints each
+                                #   HTTP-TPC pull's read and create tokens (spec.auth token, the default when given)
     )
     status = await executor.execute()   # plan, prepare file sets, probe RTT, run rounds, deliver; returns the status
     left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
@@ -76,8 +76,9 @@ from .runstatus import (
 )
 from .spec import TOKEN_PROTOCOLS, TPC_PROTOCOLS, BenchmarkSpec, to_dict
 from .statusbudget import Room, min_test_bytes
-from .tokens.issuer import TokenIssuer
-from .tokens.minting import pull_tokens
+from .tokens.claims import ClaimsError
+from .tokens.external import ExternalIssuerError
+from .tokens.minting import Minter, pull_tokens
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ class RunExecutor:
         options: ExecutorOptions | None = None,
         on_progress: ProgressCallback | None = None,
         on_event: EventCallback | None = None,
-        token_issuer: TokenIssuer | None = None,
+        token_issuer: Minter | None = None,
     ) -> None:
         self.spec = spec
         self.token_issuer = token_issuer
@@ -560,7 +561,12 @@ class RunExecutor:
             if self.token_issuer is None:
                 return None, ("spec.auth is token but this operator runs no token issuer: enable it (chart value "
                               "tokens.mode: builtin, with certificates) or set spec.auth: x509"), True
-            request["tokens"] = dict(pull_tokens(self.token_issuer, src, dst, proto, self.spec.timeout_seconds))
+            try:  # in a thread: an external issuer answers over the network
+                tokens = await asyncio.to_thread(pull_tokens, self.token_issuer, src, dst, proto,
+                                                 self.spec.timeout_seconds)
+            except (ExternalIssuerError, ClaimsError) as e:
+                return None, str(e), False
+            request["tokens"] = dict(tokens)
         if test.setting.congestion:
             request["congestion_control"] = test.setting.congestion
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace

@@ -417,3 +417,31 @@ def test_token_mode_is_the_default_and_the_agents_trust_the_operators_issuer(tmp
         agent = _pod(docs, "DaemonSet", "-agent")
         assert "TPCMESH_AGENT_XROOTD_TOKEN_ISSUER" not in _env(agent["containers"][0]), values.name
         assert not any(v["name"] == "ca-bundle" for v in agent["volumes"]), values.name
+
+
+def test_external_token_issuer_mode(tmp_path) -> None:
+    """tokens.mode external: the operator gets the site issuer's URL and its client credentials, no issuer of its own
+    (no port, no keys Secret rights); the agents trust that issuer, with its CA in their bundle."""
+    values = tmp_path / "external.yaml"
+    values.write_text("tokens:\n  mode: external\n  external: {issuer: 'https://iam.example.org', "
+                      "clientSecret: iam-client, caConfigMap: iam-ca}\n")
+    docs = render(values, "tpcmesh")
+    operator = _pod(docs, "Deployment", "-operator")
+    env = _env(operator["containers"][0])
+    assert env["TPCMESH_OPERATOR_TOKEN_ISSUER"] == "https://iam.example.org"
+    client_dir = next(m for m in operator["containers"][0]["volumeMounts"] if m["name"] == "token-client")
+    assert env["TPCMESH_OPERATOR_TOKEN_CLIENT_DIR"] == client_dir["mountPath"]
+    assert next(v for v in operator["volumes"] if v["name"] == "token-client")["secret"]["secretName"] == "iam-client"
+    assert env["TPCMESH_OPERATOR_TOKEN_ISSUER_CA_FILE"].startswith("/var/run/tpcmesh/token-issuer-ca/")
+    assert "TPCMESH_OPERATOR_TOKEN_KEYS_SECRET" not in env
+    assert not any(p["name"] == "issuer" for p in operator["containers"][0]["ports"])
+    role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "tpc-tpcmesh-operator")
+    assert ("", "secrets", "update", "tpc-tpcmesh-token-keys") not in granted(role)
+    agent = _pod(docs, "DaemonSet", "-agent")
+    assert _env(agent["containers"][0])["TPCMESH_AGENT_XROOTD_TOKEN_ISSUER"] == "https://iam.example.org"
+    maker = next(c for c in agent["initContainers"] if c["name"] == "ca-bundle")
+    assert "/etc/tpcmesh/token-issuer-ca/ca.crt" in maker["command"][-1]
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("tokens: {mode: external, external: {issuer: 'https://iam.example.org'}}\n")
+    out = helm("template", "tpc", str(CHART), "-f", str(missing))
+    assert out.returncode != 0 and "tokens.external.clientSecret" in out.stderr

@@ -219,12 +219,21 @@ app.kubernetes.io/component: {{ .component }}
 {{/* Token mode (tokens.mode builtin): on when the chart can set it up alone: an operator that serves the issuer
      and certificates the agents trust it by. Prints "true" or "". */}}
 {{- define "tpcmesh.tokens.enabled" -}}
-{{- if and (eq .Values.tokens.mode "builtin") .Values.operator.enabled (ne .Values.certificates.mode "none") }}true{{ end }}
+{{- if and (ne .Values.tokens.mode "off") .Values.operator.enabled (ne .Values.certificates.mode "none") }}true{{ end }}
 {{- end }}
 
-{{/* The built-in issuer as the agents reach it: the operator's Service. */}}
+{{/* The built-in issuer runs (mode builtin, and tokens on). Prints "true" or "". */}}
+{{- define "tpcmesh.tokens.builtin" -}}
+{{- if and (include "tpcmesh.tokens.enabled" .) (eq .Values.tokens.mode "builtin") }}true{{ end }}
+{{- end }}
+
+{{/* The issuer as the agents reach it: the operator's Service (builtin), or the site's (external). */}}
 {{- define "tpcmesh.tokens.issuerUrl" -}}
+{{- if eq .Values.tokens.mode "external" }}
+{{- required "tokens.mode external needs tokens.external.issuer (the site's issuer URL)" .Values.tokens.external.issuer }}
+{{- else }}
 {{- printf "https://%s.%s.svc:%d" (include "tpcmesh.componentName" (dict "ctx" . "component" "operator")) .Release.Namespace (int .Values.tokens.port) }}
+{{- end }}
 {{- end }}
 
 {{- define "tpcmesh.tokens.keysSecretName" -}}

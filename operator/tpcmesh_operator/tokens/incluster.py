@@ -1,4 +1,5 @@
-"""The built-in issuer inside a cluster: its keys in a Secret, its HTTPS endpoint behind the operator's Service.
+"""The built-in issuer inside a cluster: its keys in a Secret, its HTTPS endpoint behind the operator's Service (or,
+with ``use_external``, a site's own issuer the operator asks for each token: tokens/external.py).
 
 Every operator replica serves the discovery document and the JWKS (the Service may route a validator to any of them);
 only the active one signs, so only it rotates, and it stores the rotated keyring in the Secret before signing with it.
@@ -21,8 +22,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .. import pki
+from .external import ExternalIssuer
 from .issuer import TokenIssuer
 from .keyring import Keyring, dump, load
+from .minting import Minter
 from .server import IssuerServer
 
 log = logging.getLogger(__name__)
@@ -158,12 +161,29 @@ def start(cfg: IssuerConfig, core: Any, ca: pki.KeyPair | None) -> RunningIssuer
 
 
 _RUNNING: dict[str, RunningIssuer] = {}
+_EXTERNAL: dict[str, ExternalIssuer] = {}
 
 
-def current() -> TokenIssuer | None:
-    """The issuer this operator process runs (None: token mode is off here)."""
+def current() -> Minter | None:
+    """What mints this operator's tokens: the built-in issuer it runs, a site's external issuer, or None (token
+    mode is off here)."""
     running = _RUNNING.get("issuer")
-    return running.issuer if running else None
+    return running.issuer if running else _EXTERNAL.get("issuer")
+
+
+def use_external(url: str, client_dir: str, ca_file: str = "") -> ExternalIssuer:
+    """Token mode with a site's own issuer: the operator asks it for each token (client credentials from
+    ``client_dir``: files client_id and client_secret, the chart's Secret mounted)."""
+    if "issuer" not in _EXTERNAL:
+        d = Path(client_dir)
+        try:
+            client_id, secret = ((d / n).read_text().strip() for n in ("client_id", "client_secret"))
+        except OSError as e:
+            raise ValueError(f"token client credentials for {url}: {e} (the Secret named by the chart's "
+                             f"tokens.external.clientSecret needs keys client_id and client_secret)") from None
+        _EXTERNAL["issuer"] = ExternalIssuer(url, client_id, secret, ca_file or None)
+        log.info("Token mode with the external issuer %s (client %s)", url, client_id)
+    return _EXTERNAL["issuer"]
 
 
 def start_once(cfg: IssuerConfig, core: Any, ca: pki.KeyPair | None) -> TokenIssuer:
@@ -175,3 +195,5 @@ def start_once(cfg: IssuerConfig, core: Any, ca: pki.KeyPair | None) -> TokenIss
 def stop() -> None:
     if (running := _RUNNING.pop("issuer", None)) is not None:
         running.stop()
+    if (external := _EXTERNAL.pop("issuer", None)) is not None:
+        external.close()

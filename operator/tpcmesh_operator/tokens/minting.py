@@ -11,10 +11,18 @@ the token, not the channel, authorizes the copy).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from ..agents import Agent
 from .claims import CREATE_INCOMING, MAX_LIFETIME, READ_SETS, TokenRequest
-from .issuer import TokenIssuer
+
+
+class Minter(Protocol):
+    """What signs or fetches a token: the built-in TokenIssuer, or an ExternalIssuer (a site's own)."""
+
+    issuer: str
+
+    def issue(self, req: TokenRequest) -> str: ...
 
 READ_INCOMING = "storage.read:/incoming"  # a third-party client (gfal2, FTS) stats and checksums the landing
 MARGIN = 300  # seconds a token outlives the transfer's timeout: clocks differ, the last file may be slow
@@ -29,7 +37,7 @@ def audience(agent: Agent, protocol: str) -> str:
     raise ValueError(f"protocol {protocol!r} takes no bearer tokens (only xrootd-https and builtin)")
 
 
-def pull_tokens(issuer: TokenIssuer, source: Agent, destination: Agent, protocol: str,
+def pull_tokens(issuer: Minter, source: Agent, destination: Agent, protocol: str,
                 timeout_seconds: int) -> Mapping[str, str]:
     """{"read": token for the source, "create": token for the destination} of one transfer."""
     lifetime = min(timeout_seconds + MARGIN, MAX_LIFETIME)

@@ -12,9 +12,10 @@ import pytest
 from tpcmesh_operator.agents import Agent, AgentsClient
 from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.tokens.external import ExternalIssuer
 
 from tests.integration.agent.test_protocols import xrootd_ports
-from tests.support.tokens import running_issuer
+from tests.support.tokens import running_issuer, running_site_issuer
 
 pytestmark = pytest.mark.integration
 
@@ -30,17 +31,21 @@ def issuer(tpcmesh_pki):
         yield ours
 
 
-@pytest.fixture(scope="module")
-def mesh(module_agent_factory, issuer, tmp_path_factory):
+def _token_mesh(factory, issuer_url: str, tmp_path_factory) -> tuple[str, list[Agent]]:
+    """Two real agents whose XRootD and built-in endpoints accept only ``issuer_url``'s tokens."""
     token = "mesh-" + uuid.uuid4().hex
     f = tmp_path_factory.mktemp("tok") / "token"
     f.write_text(token + "\n")
-    handles = [module_agent_factory(protocols=("xrootd-https", "builtin"), run_user="nobody", token_file=f,
-                                    xrootd_token_issuer=issuer.issuer, **xrootd_ports()) for _ in range(2)]
-    agents = [Agent(node=h.name, address=h.address,
-                    ports={"control": h.api_port, "builtin": h.builtin_port,
-                           "xrootd-https": h.ports["xrootd_https_port"]}) for h in handles]
-    return token, agents
+    handles = [factory(protocols=("xrootd-https", "builtin"), run_user="nobody", token_file=f,
+                       xrootd_token_issuer=issuer_url, **xrootd_ports()) for _ in range(2)]
+    return token, [Agent(node=h.name, address=h.address,
+                         ports={"control": h.api_port, "builtin": h.builtin_port,
+                                "xrootd-https": h.ports["xrootd_https_port"]}) for h in handles]
+
+
+@pytest.fixture(scope="module")
+def mesh(module_agent_factory, issuer, tmp_path_factory):
+    return _token_mesh(module_agent_factory, issuer.issuer, tmp_path_factory)
 
 
 async def _run(mesh, tpcmesh_pki, issuer) -> dict:
@@ -64,3 +69,41 @@ async def test_token_mode_without_an_issuer_names_the_fix(mesh, tpcmesh_pki) -> 
     assert st["failed"] == 8 and st["succeeded"] == 0
     assert all("runs no token issuer" in f["error"] and "spec.auth: x509" in f["error"]
                for f in st["recentFailures"]), st["recentFailures"]
+
+
+@pytest.fixture(scope="module")
+def site_issuer(tpcmesh_pki):
+    with running_site_issuer(tpcmesh_pki, {"tpcmesh-operator": "s3cret"}) as theirs:
+        yield theirs
+
+
+@pytest.fixture(scope="module")
+def site_mesh(module_agent_factory, site_issuer, tmp_path_factory):
+    """Agents that accept only the site issuer's tokens (what the chart's tokens.mode external sets up)."""
+    return _token_mesh(module_agent_factory, site_issuer.issuer, tmp_path_factory)
+
+
+async def test_an_external_issuers_tokens_authorise_the_pulls(site_mesh, tpcmesh_pki, site_issuer) -> None:
+    """Token mode with the site's own issuer: the operator asks it for every token (client credentials), the agents'
+    XRootD and built-in endpoints validate them against its JWKS."""
+    external = ExternalIssuer(site_issuer.issuer, "tpcmesh-operator", "s3cret", tpcmesh_pki.ca_file)
+    try:
+        st = await _run(site_mesh, tpcmesh_pki, external)
+    finally:
+        external.close()
+    assert (st["planned"], st["succeeded"], st["failed"]) == (8, 8, 0), st.get("recentFailures")
+    assert {m["auth"] for m in st["outbox"]} == {"token"}
+    assert "eyJ" not in json.dumps(st)
+
+
+async def test_an_external_issuer_refusing_the_client_fails_each_test_naming_it(site_mesh, tpcmesh_pki,
+                                                                                 site_issuer) -> None:
+    external = ExternalIssuer(site_issuer.issuer, "tpcmesh-operator", "wrong", tpcmesh_pki.ca_file)
+    try:
+        st = await _run(site_mesh, tpcmesh_pki, external)
+    finally:
+        external.close()
+    assert st["failed"] == 8 and st["succeeded"] == 0
+    for f in st["recentFailures"]:
+        assert f"token issuer {site_issuer.issuer} refused a token" in f["error"] and "HTTP 401" in f["error"] \
+            and "Bad client credentials" in f["error"], f["error"]

@@ -16,7 +16,9 @@ import pytest
 from kubernetes import client
 from tpcmesh_operator.local.cluster import BUSYBOX_IMAGE
 
-pytestmark = [pytest.mark.cluster, pytest.mark.netns]
+# The first test pays the package's cluster (images imported into every node's containerd): minutes on a loaded
+# 2-core machine, beyond the suite's default 300 s.
+pytestmark = [pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(1200)]
 
 NS = "cluster-smoke"
 

@@ -25,7 +25,9 @@ from tpcmesh_operator.local.postgres import for_cluster
 
 from tests.support.paths import ARTIFACTS, REPO
 
-pytestmark = [pytest.mark.cluster, pytest.mark.netns]
+# The first test pays the package's cluster (images imported into every node's containerd): minutes on a loaded
+# 2-core machine, beyond the suite's default 300 s.
+pytestmark = [pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(1200)]
 
 CHART = REPO / "charts" / "tpcmesh"
 NS = "tpcmesh"

@@ -161,6 +161,8 @@ class RunIn(serializers.Serializer):
 
 class NodeIn(serializers.Serializer):
     name = serializers.CharField(max_length=253)
+    cluster = serializers.CharField(max_length=253, allow_null=True, required=False,
+                                    help_text="another cluster's node (a cross-cluster pair); default: the batch's")
     site = serializers.CharField(max_length=200, allow_null=True, allow_blank=True, required=False)
     address = serializers.CharField(max_length=253, allow_null=True, allow_blank=True, required=False)
     labels = JSONObjectField(required=False)
@@ -169,6 +171,7 @@ class NodeIn(serializers.Serializer):
 
 
 class IngestBatchIn(serializers.Serializer):
+    cluster = serializers.CharField(max_length=253, allow_null=True, required=False)
     benchmark = BenchmarkIn()
     run = RunIn()
     nodes = NodeIn(many=True, required=False)

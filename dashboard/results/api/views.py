@@ -14,13 +14,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from results import filters, metrics, params, selectors, services
+from results import filters, metrics, params, scope, selectors, services
 from results.api import serializers
 from results.api.errors import flatten_errors
 from results.api.pagination import LARGEST
@@ -51,6 +51,18 @@ def _benchmark(request) -> Benchmark:
         raise NotFound(f"benchmark {ref!r} not found (use namespace/name)") from None
 
 
+def _may_write(request, cluster: str, record: str) -> None:
+    """403 naming why when the request's token is scoped to another cluster than the record's."""
+    try:
+        scope.check(request.auth, cluster, record)
+    except scope.OtherCluster as err:
+        raise PermissionDenied(str(err)) from None
+
+
+def _window_clusters(window: Maintenance) -> set[str]:
+    return {n.cluster.name for n in (window.node, window.source, window.destination) if n is not None}
+
+
 def _params(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
@@ -75,7 +87,11 @@ class IngestView(APIView):
             metrics.INGEST_REJECTED.labels(reason="contract").inc()
             return Response({"detail": "Ingest batch violates measurement.v1.schema.json.", "errors": errors},
                             status=status.HTTP_400_BAD_REQUEST)
-        result = services.ingest(serializer.validated_data)
+        try:
+            result = services.ingest(serializer.validated_data, request.auth)
+        except scope.OtherCluster as err:
+            metrics.INGEST_REJECTED.labels(reason="cluster").inc()
+            raise PermissionDenied(str(err)) from None
         return Response({"created": result.created, "duplicates": result.duplicates, "ids": result.ids})
 
 
@@ -268,7 +284,7 @@ class ChangeViewSet(ArchiveViewSet):
 class ProblemViewSet(ArchiveViewSet):
     """Problems the rules found in the grids (results.problems), with their acknowledgement."""
 
-    queryset = Problem.objects.select_related("benchmark").defer("benchmark__spec", "benchmark__thresholds")
+    queryset = Problem.objects.select_related("benchmark__cluster").defer("benchmark__spec", "benchmark__thresholds")
     serializer_class = serializers.ProblemSerializer
     filterset_class = filters.ProblemFilterSet
     ordering_fields = ["first_seen", "last_seen", "severity"]
@@ -283,6 +299,7 @@ class ProblemViewSet(ArchiveViewSet):
         """Acknowledge the problem as it is now (its cells and severity): it stays listed but stops alerting
         until it changes."""
         problem = self.get_object()
+        _may_write(request, problem.benchmark.cluster.name, f"problem {problem.pk} of {problem.benchmark}")
         body = serializers.AcknowledgeIn(data=request.data)
         if not body.is_valid():
             raise ValidationError(flatten_errors(body.errors))
@@ -293,6 +310,7 @@ class ProblemViewSet(ArchiveViewSet):
     @action(detail=True, methods=["post"])
     def unacknowledge(self, request, pk=None):
         problem = self.get_object()
+        _may_write(request, problem.benchmark.cluster.name, f"problem {problem.pk} of {problem.benchmark}")
         services.acknowledge(problem, actor(request), None)
         return Response(serializers.ProblemSerializer(problem).data)
 
@@ -303,7 +321,7 @@ class MaintenanceViewSet(CSVExportMixin, viewsets.ModelViewSet):
 
     lookup_value_regex = "[^/]+"
     renderer_classes = LIST_RENDERERS
-    queryset = Maintenance.objects.select_related("node", "source", "destination")
+    queryset = Maintenance.objects.select_related("node__cluster", "source__cluster", "destination__cluster")
     serializer_class = serializers.MaintenanceSerializer
     filterset_class = filters.MaintenanceFilterSet
     ordering_fields = ["starts_at", "ends_at"]
@@ -318,10 +336,16 @@ class MaintenanceViewSet(CSVExportMixin, viewsets.ModelViewSet):
         return super().get_renderers()
 
     def perform_create(self, serializer):
+        data = serializer.validated_data
+        for node in (data.get("node"), data.get("source"), data.get("destination")):
+            if node is not None:
+                _may_write(self.request, node.cluster.name, f"node {node.name!r} (a maintenance window on it)")
         window = serializer.save(created_by=actor(self.request))
         services.maintenance_changed(window)
 
     def perform_destroy(self, instance):
+        for cluster in sorted(_window_clusters(instance)):
+            _may_write(self.request, cluster, f"maintenance window {instance.pk}")
         services.end_maintenance(instance)
 ADVISED = [p for p in PROTOCOLS if p != "rtt"]  # what moves bytes, with streams and files to tune
 

@@ -91,7 +91,11 @@ def _benchmark_q(prefix: str, value: str) -> Q:
     return Q(**{f"{prefix}name": value})
 
 
+CLUSTER_HELP = "one cluster's (the operator's cluster.name)"
+
+
 class NodeFilterSet(filters.FilterSet):
+    cluster = filters.CharFilter(field_name="cluster__name", help_text=CLUSTER_HELP)
     name = filters.CharFilter(field_name="name")
     name__ic = filters.CharFilter(field_name="name", lookup_expr="icontains")
     site = filters.CharFilter(field_name="site")
@@ -102,15 +106,18 @@ class NodeFilterSet(filters.FilterSet):
 
 
 class BenchmarkFilterSet(filters.FilterSet):
+    cluster = filters.CharFilter(field_name="cluster__name", help_text=CLUSTER_HELP)
+
     class Meta:
         model = Benchmark
         fields = ["namespace", "name", "uid"]
 
 
 class OfBenchmark(filters.FilterSet):
-    """?benchmark=namespace/name (or a unique name) for models with a benchmark."""
+    """?benchmark=namespace/name (or a unique name) and ?cluster= for models with a benchmark."""
 
     benchmark = filters.CharFilter(method="filter_benchmark", help_text='"namespace/name" or a name')
+    cluster = filters.CharFilter(field_name="benchmark__cluster__name", help_text=CLUSTER_HELP)
 
     def filter_benchmark(self, queryset, name, value):
         return queryset.filter(_benchmark_q("benchmark__", value))

@@ -106,6 +106,9 @@ def _upsert_nodes(described_list: list[dict[str, Any]], names: set[str], cluster
     names = names | set(by_name)
     home = _node_clusters(by_name, names, cluster, token)
 
+    if not names:
+        return {}
+
     def stored() -> dict[str, Node]:
         q = Q()
         for c in {c.id: c for c in home.values()}.values():

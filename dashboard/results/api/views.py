@@ -8,7 +8,6 @@ from datetime import UTC, timedelta
 from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -20,7 +19,7 @@ from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from results import filters, metrics, params, scope, selectors, services
+from results import federation, filters, metrics, params, scope, selectors, services
 from results.api import serializers
 from results.api.errors import flatten_errors
 from results.api.pagination import LARGEST
@@ -43,12 +42,39 @@ def _streams(lo: int) -> dict:
 
 
 
+CLUSTER = OpenApiParameter("cluster", NAME, description="one cluster's (the operator's cluster.name); "
+                           "default: a benchmark or node name unique across clusters")
+
+
+def _cluster(request) -> str | None:
+    return _params(params.name, "cluster", request.query_params.get("cluster")) \
+        if request.query_params.get("cluster") else None
+
+
 def _benchmark(request) -> Benchmark:
     ref = _params(params.name, "benchmark", request.query_params.get("benchmark"))
+    cluster = _cluster(request)
     try:
-        return selectors.get_benchmark(ref)
-    except (Benchmark.DoesNotExist, Benchmark.MultipleObjectsReturned):
-        raise NotFound(f"benchmark {ref!r} not found (use namespace/name)") from None
+        return selectors.get_benchmark(ref, cluster)
+    except Benchmark.DoesNotExist:
+        where = f" in cluster {cluster!r}" if cluster else ""
+        raise NotFound(f"benchmark {ref!r} not found{where} (use namespace/name)") from None
+    except Benchmark.MultipleObjectsReturned:
+        raise NotFound(f"benchmark {ref!r} is not unique (use namespace/name, and cluster= when several clusters "
+                       "have it)") from None
+
+
+def _grid_benchmarks(request) -> list[Benchmark]:
+    """The grid's benchmarks: one cluster's (cluster=), or every cluster's of that namespace/name combined."""
+    ref = _params(params.name, "benchmark", request.query_params.get("benchmark"))
+    cluster = _cluster(request)
+    if "/" not in ref:
+        return [_benchmark(request)]
+    benches = selectors.benchmarks_named(*ref.split("/", 1), cluster)
+    if not benches:
+        where = f" in cluster {cluster!r}" if cluster else ""
+        raise NotFound(f"benchmark {ref!r} not found{where} (use namespace/name)")
+    return benches
 
 
 def _may_write(request, cluster: str, record: str) -> None:
@@ -131,21 +157,21 @@ class ArchiveViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class NodeViewSet(ArchiveViewSet):
-    queryset = Node.objects.all()
+    queryset = Node.objects.select_related("cluster")
     serializer_class = serializers.NodeSerializer
     filterset_class = filters.NodeFilterSet
     ordering_fields = ["name", "site", "last_seen"]
 
 
 class BenchmarkViewSet(ArchiveViewSet):
-    queryset = Benchmark.objects.all()
+    queryset = Benchmark.objects.select_related("cluster")
     serializer_class = serializers.BenchmarkSerializer
     filterset_class = filters.BenchmarkFilterSet
     ordering_fields = ["namespace", "name", "created"]
 
 
 class RunViewSet(ArchiveViewSet):
-    queryset = Run.objects.select_related("benchmark")
+    queryset = Run.objects.select_related("benchmark__cluster")
     serializer_class = serializers.RunSerializer
     filterset_class = filters.RunFilterSet
     ordering_fields = ["started_at", "finished_at", "name"]
@@ -153,7 +179,7 @@ class RunViewSet(ArchiveViewSet):
 
 class MeasurementViewSet(ArchiveViewSet):
     # The related rows give names only: their JSON columns would be decoded for nothing on every row.
-    queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark").defer(
+    queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark__cluster").defer(
         "source__labels", "destination__labels", "run__counts", "benchmark__spec", "benchmark__thresholds")
     filterset_class = filters.MeasurementFilterSet
     ordering_fields = ["finished_at", "started_at", "throughput_gbps", "rtt_ms", "protocol", "streams"]
@@ -172,6 +198,9 @@ class GridView(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"),
+            OpenApiParameter("cluster", NAME, description="one cluster's grid; default: every cluster's benchmark "
+                             "of that namespace/name in one grid, its nodes named cluster:node when there are "
+                             "several"),
             OpenApiParameter("protocol", PROTOCOL, required=True),
             OpenApiParameter("streams", _streams(0), description="one stream setting (default: all)"),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
@@ -180,12 +209,16 @@ class GridView(APIView):
         responses=serializers.GridSerializer,
     )
     def get(self, request):
-        bench = _benchmark(request)
+        benches = _grid_benchmarks(request)
         q = request.query_params
         protocol = _params(params.protocol, "protocol", q.get("protocol"))
         streams = _params(params.integer, "streams", q.get("streams"), None, 0, 100)
         mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
+        if len(benches) > 1:
+            return Response(grid_json(federation.combined_grid(benches, protocol, streams=streams, mode=mode,
+                                                               window=window)))
+        bench = benches[0]
         fast = connection.vendor == "postgresql" and request.accepted_renderer.format == "json"
         data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast)
         if fast:
@@ -204,7 +237,7 @@ def grid_json(data: dict) -> dict:
     """The grid as GridSerializer documents it, built directly: a DRF serializer costs ~30 ms per 1 000 cells,
     too slow for a 100×100 grid (10 000 cells) in the latency budget."""
     return {
-        **{k: data[k] for k in ("benchmark", "protocol", "kind", "metric", "unit", "mode", "window_seconds",
+        **{k: data[k] for k in ("benchmark", "clusters", "protocol", "kind", "metric", "unit", "mode", "window_seconds",
                                 "thresholds", "nodes")},
         "generated_at": _iso(data["generated_at"]),
         "cells": [{**c, "finished_at": _iso(c["finished_at"])} for c in data["cells"]],
@@ -212,7 +245,13 @@ def grid_json(data: dict) -> dict:
 
 
 def _node(name: str | None, param: str) -> Node:
-    return get_object_or_404(Node, name=_params(params.name, param, name))
+    ref = _params(params.name, param, name)
+    try:
+        return selectors.get_node(ref)
+    except Node.DoesNotExist:
+        raise NotFound(f"{param}: node {ref!r} not found") from None
+    except Node.MultipleObjectsReturned:
+        raise ValidationError({param: f"node {ref!r} is in several clusters: name it cluster:node"}) from None
 
 
 class PairHistoryView(APIView):
@@ -223,6 +262,7 @@ class PairHistoryView(APIView):
             OpenApiParameter("source", NAME, required=True),
             OpenApiParameter("destination", NAME, required=True),
             OpenApiParameter("benchmark", str, description="namespace/name (default: every benchmark)"),
+            CLUSTER,
             OpenApiParameter("since", DURATION, description="how far back: 30d (default 90d)"),
         ],
         responses=serializers.HistoryPointSerializer(many=True),
@@ -240,7 +280,7 @@ class ThroughputVsRttView(APIView):
     """Latest throughput of every pair against its RTT, per protocol."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("benchmark", NAME, required=True, description="namespace/name")],
+        parameters=[OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"), CLUSTER],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request):
@@ -254,6 +294,7 @@ class StreamsPairsView(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"),
+            CLUSTER,
             OpenApiParameter("protocol", PROTOCOL),
             OpenApiParameter("low", _streams(1), description="default 1"),
             OpenApiParameter("high", _streams(1), description="default 8"),
@@ -273,7 +314,7 @@ class StreamsPairsView(APIView):
 class ChangeViewSet(ArchiveViewSet):
     """Step changes found in each cell's history (throughput or RTT; not outliers, not threshold crossings)."""
 
-    queryset = Change.objects.select_related("benchmark", "source", "destination").defer(
+    queryset = Change.objects.select_related("benchmark__cluster", "source", "destination").defer(
         "benchmark__spec", "benchmark__thresholds", "source__labels", "destination__labels")
     serializer_class = serializers.ChangeSerializer
     filterset_class = filters.ChangeFilterSet
@@ -369,6 +410,7 @@ class AdviceView(APIView):
             OpenApiParameter("destination", NAME, required=True),
             OpenApiParameter("protocol", {"type": "string", "enum": ADVISED}, required=True),
             OpenApiParameter("benchmark", str, description="namespace/name (default: every benchmark)"),
+            CLUSTER,
             OpenApiParameter("since", DURATION, description="how far back: 30d (default 90d)"),
             OpenApiParameter("streams_max", _streams(1), description="next run: most streams (default 16)"),
             OpenApiParameter("concurrency_max", {"type": "integer", "minimum": 1, "maximum": 1000},

@@ -31,9 +31,11 @@ def node_description(agent: Agent, loopback_gbps: float | None = None) -> dict[s
 
 def ingest_batch(run: RunInfo, status: Mapping[str, Any], spec: BenchmarkSpec, agents: Sequence[Agent],
                  entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The batch for `entries` of the run whose status is `status`."""
+    """The batch for `entries` of the run whose status is `status`, as the run's cluster (when it has one)."""
     loopback = {e["source"]: e["loopback_gbps"] for e in entries if e.get("kind") == "loopback"}
+    cluster = {"cluster": run.cluster} if run.cluster else {}
     return {
+        **cluster,
         "benchmark": {"namespace": run.benchmark_namespace, "name": run.benchmark_name, "uid": run.benchmark_uid,
                       "spec": to_dict(spec), "thresholds": dict(spec.thresholds)},
         "run": {"uid": run.run_uid, "name": run.run_name, "scheduled_at": run.scheduled_at,

@@ -32,6 +32,9 @@ class Settings:
     # Where benchmarks without spec.results deliver (the chart sets its own dashboard); empty: they must name one.
     results_url: str = ""
     results_token_file: str = ""  # the token for results_url, re-read after a 401
+    # The cluster every run and measurement is delivered as (federation: one dashboard, several clusters); empty:
+    # the UID of the kube-system namespace, read at start-up (cluster.py).
+    cluster_name: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:

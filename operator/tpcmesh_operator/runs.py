@@ -153,6 +153,7 @@ class RunInfo:
     run_uid: str
     benchmark_uid: str | None = None
     scheduled_at: str | None = None
+    cluster: str | None = None  # the cluster delivered as (federation); None: the dashboard takes its token's
 
 
 @dataclass(frozen=True)

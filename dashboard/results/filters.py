@@ -191,6 +191,7 @@ class ProblemFilterSet(OfBenchmark):
 
 class MaintenanceFilterSet(filters.FilterSet):
     node = filters.CharFilter(method="filter_node", help_text="windows on this node, as a node or an end of a pair")
+    cluster = filters.CharFilter(method="filter_cluster", help_text="windows on this cluster's nodes")
     active = BooleanFilter(method="filter_active", help_text="true: in force now")
 
     class Meta:
@@ -199,6 +200,10 @@ class MaintenanceFilterSet(filters.FilterSet):
 
     def filter_node(self, queryset, name, value):
         return queryset.filter(Q(node__name=value) | Q(source__name=value) | Q(destination__name=value))
+
+    def filter_cluster(self, queryset, name, value):
+        return queryset.filter(Q(node__cluster__name=value) | Q(source__cluster__name=value)
+                               | Q(destination__cluster__name=value))
 
     def filter_active(self, queryset, name, value):
         from django.utils import timezone

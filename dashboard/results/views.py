@@ -42,7 +42,7 @@ def metrics(request):
 @read_access_required
 def index(request):
     benchmarks = []
-    for bench in Benchmark.objects.all():
+    for bench in Benchmark.objects.select_related("cluster"):
         last = Run.objects.filter(benchmark=bench).order_by("-started_at").first()
         benchmarks.append({"bench": bench, "protocols": selectors.benchmark_protocols(bench), "last_run": last})
     return render(request, "results/index.html", {"benchmarks": benchmarks, "nodes": Node.objects.count()})

@@ -613,7 +613,7 @@ class RunExecutor:
         fetch = getattr(self.results_client, "active_maintenance", None)
         if fetch is not None:
             try:
-                windows += maintenance.from_dashboard(await asyncio.wait_for(fetch(), 30), now)
+                windows += maintenance.from_dashboard(await asyncio.wait_for(fetch(self.run.cluster), 30), now)
             except (DeliveryFailed, TimeoutError) as e:
                 self._event("Warning", "MaintenanceUnknown", f"the dashboard's maintenance windows were not read "
                                                             f"({e}); only node annotations count for this run")

@@ -9,11 +9,14 @@ cluster is refused (403, naming why) on the other's records, and the grid shows 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from kubernetes import client
+from tpcmesh_operator.results import ResultsClient
 
 from tests.cluster import operator_support
 from tests.cluster.operator_support import (
@@ -114,5 +117,20 @@ def test_two_operators_write_to_one_dashboard_with_their_own_tokens(control_plan
             grid = get("/api/v1/grid/", benchmark=f"{ns}/mesh", protocol="builtin", cluster=cluster)
             assert grid["clusters"] == [cluster] and {n["cluster"] for n in grid["nodes"]} == {cluster}
             assert len(grid["cells"]) == 2
+
+        # maintenance on a west node: the operator's results client reads its own cluster's windows alone
+        west_node = runs["fed-west"]["status"]["agents"][0]["node"]
+        ends = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        r = httpx.post(f"{dashboard.url}/api/v1/maintenance/", timeout=10,
+                       headers={"Authorization": f"Token {tokens[uid]}"},
+                       json={"node": west_node, "reason": "NIC", "ends_at": ends})
+        assert r.status_code == 201, r.text
+
+        async def windows(cluster: str) -> list[dict]:
+            async with ResultsClient(dashboard.url, tokens["east"]) as results:
+                return await results.active_maintenance(cluster)
+
+        assert asyncio.run(windows("east")) == []
+        assert [w["node"] for w in asyncio.run(windows(uid))] == [west_node]
     finally:
         dashboard.stop()

@@ -14,10 +14,6 @@ def default_cluster(apps, schema_editor):
     cluster, _ = Cluster.objects.get_or_create(name=DEFAULT_CLUSTER)
     for model in ("Node", "Benchmark"):
         apps.get_model("results", model).objects.filter(cluster__isnull=True).update(cluster=cluster)
-    if schema_editor.connection.vendor == "postgresql":
-        # check the new foreign keys now: PostgreSQL refuses the ALTER TABLEs that follow while their deferred
-        # checks are pending ("cannot ALTER TABLE ... because it has pending trigger events")
-        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 class Migration(migrations.Migration):

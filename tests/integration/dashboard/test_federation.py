@@ -186,3 +186,15 @@ def test_create_api_token_command_scopes_to_a_cluster(capsys):
     key = capsys.readouterr().out.strip()
     token = ApiToken.objects.select_related("cluster").get(name="op-north")
     assert token.write and token.cluster.name == "north" and len(key) == 40
+
+
+def test_each_operator_reads_its_own_clusters_maintenance(client, keys, two_clusters):
+    """The operator asks for ?active=true&cluster=<its own> (ResultsClient.active_maintenance): a window on west's
+    n1 must not leave east's n1 out of east's runs."""
+    ends = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
+    r = client.post("/api/v1/maintenance/", json.dumps({"node": "west:n1", "reason": "NIC", "ends_at": ends}),
+                    content_type="application/json", **auth(keys["west"]))
+    assert r.status_code == 201, r.content
+    east = client.get("/api/v1/maintenance/", {"active": "true", "cluster": "east"}).json()["results"]
+    west = client.get("/api/v1/maintenance/", {"active": "true", "cluster": "west"}).json()["results"]
+    assert east == [] and [w["node"] for w in west] == ["n1"]

@@ -1,14 +1,14 @@
 from django.contrib import admin, messages
 
-from results.models import ApiToken, Benchmark, Measurement, Node, Run
+from results.models import ApiToken, Benchmark, Cluster, Measurement, Node, Run
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "write", "enabled", "created", "last_used"]
-    list_filter = ["write", "enabled"]
+    list_display = ["name", "prefix", "write", "cluster", "enabled", "created", "last_used"]
+    list_filter = ["write", "enabled", "cluster"]
     readonly_fields = ["prefix", "created", "last_used"]
-    fields = ["name", "write", "enabled", "prefix", "created", "last_used"]
+    fields = ["name", "write", "cluster", "enabled", "prefix", "created", "last_used"]
 
     def save_model(self, request, obj, form, change):
         if not change:
@@ -18,15 +18,22 @@ class ApiTokenAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
 
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "created"]
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "site", "address", "nic_speed_gbps", "loopback_gbps", "last_seen"]
+    list_display = ["name", "cluster", "site", "address", "nic_speed_gbps", "loopback_gbps", "last_seen"]
+    list_filter = ["cluster"]
     search_fields = ["name", "site", "address"]
 
 
 @admin.register(Benchmark)
 class BenchmarkAdmin(admin.ModelAdmin):
-    list_display = ["namespace", "name", "uid", "updated"]
+    list_display = ["namespace", "name", "cluster", "uid", "updated"]
+    list_filter = ["cluster"]
 
 
 @admin.register(Run)

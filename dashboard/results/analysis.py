@@ -165,7 +165,8 @@ def evaluate_problems(bench: Benchmark, now: datetime | None = None) -> list[Pro
     sighting and acknowledgement; one no longer found is resolved; nodes in maintenance raise none."""
     now = now or timezone.now()
     cover = maintenance.overlay(now)
-    in_maintenance = set(Node.objects.filter(id__in=cover.nodes).values_list("name", flat=True))
+    # the benchmark's own nodes: another cluster's node of the same name is another node
+    in_maintenance = set(Node.objects.filter(id__in=cover.nodes, benchmarks=bench).values_list("name", flat=True))
     silent = {n: k for n, k in _runs_without_result(bench).items() if n not in in_maintenance}
     sites = dict(Node.objects.filter(benchmarks=bench).values_list("name", "site"))
     findings = problems.find(grid_cells(bench, now), sites, silent)

@@ -92,7 +92,11 @@ def _benchmark_q(prefix: str, value: str) -> Q:
     return Q(**{f"{prefix}name": value})
 
 
+CLUSTER_HELP = "one cluster's (the operator's cluster.name)"
+
+
 class NodeFilterSet(filters.FilterSet):
+    cluster = filters.CharFilter(field_name="cluster__name", help_text=CLUSTER_HELP)
     name = filters.CharFilter(field_name="name")
     name__ic = filters.CharFilter(field_name="name", lookup_expr="icontains")
     site = filters.CharFilter(field_name="site")
@@ -103,15 +107,18 @@ class NodeFilterSet(filters.FilterSet):
 
 
 class BenchmarkFilterSet(filters.FilterSet):
+    cluster = filters.CharFilter(field_name="cluster__name", help_text=CLUSTER_HELP)
+
     class Meta:
         model = Benchmark
         fields = ["namespace", "name", "uid"]
 
 
 class OfBenchmark(filters.FilterSet):
-    """?benchmark=namespace/name (or a unique name) for models with a benchmark."""
+    """?benchmark=namespace/name (or a unique name) and ?cluster= for models with a benchmark."""
 
     benchmark = filters.CharFilter(method="filter_benchmark", help_text='"namespace/name" or a name')
+    cluster = filters.CharFilter(field_name="benchmark__cluster__name", help_text=CLUSTER_HELP)
 
     def filter_benchmark(self, queryset, name, value):
         return queryset.filter(_benchmark_q("benchmark__", value))
@@ -187,6 +194,7 @@ class ProblemFilterSet(OfBenchmark):
 
 class MaintenanceFilterSet(filters.FilterSet):
     node = filters.CharFilter(method="filter_node", help_text="windows on this node, as a node or an end of a pair")
+    cluster = filters.CharFilter(method="filter_cluster", help_text="windows on this cluster's nodes")
     active = BooleanFilter(method="filter_active", help_text="true: in force now")
 
     class Meta:
@@ -195,6 +203,10 @@ class MaintenanceFilterSet(filters.FilterSet):
 
     def filter_node(self, queryset, name, value):
         return queryset.filter(Q(node__name=value) | Q(source__name=value) | Q(destination__name=value))
+
+    def filter_cluster(self, queryset, name, value):
+        return queryset.filter(Q(node__cluster__name=value) | Q(source__cluster__name=value)
+                               | Q(destination__cluster__name=value))
 
     def filter_active(self, queryset, name, value):
         from django.utils import timezone

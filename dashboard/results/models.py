@@ -1,4 +1,8 @@
-"""The results archive: nodes, benchmarks, runs, measurements (with per-file transfers), API tokens.
+"""The results archive: clusters, nodes, benchmarks, runs, measurements (with per-file transfers), API tokens.
+
+Federation: every node and benchmark belongs to a Cluster (the operator that measured it says which); runs and
+measurements belong to their benchmark's. Node names and benchmarks' namespace/name are unique per cluster. A write
+token may be scoped to one cluster (ApiToken.cluster): it writes that cluster's records only (results.scope).
 
 PairLatest is a summary kept by services.ingest: the newest measurement of each
 (benchmark, protocol, streams, source, destination), so the "latest" grid reads one row per cell.
@@ -24,8 +28,31 @@ METRICS = ["throughput_gbps", "rtt_ms"]
 SEVERITIES = ["critical", "warning"]
 
 
-class Node(models.Model):
+DEFAULT_CLUSTER = "default"  # rows from before federation, and batches that name no cluster (admin tokens)
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster whose operator delivers here: by the chart's cluster.name (default: the UID of its
+    kube-system namespace), "local" for the local mode."""
+
     name = models.CharField(max_length=253, unique=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def default_cluster() -> int:
+    """The default cluster's id (created on first use): a node or benchmark made without a cluster is its."""
+    return Cluster.objects.get_or_create(name=DEFAULT_CLUSTER)[0].pk
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes", default=default_cluster)
+    name = models.CharField(max_length=253)
     site = models.CharField(max_length=200, blank=True, default="")
     address = models.CharField(max_length=253, blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
@@ -35,13 +62,16 @@ class Node(models.Model):
     last_seen = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["name"]
+        ordering = ["name", "cluster_id"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_cluster_name")]
 
     def __str__(self) -> str:
         return self.name
 
 
 class Benchmark(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="benchmarks",
+                                default=default_cluster)
     namespace = models.CharField(max_length=253)
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
@@ -52,8 +82,9 @@ class Benchmark(models.Model):
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["namespace", "name"]
-        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="benchmark_namespace_name")]
+        ordering = ["namespace", "name", "cluster_id"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "namespace", "name"],
+                                               name="benchmark_cluster_namespace_name")]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -190,12 +221,16 @@ def hash_token(key: str) -> str:
 
 
 class ApiToken(models.Model):
-    """An API token; only its SHA-256 is stored. `write` allows ingest, otherwise read-only."""
+    """An API token; only its SHA-256 is stored. `write` allows ingest, otherwise read-only. A write token with a
+    `cluster` writes that cluster's records only; one without is an admin token (any cluster, as before
+    federation)."""
 
     name = models.CharField(max_length=100, unique=True)
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     prefix = models.CharField(max_length=8, editable=False, help_text="first characters, to recognise a token")
     write = models.BooleanField(default=False, help_text="may ingest measurements")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, null=True, blank=True, related_name="tokens",
+                                help_text="writes this cluster's records only (empty: any cluster)")
     enabled = models.BooleanField(default=True)
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True, editable=False)
@@ -204,7 +239,8 @@ class ApiToken(models.Model):
         ordering = ["name"]
 
     def __str__(self) -> str:
-        return f"{self.name} ({'write' if self.write else 'read'})"
+        scope = f", cluster {self.cluster}" if self.cluster_id else ""
+        return f"{self.name} ({'write' if self.write else 'read'}{scope})"
 
     @staticmethod
     def generate_key() -> str:

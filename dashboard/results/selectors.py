@@ -28,12 +28,36 @@ def kind_for(protocol: str) -> str:
     return "latency" if protocol == "rtt" else "throughput"
 
 
-def get_benchmark(ref: str) -> Benchmark:
-    """A benchmark by "namespace/name" (or by name alone when unique)."""
+def get_benchmark(ref: str, cluster: str | None = None) -> Benchmark:
+    """A benchmark by "namespace/name" (or by name alone when unique), of one cluster when given (else unique
+    across clusters)."""
+    qs = Benchmark.objects.select_related("cluster")
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
     if "/" in ref:
         namespace, name = ref.split("/", 1)
-        return Benchmark.objects.get(namespace=namespace, name=name)
-    return Benchmark.objects.get(name=ref)
+        return qs.get(namespace=namespace, name=name)
+    return qs.get(name=ref)
+
+
+def benchmarks_named(namespace: str, name: str, cluster: str | None = None) -> list[Benchmark]:
+    """Every cluster's benchmark namespace/name (one cluster's when given), by cluster name."""
+    qs = Benchmark.objects.select_related("cluster").filter(namespace=namespace, name=name)
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
+    return list(qs.order_by("cluster__name"))
+
+
+CLUSTER_SEPARATOR = ":"  # "cluster:node" names a node of one cluster (a Kubernetes node name has no colon)
+
+
+def get_node(ref: str, cluster: str | None = None) -> Node:
+    """A node by name, of one cluster: given, or in the reference ("cluster:node"); else unique across clusters
+    (Node.MultipleObjectsReturned when several clusters have that name)."""
+    if cluster is None and CLUSTER_SEPARATOR in ref:
+        cluster, ref = ref.rsplit(CLUSTER_SEPARATOR, 1)
+    qs = Node.objects.select_related("cluster").filter(name=ref)
+    return qs.get(cluster__name=cluster) if cluster else qs.get()
 
 
 def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
@@ -46,7 +70,7 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
 
 
 def benchmark_nodes(bench: Benchmark) -> list[Node]:
-    return list(bench.nodes.order_by("name"))
+    return list(bench.nodes.select_related("cluster").order_by("name"))
 
 
 def grid(
@@ -91,6 +115,7 @@ def grid(
         cells = _cells_in_python(bench, protocol, streams, now, bounds, mode, window, names, cover)
     out = {
         "benchmark": str(bench),
+        "clusters": [bench.cluster.name],
         "protocol": protocol,
         "kind": kind,
         "metric": metric,
@@ -99,7 +124,8 @@ def grid(
         "window_seconds": int(window.total_seconds()),
         "thresholds": bounds,
         "generated_at": now,
-        "nodes": [{"name": n.name, "site": n.site, "loopback_gbps": n.loopback_gbps} for n in nodes],
+        "nodes": [{"name": n.name, "cluster": n.cluster.name, "site": n.site, "loopback_gbps": n.loopback_gbps}
+                  for n in nodes],
         "cells": cells,
     }
     if cells_json:

@@ -14,11 +14,24 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from results import analysis, metrics
+from results import analysis, metrics, scope
 from results.celljson import cell_json_sql
-from results.models import ApiToken, Benchmark, FileTransfer, Maintenance, Measurement, Node, PairLatest, Problem, Run
+from results.models import (
+    DEFAULT_CLUSTER,
+    ApiToken,
+    Benchmark,
+    Cluster,
+    FileTransfer,
+    Maintenance,
+    Measurement,
+    Node,
+    PairLatest,
+    Problem,
+    Run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +53,13 @@ class IngestResult:
     ids: list[str] = field(default_factory=list)
 
 
-def _upsert_benchmark(data: dict[str, Any]) -> Benchmark:
-    bench, _ = Benchmark.objects.get_or_create(namespace=data["namespace"], name=data["name"])
+def cluster_named(name: str) -> Cluster:
+    cluster, _ = Cluster.objects.get_or_create(name=name)
+    return cluster
+
+
+def _upsert_benchmark(cluster: Cluster, data: dict[str, Any]) -> Benchmark:
+    bench, _ = Benchmark.objects.get_or_create(cluster=cluster, namespace=data["namespace"], name=data["name"])
     changed = []
     for key in ("uid", "spec", "thresholds"):
         value = data.get(key)
@@ -56,7 +74,12 @@ def _upsert_benchmark(data: dict[str, Any]) -> Benchmark:
 def _upsert_run(bench: Benchmark, data: dict[str, Any]) -> Run:
     values = {k: data[k] for k in ("name", "scheduled_at", "started_at", "finished_at", "state", "counts") if k in data}
     values = {k: v for k, v in values.items() if v is not None}
-    run, created = Run.objects.get_or_create(uid=data["uid"], defaults={"benchmark": bench, **values})
+    run, created = Run.objects.select_related("benchmark__cluster").get_or_create(
+        uid=data["uid"], defaults={"benchmark": bench, **values})
+    if not created and run.benchmark.cluster_id != bench.cluster_id:
+        # a run's uid is its TransferRun's: one cluster's, whoever sends it (an admin token too)
+        raise scope.OtherCluster(f"run {data['uid']!r} ({run.name}) belongs to cluster {run.benchmark.cluster.name!r}"
+                                 f", not to this batch's cluster {bench.cluster.name!r}")
     if not created and values:
         for k, v in values.items():
             setattr(run, k, v)
@@ -64,15 +87,41 @@ def _upsert_run(bench: Benchmark, data: dict[str, Any]) -> Run:
     return run
 
 
-def _upsert_nodes(described: list[dict[str, Any]], names: set[str]) -> dict[str, Node]:
-    by_name = {n["name"]: n for n in described}
+def _node_clusters(described: dict[str, dict[str, Any]], names: set[str], cluster: Cluster,
+                   token: object) -> dict[str, Cluster]:
+    """Each node's cluster: the batch's, or the one its description names (another cluster's agent in a
+    cross-cluster pair). A cluster-scoped token may name another cluster's node but not describe it."""
+    asked = {name: (described.get(name) or {}).get("cluster") or cluster.name for name in names}
+    clusters = {c: cluster if c == cluster.name else cluster_named(c) for c in set(asked.values())}
+    for name, c in asked.items():
+        if c != cluster.name and any(described[name].get(k) is not None for k in NODE_FIELDS):
+            scope.check(token, c, f"node {name!r} (its description: {', '.join(NODE_FIELDS)})")
+    return {name: clusters[c] for name, c in asked.items()}
+
+
+def _upsert_nodes(described_list: list[dict[str, Any]], names: set[str], cluster: Cluster,
+                  token: object = None) -> dict[str, Node]:
+    """The batch's nodes by name (created when new), their descriptions stored."""
+    by_name = {n["name"]: n for n in described_list}
     names = names | set(by_name)
-    existing = {n.name: n for n in Node.objects.filter(name__in=names)}
-    missing = [Node(name=name, **{k: v for k, v in by_name.get(name, {}).items() if k in NODE_FIELDS and v is not None})
+    home = _node_clusters(by_name, names, cluster, token)
+
+    if not names:
+        return {}
+
+    def stored() -> dict[str, Node]:
+        q = Q()
+        for c in {c.id: c for c in home.values()}.values():
+            q |= Q(cluster=c, name__in=[n for n in names if home[n].id == c.id])
+        return {n.name: n for n in Node.objects.filter(q) if home[n.name].id == n.cluster_id}
+
+    existing = stored()
+    missing = [Node(name=name, cluster=home[name],
+                    **{k: v for k, v in by_name.get(name, {}).items() if k in NODE_FIELDS and v is not None})
                for name in sorted(names - set(existing))]
     if missing:
         Node.objects.bulk_create(missing, ignore_conflicts=True)
-        existing = {n.name: n for n in Node.objects.filter(name__in=names)}
+        existing = stored()
     now = timezone.now()
     to_update = []
     for name, desc in by_name.items():
@@ -225,13 +274,16 @@ def _retransmits(m: dict[str, Any]) -> int | None:
 
 
 @transaction.atomic
-def ingest(batch: dict[str, Any]) -> IngestResult:
-    """Store one validated ingestBatch; idempotent by measurement id, all or nothing."""
-    bench = _upsert_benchmark(batch["benchmark"])
+def ingest(batch: dict[str, Any], token: object = None) -> IngestResult:
+    """Store one validated ingestBatch; idempotent by measurement id, all or nothing. Raises scope.OtherCluster
+    (nothing stored) when the batch writes a record of a cluster `token` may not write, or names a run of
+    another cluster."""
+    cluster = cluster_named(scope.batch_cluster(token, batch.get("cluster"), DEFAULT_CLUSTER))
+    bench = _upsert_benchmark(cluster, batch["benchmark"])
     run = _upsert_run(bench, batch["run"])
     measurements = batch["measurements"]
     names = {m["source"] for m in measurements} | {m["destination"] for m in measurements}
-    nodes = _upsert_nodes(batch.get("nodes") or [], names)
+    nodes = _upsert_nodes(batch.get("nodes") or [], names, cluster, token)
     bench.nodes.add(*nodes.values())
 
     unique: dict[str, dict[str, Any]] = {}
@@ -255,8 +307,8 @@ def ingest(batch: dict[str, Any]) -> IngestResult:
     result = IngestResult(created=len(rows), duplicates=len(measurements) - len(rows), ids=[str(r.id) for r in rows])
     metrics.INGESTED.labels(result="created").inc(result.created)
     metrics.INGESTED.labels(result="duplicate").inc(result.duplicates)
-    log.info("Ingested run %s of benchmark %s: %d created, %d duplicates", run.name, bench, result.created,
-             result.duplicates)
+    log.info("Ingested run %s of benchmark %s (cluster %s): %d created, %d duplicates", run.name, bench, cluster,
+             result.created, result.duplicates)
     return result
 
 
@@ -297,33 +349,40 @@ def end_maintenance(window: Maintenance) -> None:
     maintenance_changed(window)
 
 
-def create_api_token(name: str, write: bool = False) -> tuple[ApiToken, str]:
-    """Create a token; returns it and its key (shown once, only the hash is stored)."""
+def _describe_token(token: ApiToken) -> str:
+    scope_ = f", cluster {token.cluster.name}" if token.cluster_id else ""
+    return f"{'write' if token.write else 'read-only'}{scope_}"
+
+
+def create_api_token(name: str, write: bool = False, cluster: str | None = None) -> tuple[ApiToken, str]:
+    """Create a token; returns it and its key (shown once, only the hash is stored). `cluster` scopes a write
+    token to that cluster's records (results.scope)."""
     key = ApiToken.generate_key()
-    token = ApiToken(name=name, write=write)
+    token = ApiToken(name=name, write=write, cluster=cluster_named(cluster) if cluster else None)
     token.set_key(key)
     token.save()
-    log.info("Created API token %s (%s)", name, "write" if write else "read-only")
+    log.info("Created API token %s (%s)", name, _describe_token(token))
     return token, key
 
 
-def ensure_api_token(name: str, key: str, write: bool = False) -> str:
-    """Make token `name` have exactly this key and write permission (a key from a Kubernetes Secret, set at
-    every start); returns "created", "updated" or "unchanged"."""
+def ensure_api_token(name: str, key: str, write: bool = False, cluster: str | None = None) -> str:
+    """Make token `name` have exactly this key, write permission and cluster scope (a key from a Kubernetes
+    Secret, set at every start); returns "created", "updated" or "unchanged"."""
+    scoped = cluster_named(cluster) if cluster else None
     token = ApiToken.objects.filter(name=name).first()
     if token is None:
-        token = ApiToken(name=name, write=write)
+        token = ApiToken(name=name, write=write, cluster=scoped)
         token.set_key(key)
         token.save()
-        log.info("Created API token %s (%s) from a given key", name, "write" if write else "read-only")
+        log.info("Created API token %s (%s) from a given key", name, _describe_token(token))
         return "created"
-    before = (token.key_hash, token.write, token.enabled)
+    before = (token.key_hash, token.write, token.enabled, token.cluster_id)
     token.set_key(key)
-    token.write, token.enabled = write, True
-    if (token.key_hash, token.write, token.enabled) == before:
+    token.write, token.enabled, token.cluster = write, True, scoped
+    if (token.key_hash, token.write, token.enabled, token.cluster_id) == before:
         return "unchanged"
     token.save()
-    log.info("Updated API token %s (%s) from a given key", name, "write" if write else "read-only")
+    log.info("Updated API token %s (%s) from a given key", name, _describe_token(token))
     return "updated"
 
 

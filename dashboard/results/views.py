@@ -16,8 +16,8 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from results import federation, params, selectors, services, thresholds
 from results import metrics as metrics_
-from results import params, selectors, services, thresholds
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
 from results.models import Benchmark, Maintenance, Node, Problem, Run
@@ -42,14 +42,18 @@ def metrics(request):
 @read_access_required
 def index(request):
     benchmarks = []
-    for bench in Benchmark.objects.all():
+    for bench in Benchmark.objects.select_related("cluster"):
         last = Run.objects.filter(benchmark=bench).order_by("-started_at").first()
         benchmarks.append({"bench": bench, "protocols": selectors.benchmark_protocols(bench), "last_run": last})
     return render(request, "results/index.html", {"benchmarks": benchmarks, "nodes": Node.objects.count()})
 
 
-def _bench_or_404(namespace: str, name: str) -> Benchmark:
-    return get_object_or_404(Benchmark, namespace=namespace, name=name)
+def _bench_or_404(request, namespace: str, name: str) -> Benchmark:
+    """One benchmark: of the cluster in ?cluster=, else the first cluster's that has it."""
+    benches = selectors.benchmarks_named(namespace, name, request.GET.get("cluster") or None)
+    if not benches:
+        raise Http404(f"benchmark {namespace}/{name} not found")
+    return benches[0]
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -65,11 +69,19 @@ def _script_json(text: str) -> str:
 
 @read_access_required
 def grid_page(request, namespace: str, name: str):
-    bench = _bench_or_404(namespace, name)
-    available = selectors.benchmark_protocols(bench)
-    if not available:
-        return render(request, "results/grid.html", {"bench": bench, "available": {}, "empty": True})
+    """One cluster's grid (?cluster=), or every cluster's benchmark of this namespace/name in one grid."""
     q = request.GET
+    every = selectors.benchmarks_named(namespace, name)
+    cluster = q.get("cluster") or None
+    benches = [b for b in every if b.cluster.name == cluster] if cluster else every
+    if not benches:
+        raise Http404(f"benchmark {namespace}/{name} not found" + (f" in cluster {cluster}" if cluster else ""))
+    bench = benches[0]
+    clusters = {"all": [b.cluster.name for b in every], "shown": cluster}
+    available = _protocols(benches)
+    if not available:
+        return render(request, "results/grid.html", {"bench": bench, "available": {}, "empty": True,
+                                                     "clusters": clusters})
     try:
         default_protocol = next((p for p in available if p not in ("iperf3", "rtt")), next(iter(available)))
         protocol = params.protocol("protocol", q.get("protocol") or default_protocol)
@@ -85,8 +97,12 @@ def grid_page(request, namespace: str, name: str):
     if split == "streams" and low == high:
         split = "direction"
     wanted = high if split == "direction" else None
-    lean = mode == "latest" and connection.vendor == "postgresql"
-    data = selectors.grid(bench, protocol, streams=wanted, mode=mode, window=window, with_cells=not lean)
+    combined = len(benches) > 1
+    lean = mode == "latest" and connection.vendor == "postgresql" and not combined
+    if combined:
+        data = federation.combined_grid(benches, protocol, streams=wanted, mode=mode, window=window)
+    else:
+        data = selectors.grid(bench, protocol, streams=wanted, mode=mode, window=window, with_cells=not lean)
     kind, unit, bounds = data["kind"], data["unit"], data["thresholds"]
     nodes = data["nodes"]
     if sort == "site":
@@ -119,8 +135,9 @@ def grid_page(request, namespace: str, name: str):
             classes = f"a-{a[0]} b-{b[0]}" + (" sa" if a[1] else "") + (" sb" if b[1] else "")
             tds.append(f'<td class="{classes}"></td>')
             tip_row.append(f"[{a[2] or 'null'},{b[2] or 'null'}]" if (a[2] or b[2]) else "null")
+        title = " · ".join(x for x in (r["site"], f'cluster {r["cluster"]}' if combined else "") if x)
         rows_html.append(
-            f'<tr><th class="rh" data-n="{html.escape(src)}" title="{html.escape(r["site"] or "")}">'
+            f'<tr><th class="rh" data-n="{html.escape(src)}" title="{html.escape(title)}">'
             f'{html.escape(src)}</th>{"".join(tds)}</tr>'
         )
         tip_rows.append(f"[{','.join(tip_row)}]")
@@ -131,9 +148,12 @@ def grid_page(request, namespace: str, name: str):
         ("source → destination", "destination → source") if split == "direction"
         else (f"{high} streams", f"{low} streams")
     )
+    # a combined grid names nodes cluster:node, which the pair page reads without a benchmark
+    pair_query = "" if combined else f"?benchmark={bench.namespace}/{bench.name}&cluster={bench.cluster.name}"
     context = {
         "bench": bench,
-        "open_problems": bench.problems.filter(resolved_at__isnull=True).count(),
+        "clusters": clusters,
+        "open_problems": Problem.objects.filter(benchmark__in=benches, resolved_at__isnull=True).count(),
         "available": available,
         "protocol": protocol,
         "kind": kind,
@@ -153,20 +173,42 @@ def grid_page(request, namespace: str, name: str):
         # the tooltips' data, joined from JSON texts (no encoding of 10 000 small lists); escaped like json_script
         "tips": mark_safe(_script_json(  # noqa: S308
             json.dumps({"unit": unit, "now": int(now.timestamp()), "split": split, "high": high, "low": low,
-                        "pair_url": reverse("pair", args=["SRC", "DST"]) + f"?benchmark={bench.namespace}/{bench.name}",
+                        "pair_url": reverse("pair", args=["SRC", "DST"]) + pair_query,
                         "cells": None})[:-len("null}")] + f"[{','.join(tip_rows)}]}}")),
     }
     return render(request, "results/grid.html", context)
 
 
+def _node_or_404(ref: str, cluster: str | None) -> Node:
+    """A node by name, cluster:node, or by name in ?cluster= (the benchmark's cluster: a node of another cluster
+    in a cross-cluster pair is found by name alone when unique)."""
+    for where in ([cluster, None] if cluster else [None]):
+        try:
+            return selectors.get_node(ref, where)
+        except Node.DoesNotExist:
+            continue
+        except Node.MultipleObjectsReturned:
+            raise Http404(f"node {ref} is in several clusters: name it cluster:node") from None
+    raise Http404(f"node {ref} not found")
+
+
+def _protocols(benches: list[Benchmark]) -> dict[str, list[int]]:
+    """The protocols and stream settings of several benchmarks together."""
+    out: dict[str, set[int]] = {}
+    for bench in benches:
+        for protocol, streams in selectors.benchmark_protocols(bench).items():
+            out.setdefault(protocol, set()).update(streams)
+    return {p: sorted(v) for p, v in sorted(out.items())}
+
+
 @read_access_required
 def pair_page(request, source: str, destination: str):
-    a = get_object_or_404(Node, name=source)
-    b = get_object_or_404(Node, name=destination)
+    cluster = request.GET.get("cluster") or None
+    a, b = _node_or_404(source, cluster), _node_or_404(destination, cluster)
     bench = None
     if request.GET.get("benchmark"):
         try:
-            bench = selectors.get_benchmark(request.GET["benchmark"])
+            bench = selectors.get_benchmark(request.GET["benchmark"], cluster)
         except (Benchmark.DoesNotExist, Benchmark.MultipleObjectsReturned):
             raise Http404("benchmark not found") from None
     try:
@@ -261,7 +303,7 @@ AUTH_DAYS = 30  # the comparison page's auth modes: a mean over this many days p
 
 @read_access_required
 def compare_page(request, namespace: str, name: str):
-    bench = _bench_or_404(namespace, name)
+    bench = _bench_or_404(request, namespace, name)
     try:
         low = params.integer("low", request.GET.get("low"), 1, 1, 100)
         high = params.integer("high", request.GET.get("high"), 8, 1, 100)
@@ -315,7 +357,7 @@ PROBLEMS_SHOWN = 200
 def problems_page(request, namespace: str, name: str):
     """A benchmark's problems (open first, acknowledged ones greyed), its maintenance windows and recent step
     changes; signed-in users with the permission acknowledge and set maintenance here."""
-    bench = _bench_or_404(namespace, name)
+    bench = _bench_or_404(request, namespace, name)
     error = None
     if request.method == "POST":
         error = _act(request, bench)

@@ -44,6 +44,9 @@ class Settings:
     # the issuer's HTTPS endpoint when no public CA signed it.
     token_client_dir: str = ""
     token_issuer_ca_file: str = ""
+    # The cluster every run and measurement is delivered as (federation: one dashboard, several clusters); empty:
+    # the UID of the kube-system namespace, read at start-up (cluster.py).
+    cluster_name: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:

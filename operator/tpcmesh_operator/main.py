@@ -13,6 +13,7 @@ from prometheus_client import start_http_server
 
 from . import (
     certs,  # noqa: F401  (registers the CSR approver/signer handlers)
+    cluster,
     controller,
     kube,
     rundriver,
@@ -98,6 +99,10 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any)
     settings.peering.mandatory = False
     settings.scanning.disabled = True  # named namespaces, CRDs installed first: no cluster-wide observation
     _check_crds(logger)
+    try:
+        logger.info("Delivering runs and measurements as cluster %s", cluster.cluster_name(Settings.from_env()))
+    except cluster.ClusterNameUnknown as e:
+        raise kopf.PermanentError(str(e)) from None
     if SETTINGS.peering:
         _ensure_peering(SETTINGS.peering, [n for n in SETTINGS.namespaces.split(",") if n], logger)
     if SETTINGS.metrics_port:

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
@@ -123,9 +124,11 @@ class ResultsClient:
         self._reload = False
         return answer
 
-    async def active_maintenance(self) -> list[dict[str, Any]]:
-        """The dashboard's maintenance windows in force now (GET /api/v1/maintenance/?active=true, every page)."""
-        url: str | None = self.url.removesuffix(INGEST_PATH) + "/api/v1/maintenance/?active=true&limit=1000"
+    async def active_maintenance(self, cluster: str | None = None) -> list[dict[str, Any]]:
+        """The dashboard's maintenance windows in force now (GET /api/v1/maintenance/?active=true, every page); of
+        `cluster`'s nodes when given (federation: another cluster's node may have the same name)."""
+        query = {"active": "true", "limit": "1000", **({"cluster": cluster} if cluster else {})}
+        url: str | None = self.url.removesuffix(INGEST_PATH) + "/api/v1/maintenance/?" + urlencode(query)
         out: list[dict[str, Any]] = []
         while url:
             try:

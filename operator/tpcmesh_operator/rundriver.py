@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import kube
 from .agents import AgentsClient
+from .cluster import cluster_name_async
 from .config import Settings
 from .measurements import now_iso
 from .results import ResultsClient
@@ -110,7 +111,8 @@ async def _prepare(name: str, namespace: str, uid: str, body: Mapping[str, Any],
     refs = body["metadata"].get("ownerReferences") or []
     owner: Mapping[str, Any] = next((o for o in refs if o.get("kind") == "TransferBenchmark"), {})
     info = RunInfo(benchmark_namespace=namespace, benchmark_name=bench, run_name=name, run_uid=uid,
-                   benchmark_uid=owner.get("uid"), scheduled_at=(body.get("spec") or {}).get("scheduledTime"))
+                   benchmark_uid=owner.get("uid"), scheduled_at=(body.get("spec") or {}).get("scheduledTime"),
+                   cluster=await cluster_name_async(settings))
     store = kube.KubeStatusStore(namespace, name, extra={"benchmarkSpec": to_dict(spec)})
     return _Run(spec, info, store, await _results_client(spec, namespace, settings, event))
 

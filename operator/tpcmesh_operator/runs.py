@@ -58,6 +58,7 @@ from typing import Any, Protocol
 
 from . import maintenance, metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
+from .batch import ingest_batch
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
@@ -74,7 +75,7 @@ from .runstatus import (
     set_condition,
     test_id,
 )
-from .spec import TOKEN_PROTOCOLS, TPC_PROTOCOLS, BenchmarkSpec, to_dict
+from .spec import TOKEN_PROTOCOLS, TPC_PROTOCOLS, BenchmarkSpec
 from .statusbudget import Room, min_test_bytes
 from .tokens.claims import ClaimsError
 from .tokens.external import ExternalIssuerError
@@ -163,6 +164,7 @@ class RunInfo:
     run_uid: str
     benchmark_uid: str | None = None
     scheduled_at: str | None = None
+    cluster: str | None = None  # the cluster delivered as (federation); None: the dashboard takes its token's
 
 
 @dataclass(frozen=True)
@@ -455,7 +457,7 @@ class RunExecutor:
         fetch = getattr(self.results_client, "active_maintenance", None)
         if fetch is not None:
             try:
-                windows += maintenance.from_dashboard(await asyncio.wait_for(fetch(), 30), now)
+                windows += maintenance.from_dashboard(await asyncio.wait_for(fetch(self.run.cluster), 30), now)
             except (DeliveryFailed, TimeoutError) as e:
                 self._event("Warning", "MaintenanceUnknown", f"the dashboard's maintenance windows were not read "
                                                             f"({e}); only node annotations count for this run")
@@ -677,31 +679,8 @@ class RunExecutor:
     # -- delivery
 
     def _batch(self, entries: list[Mapping[str, Any]]) -> dict[str, Any]:
-        """The ingest batch for some outbox entries: measurements, and loopback figures on their nodes."""
-        st, r = self.status, self.run
-        loopback = {e["source"]: e["loopback_gbps"] for e in entries if e.get("kind") == "loopback"}
-        measurements = [e for e in entries if e.get("kind") != "loopback"]
-        nodes = []
-        for a in self._frozen.values():
-            nic = a.labels.get("tpcmesh.io/nic-speed-gbps")
-            node = {
-                "name": a.node, "address": a.address, "labels": dict(a.labels),
-                "site": a.labels.get("tpcmesh.io/site") or a.labels.get("topology.kubernetes.io/zone"),
-                "nic_speed_gbps": float(nic) if nic and nic.replace(".", "", 1).isdigit() else None,
-            }
-            if a.node in loopback:
-                node["loopback_gbps"] = loopback[a.node]
-            nodes.append(node)
-        return {
-            "benchmark": {"namespace": r.benchmark_namespace, "name": r.benchmark_name, "uid": r.benchmark_uid,
-                          "spec": to_dict(self.spec), "thresholds": dict(self.spec.thresholds)},
-            "run": {"uid": r.run_uid, "name": r.run_name, "scheduled_at": r.scheduled_at,
-                    "started_at": st.get("startTime"), "finished_at": st.get("completionTime"),
-                    "state": st.get("phase", "Running"),
-                    "counts": {k: st.get(k, 0) for k in ("planned", "done", "succeeded", "failed")}},
-            "nodes": nodes,
-            "measurements": measurements,
-        }
+        """The ingest batch for some outbox entries (batch.ingest_batch)."""
+        return ingest_batch(self.run, self.status, self.spec, list(self._frozen.values()), entries)
 
     async def _post_next_batch(self, post: Callable[[dict[str, Any]], Any]) -> None:
         """Post the head of the outbox (bisecting around measurements the dashboard refuses) and settle what it

@@ -203,6 +203,8 @@ def test_rbac_grants_exactly_the_calls_the_code_makes(values) -> None:
         cluster = roles.pop(("ClusterRole", "tpc-tpcmesh-operator", None))
         calls = {k: v for k, v in operator_cluster_calls(signer or "", env.get("TPCMESH_OPERATOR_SIGN") == "true")
                  .items() if signer or k[0] != "certificates.k8s.io"}
+        if not env.get("TPCMESH_OPERATOR_CLUSTER_NAME"):
+            calls[("", "namespaces", "get", "kube-system")] = "cluster.cluster_name: the kube-system UID"
         problems += _rbac_mismatch("operator ClusterRole", cluster, calls)
     agent = roles.pop(("ClusterRole", "tpc-tpcmesh-agent", None), None)
     if agent is not None:

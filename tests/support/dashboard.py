@@ -56,7 +56,7 @@ def measurement(
 
 def batch(measurements: list[dict[str, Any]], *, namespace: str = "mesh", name: str = "nightly",
           run: str | None = None, nodes: list[dict[str, Any]] | None = None,
-          thresholds: dict[str, Any] | None = None) -> dict[str, Any]:
+          thresholds: dict[str, Any] | None = None, cluster: str | None = None) -> dict[str, Any]:
     run = run or f"run-{uuid.uuid4().hex[:8]}"
     body: dict[str, Any] = {
         "benchmark": {"namespace": namespace, "name": name, "uid": f"uid-{namespace}-{name}", "spec": {}},
@@ -67,4 +67,6 @@ def batch(measurements: list[dict[str, Any]], *, namespace: str = "mesh", name: 
         body["nodes"] = nodes
     if thresholds is not None:
         body["benchmark"]["thresholds"] = thresholds
+    if cluster is not None:
+        body["cluster"] = cluster
     return body

@@ -24,8 +24,11 @@ BIN = Path(sys.executable).parent
 
 
 SEED_NODE_NAMES = ("contract-a", "contract-b")
-SEED_NODES = "INSERT INTO results_node (name, site, address, labels, first_seen, last_seen) VALUES " + ", ".join(
-    f"('{n}', '', '', '{{}}', now(), now())" for n in SEED_NODE_NAMES)
+# in the default cluster (kept across resets: truncating clusters would cascade to the API tokens)
+SEED_NODES = ("INSERT INTO results_cluster (name, created) VALUES ('default', now()) ON CONFLICT (name) DO NOTHING; "
+              "INSERT INTO results_node (cluster_id, name, site, address, labels, first_seen, last_seen) VALUES "
+              + ", ".join(f"((SELECT id FROM results_cluster WHERE name = 'default'), '{n}', '', '', '{{}}', now(), "
+                          "now())" for n in SEED_NODE_NAMES))
 
 
 class LiveDashboard:

@@ -21,7 +21,7 @@ class TokenAuthentication(authentication.BaseAuthentication):
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Invalid Authorization header: expected 'Token <key>'.")
         key = header[1].decode(errors="replace")
-        token = ApiToken.objects.filter(key_hash=hash_token(key), enabled=True).first()
+        token = ApiToken.objects.select_related("cluster").filter(key_hash=hash_token(key), enabled=True).first()
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid or disabled API token.")
         services.touch_token(token)
@@ -37,4 +37,5 @@ class TokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "`Token <key>` (create one with `manage.py create_api_token NAME [--write]`)"}
+                "description": "`Token <key>` (create one with `manage.py create_api_token NAME [--write | "
+                               "--cluster CLUSTER]`)"}

@@ -42,7 +42,8 @@ WRITE_ERRORS = {
            "(errors names each field).",
     "401": "No valid API token.",
     "403": "The token is read-only (ingest, acknowledging and maintenance need a token created with --write), or "
-           "the signed-in user lacks the permission.",
+           "the signed-in user lacks the permission, or the token is scoped to one cluster and the request writes "
+           "another cluster's record (detail names the token, both clusters and the record).",
     "404": "No such object, or an unknown `format`.",
     "406": "No representation for the Accept header.",
     "415": "The body is not of a media type the operation reads.",

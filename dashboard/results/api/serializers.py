@@ -10,7 +10,7 @@ import logging
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from results import contract, rfc3339, thresholds
+from results import contract, rfc3339, selectors, thresholds
 from results.models import (
     AUTH_MODES,
     PROTOCOLS,
@@ -161,6 +161,8 @@ class RunIn(serializers.Serializer):
 
 class NodeIn(serializers.Serializer):
     name = serializers.CharField(max_length=253)
+    cluster = serializers.CharField(max_length=253, allow_null=True, required=False,
+                                    help_text="another cluster's node (a cross-cluster pair); default: the batch's")
     site = serializers.CharField(max_length=200, allow_null=True, allow_blank=True, required=False)
     address = serializers.CharField(max_length=253, allow_null=True, allow_blank=True, required=False)
     labels = JSONObjectField(required=False)
@@ -169,6 +171,7 @@ class NodeIn(serializers.Serializer):
 
 
 class IngestBatchIn(serializers.Serializer):
+    cluster = serializers.CharField(max_length=253, allow_null=True, required=False)
     benchmark = BenchmarkIn()
     run = RunIn()
     nodes = NodeIn(many=True, required=False)
@@ -184,30 +187,40 @@ class IngestResultOut(serializers.Serializer):
 # ---- reads ----
 
 
+def _cluster_of(source: str) -> serializers.CharField:
+    return serializers.CharField(source=source, read_only=True, help_text="the cluster whose operator measured it")
+
+
 class NodeSerializer(serializers.ModelSerializer):
+    cluster = _cluster_of("cluster.name")
+
     class Meta:
         model = Node
         fields = ["id", "name", "site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "first_seen",
-                  "last_seen"]
+                  "last_seen", "cluster"]
 
 
 class BenchmarkSerializer(serializers.ModelSerializer):
+    cluster = _cluster_of("cluster.name")
     thresholds_effective = serializers.SerializerMethodField()
 
     class Meta:
         model = Benchmark
-        fields = ["id", "namespace", "name", "uid", "spec", "thresholds", "thresholds_effective", "created", "updated"]
+        fields = ["id", "namespace", "name", "uid", "spec", "thresholds", "thresholds_effective", "created",
+                  "updated", "cluster"]
 
     def get_thresholds_effective(self, obj) -> dict:
         return obj.effective_thresholds()
 
 
 class RunSerializer(serializers.ModelSerializer):
+    cluster = _cluster_of("benchmark.cluster.name")
     benchmark = serializers.StringRelatedField()
 
     class Meta:
         model = Run
-        fields = ["id", "uid", "name", "benchmark", "scheduled_at", "started_at", "finished_at", "state", "counts"]
+        fields = ["id", "uid", "name", "benchmark", "scheduled_at", "started_at", "finished_at", "state",
+                  "counts", "cluster"]
 
 
 def _contract_or_null(definition: str) -> dict:
@@ -238,6 +251,7 @@ class MeasurementSerializer(serializers.ModelSerializer):
     source = serializers.SlugRelatedField(slug_field="name", read_only=True)
     destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
     run = serializers.SlugRelatedField(slug_field="uid", read_only=True)
+    cluster = _cluster_of("benchmark.cluster.name")
     benchmark = serializers.StringRelatedField()
 
     class Meta:
@@ -245,7 +259,7 @@ class MeasurementSerializer(serializers.ModelSerializer):
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
                   "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "status", "error",
-                  "checksum", "destination_kind", "auth", "started_at", "finished_at", "ingested_at"]
+                  "checksum", "destination_kind", "auth", "started_at", "finished_at", "ingested_at", "cluster"]
 
 
 class MeasurementDetailSerializer(MeasurementSerializer):
@@ -272,13 +286,17 @@ class GridCellSerializer(serializers.Serializer):
 
 
 class GridNodeSerializer(serializers.Serializer):
-    name = serializers.CharField()
+    name = serializers.CharField(help_text="cluster:node in a grid of several clusters")
+    cluster = serializers.CharField()
     site = serializers.CharField()
     loopback_gbps = serializers.FloatField(allow_null=True)
 
 
 class GridSerializer(serializers.Serializer):
     benchmark = serializers.CharField()
+    clusters = serializers.ListField(child=serializers.CharField(), help_text=(
+        "the clusters whose benchmark the grid shows (several: combined, nodes named cluster:node, thresholds "
+        "those of the first cluster's benchmark)"))
     protocol = serializers.CharField()
     kind = serializers.ChoiceField(choices=["throughput", "latency"])
     metric = serializers.CharField()
@@ -357,6 +375,7 @@ class NonBlankText(Text):
 
 
 class ChangeSerializer(serializers.ModelSerializer):
+    cluster = _cluster_of("benchmark.cluster.name")
     benchmark = serializers.StringRelatedField()
     source = serializers.SlugRelatedField(slug_field="name", read_only=True)
     destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -364,11 +383,13 @@ class ChangeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Change
-        fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "metric", "measurement", "at",
-                  "before", "after", "ratio", "worse", "detected_at", "runs_to_detect"]
+        fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "metric", "measurement",
+                  "at",
+                  "before", "after", "ratio", "worse", "detected_at", "runs_to_detect", "cluster"]
 
 
 class ProblemSerializer(serializers.ModelSerializer):
+    cluster = _cluster_of("benchmark.cluster.name")
     benchmark = serializers.StringRelatedField()
     acknowledged = serializers.BooleanField(read_only=True,
                                             help_text="acknowledged for its current cells and severity")
@@ -376,22 +397,37 @@ class ProblemSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Problem
-        fields = ["id", "benchmark", "key", "kind", "severity", "summary", "cells", "first_seen", "last_seen",
-                  "resolved_at", "acknowledged", "ack_by", "ack_at", "ack_note"]
+        fields = ["id", "benchmark", "key", "kind", "severity", "summary", "cells", "first_seen",
+                  "last_seen", "resolved_at", "acknowledged", "ack_by", "ack_at", "ack_note", "cluster"]
 
 
 class AcknowledgeIn(StrictFields, serializers.Serializer):
     note = Text(max_length=1000, allow_blank=True, required=False, default="")
 
 
+class NodeRefField(serializers.SlugRelatedField):
+    """A node by name, "cluster:node" when several clusters have that name (selectors.get_node)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", queryset=Node.objects.select_related("cluster"), required=False,
+                         allow_null=True, **kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or not data:
+            self.fail("invalid")
+        try:
+            return selectors.get_node(data)
+        except Node.DoesNotExist:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data)
+        except Node.MultipleObjectsReturned:
+            raise serializers.ValidationError(f"node {data!r} is in several clusters: name it cluster:node") from None
+
+
 class MaintenanceSerializer(StrictFields, serializers.ModelSerializer):
-    node = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all(), required=False,
-                                        allow_null=True, help_text="a node in maintenance (or give source and "
-                                                                   "destination for a pair)")
-    source = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all(), required=False,
-                                          allow_null=True)
-    destination = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all(), required=False,
-                                               allow_null=True)
+    node = NodeRefField(help_text="a node in maintenance (or give source and destination for a pair); "
+                                  "cluster:node when several clusters have that name")
+    source = NodeRefField()
+    destination = NodeRefField()
     reason = NonBlankText(min_length=1, max_length=500)
     starts_at = RFC3339Field(required=False, help_text="default: now")
     ends_at = RFC3339Field()

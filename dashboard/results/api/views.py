@@ -8,19 +8,18 @@ from datetime import UTC, timedelta
 from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from results import filters, metrics, params, selectors, services
+from results import federation, filters, metrics, params, scope, selectors, services
 from results.api import serializers
 from results.api.errors import flatten_errors
 from results.api.pagination import LARGEST
@@ -43,12 +42,51 @@ def _streams(lo: int) -> dict:
 
 
 
+CLUSTER = OpenApiParameter("cluster", NAME, description="one cluster's (the operator's cluster.name); "
+                           "default: a benchmark or node name unique across clusters")
+
+
+def _cluster(request) -> str | None:
+    return _params(params.name, "cluster", request.query_params.get("cluster")) \
+        if request.query_params.get("cluster") else None
+
+
 def _benchmark(request) -> Benchmark:
     ref = _params(params.name, "benchmark", request.query_params.get("benchmark"))
+    cluster = _cluster(request)
     try:
-        return selectors.get_benchmark(ref)
-    except (Benchmark.DoesNotExist, Benchmark.MultipleObjectsReturned):
-        raise NotFound(f"benchmark {ref!r} not found (use namespace/name)") from None
+        return selectors.get_benchmark(ref, cluster)
+    except Benchmark.DoesNotExist:
+        where = f" in cluster {cluster!r}" if cluster else ""
+        raise NotFound(f"benchmark {ref!r} not found{where} (use namespace/name)") from None
+    except Benchmark.MultipleObjectsReturned:
+        raise NotFound(f"benchmark {ref!r} is not unique (use namespace/name, and cluster= when several clusters "
+                       "have it)") from None
+
+
+def _grid_benchmarks(request) -> list[Benchmark]:
+    """The grid's benchmarks: one cluster's (cluster=), or every cluster's of that namespace/name combined."""
+    ref = _params(params.name, "benchmark", request.query_params.get("benchmark"))
+    cluster = _cluster(request)
+    if "/" not in ref:
+        return [_benchmark(request)]
+    benches = selectors.benchmarks_named(*ref.split("/", 1), cluster)
+    if not benches:
+        where = f" in cluster {cluster!r}" if cluster else ""
+        raise NotFound(f"benchmark {ref!r} not found{where} (use namespace/name)")
+    return benches
+
+
+def _may_write(request, cluster: str, record: str) -> None:
+    """403 naming why when the request's token is scoped to another cluster than the record's."""
+    try:
+        scope.check(request.auth, cluster, record)
+    except scope.OtherCluster as err:
+        raise PermissionDenied(str(err)) from None
+
+
+def _window_clusters(window: Maintenance) -> set[str]:
+    return {n.cluster.name for n in (window.node, window.source, window.destination) if n is not None}
 
 
 def _params(fn, *args, **kwargs):
@@ -75,7 +113,11 @@ class IngestView(APIView):
             metrics.INGEST_REJECTED.labels(reason="contract").inc()
             return Response({"detail": "Ingest batch violates measurement.v1.schema.json.", "errors": errors},
                             status=status.HTTP_400_BAD_REQUEST)
-        result = services.ingest(serializer.validated_data)
+        try:
+            result = services.ingest(serializer.validated_data, request.auth)
+        except scope.OtherCluster as err:
+            metrics.INGEST_REJECTED.labels(reason="cluster").inc()
+            raise PermissionDenied(str(err)) from None
         return Response({"created": result.created, "duplicates": result.duplicates, "ids": result.ids})
 
 
@@ -115,21 +157,21 @@ class ArchiveViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class NodeViewSet(ArchiveViewSet):
-    queryset = Node.objects.all()
+    queryset = Node.objects.select_related("cluster")
     serializer_class = serializers.NodeSerializer
     filterset_class = filters.NodeFilterSet
     ordering_fields = ["name", "site", "last_seen"]
 
 
 class BenchmarkViewSet(ArchiveViewSet):
-    queryset = Benchmark.objects.all()
+    queryset = Benchmark.objects.select_related("cluster")
     serializer_class = serializers.BenchmarkSerializer
     filterset_class = filters.BenchmarkFilterSet
     ordering_fields = ["namespace", "name", "created"]
 
 
 class RunViewSet(ArchiveViewSet):
-    queryset = Run.objects.select_related("benchmark")
+    queryset = Run.objects.select_related("benchmark__cluster")
     serializer_class = serializers.RunSerializer
     filterset_class = filters.RunFilterSet
     ordering_fields = ["started_at", "finished_at", "name"]
@@ -137,7 +179,7 @@ class RunViewSet(ArchiveViewSet):
 
 class MeasurementViewSet(ArchiveViewSet):
     # The related rows give names only: their JSON columns would be decoded for nothing on every row.
-    queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark").defer(
+    queryset = Measurement.objects.select_related("source", "destination", "run", "benchmark__cluster").defer(
         "source__labels", "destination__labels", "run__counts", "benchmark__spec", "benchmark__thresholds")
     filterset_class = filters.MeasurementFilterSet
     ordering_fields = ["finished_at", "started_at", "throughput_gbps", "rtt_ms", "protocol", "streams"]
@@ -156,6 +198,9 @@ class GridView(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"),
+            OpenApiParameter("cluster", NAME, description="one cluster's grid; default: every cluster's benchmark "
+                             "of that namespace/name in one grid, its nodes named cluster:node when there are "
+                             "several"),
             OpenApiParameter("protocol", PROTOCOL, required=True),
             OpenApiParameter("streams", _streams(0), description="one stream setting (default: all)"),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
@@ -164,12 +209,16 @@ class GridView(APIView):
         responses=serializers.GridSerializer,
     )
     def get(self, request):
-        bench = _benchmark(request)
+        benches = _grid_benchmarks(request)
         q = request.query_params
         protocol = _params(params.protocol, "protocol", q.get("protocol"))
         streams = _params(params.integer, "streams", q.get("streams"), None, 0, 100)
         mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
+        if len(benches) > 1:
+            return Response(grid_json(federation.combined_grid(benches, protocol, streams=streams, mode=mode,
+                                                               window=window)))
+        bench = benches[0]
         fast = connection.vendor == "postgresql" and request.accepted_renderer.format == "json"
         data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast)
         if fast:
@@ -188,7 +237,7 @@ def grid_json(data: dict) -> dict:
     """The grid as GridSerializer documents it, built directly: a DRF serializer costs ~30 ms per 1 000 cells,
     too slow for a 100×100 grid (10 000 cells) in the latency budget."""
     return {
-        **{k: data[k] for k in ("benchmark", "protocol", "kind", "metric", "unit", "mode", "window_seconds",
+        **{k: data[k] for k in ("benchmark", "clusters", "protocol", "kind", "metric", "unit", "mode", "window_seconds",
                                 "thresholds", "nodes")},
         "generated_at": _iso(data["generated_at"]),
         "cells": [{**c, "finished_at": _iso(c["finished_at"])} for c in data["cells"]],
@@ -196,7 +245,13 @@ def grid_json(data: dict) -> dict:
 
 
 def _node(name: str | None, param: str) -> Node:
-    return get_object_or_404(Node, name=_params(params.name, param, name))
+    ref = _params(params.name, param, name)
+    try:
+        return selectors.get_node(ref)
+    except Node.DoesNotExist:
+        raise NotFound(f"{param}: node {ref!r} not found") from None
+    except Node.MultipleObjectsReturned:
+        raise ValidationError({param: f"node {ref!r} is in several clusters: name it cluster:node"}) from None
 
 
 class PairHistoryView(APIView):
@@ -207,6 +262,7 @@ class PairHistoryView(APIView):
             OpenApiParameter("source", NAME, required=True),
             OpenApiParameter("destination", NAME, required=True),
             OpenApiParameter("benchmark", str, description="namespace/name (default: every benchmark)"),
+            CLUSTER,
             OpenApiParameter("since", DURATION, description="how far back: 30d (default 90d)"),
         ],
         responses=serializers.HistoryPointSerializer(many=True),
@@ -224,7 +280,7 @@ class ThroughputVsRttView(APIView):
     """Latest throughput of every pair against its RTT, per protocol."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("benchmark", NAME, required=True, description="namespace/name")],
+        parameters=[OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"), CLUSTER],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request):
@@ -238,6 +294,7 @@ class StreamsPairsView(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("benchmark", NAME, required=True, description="namespace/name"),
+            CLUSTER,
             OpenApiParameter("protocol", PROTOCOL),
             OpenApiParameter("low", _streams(1), description="default 1"),
             OpenApiParameter("high", _streams(1), description="default 8"),
@@ -257,7 +314,7 @@ class StreamsPairsView(APIView):
 class ChangeViewSet(ArchiveViewSet):
     """Step changes found in each cell's history (throughput or RTT; not outliers, not threshold crossings)."""
 
-    queryset = Change.objects.select_related("benchmark", "source", "destination").defer(
+    queryset = Change.objects.select_related("benchmark__cluster", "source", "destination").defer(
         "benchmark__spec", "benchmark__thresholds", "source__labels", "destination__labels")
     serializer_class = serializers.ChangeSerializer
     filterset_class = filters.ChangeFilterSet
@@ -268,7 +325,7 @@ class ChangeViewSet(ArchiveViewSet):
 class ProblemViewSet(ArchiveViewSet):
     """Problems the rules found in the grids (results.problems), with their acknowledgement."""
 
-    queryset = Problem.objects.select_related("benchmark").defer("benchmark__spec", "benchmark__thresholds")
+    queryset = Problem.objects.select_related("benchmark__cluster").defer("benchmark__spec", "benchmark__thresholds")
     serializer_class = serializers.ProblemSerializer
     filterset_class = filters.ProblemFilterSet
     ordering_fields = ["first_seen", "last_seen", "severity"]
@@ -283,6 +340,7 @@ class ProblemViewSet(ArchiveViewSet):
         """Acknowledge the problem as it is now (its cells and severity): it stays listed but stops alerting
         until it changes."""
         problem = self.get_object()
+        _may_write(request, problem.benchmark.cluster.name, f"problem {problem.pk} of {problem.benchmark}")
         body = serializers.AcknowledgeIn(data=request.data)
         if not body.is_valid():
             raise ValidationError(flatten_errors(body.errors))
@@ -293,6 +351,7 @@ class ProblemViewSet(ArchiveViewSet):
     @action(detail=True, methods=["post"])
     def unacknowledge(self, request, pk=None):
         problem = self.get_object()
+        _may_write(request, problem.benchmark.cluster.name, f"problem {problem.pk} of {problem.benchmark}")
         services.acknowledge(problem, actor(request), None)
         return Response(serializers.ProblemSerializer(problem).data)
 
@@ -303,7 +362,7 @@ class MaintenanceViewSet(CSVExportMixin, viewsets.ModelViewSet):
 
     lookup_value_regex = "[^/]+"
     renderer_classes = LIST_RENDERERS
-    queryset = Maintenance.objects.select_related("node", "source", "destination")
+    queryset = Maintenance.objects.select_related("node__cluster", "source__cluster", "destination__cluster")
     serializer_class = serializers.MaintenanceSerializer
     filterset_class = filters.MaintenanceFilterSet
     ordering_fields = ["starts_at", "ends_at"]
@@ -318,10 +377,16 @@ class MaintenanceViewSet(CSVExportMixin, viewsets.ModelViewSet):
         return super().get_renderers()
 
     def perform_create(self, serializer):
+        data = serializer.validated_data
+        for node in (data.get("node"), data.get("source"), data.get("destination")):
+            if node is not None:
+                _may_write(self.request, node.cluster.name, f"node {node.name!r} (a maintenance window on it)")
         window = serializer.save(created_by=actor(self.request))
         services.maintenance_changed(window)
 
     def perform_destroy(self, instance):
+        for cluster in sorted(_window_clusters(instance)):
+            _may_write(self.request, cluster, f"maintenance window {instance.pk}")
         services.end_maintenance(instance)
 ADVISED = [p for p in PROTOCOLS if p != "rtt"]  # what moves bytes, with streams and files to tune
 
@@ -345,6 +410,7 @@ class AdviceView(APIView):
             OpenApiParameter("destination", NAME, required=True),
             OpenApiParameter("protocol", {"type": "string", "enum": ADVISED}, required=True),
             OpenApiParameter("benchmark", str, description="namespace/name (default: every benchmark)"),
+            CLUSTER,
             OpenApiParameter("since", DURATION, description="how far back: 30d (default 90d)"),
             OpenApiParameter("streams_max", _streams(1), description="next run: most streams (default 16)"),
             OpenApiParameter("concurrency_max", {"type": "integer", "minimum": 1, "maximum": 1000},

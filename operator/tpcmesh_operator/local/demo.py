@@ -47,6 +47,7 @@ from .profile import ProfileError, load_profile
 log = logging.getLogger("tpcmesh.local")
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_BENCHMARK = REPO / "manifests" / "examples" / "quick-benchmark.yaml"
+LOCAL_CLUSTER = "local"  # the local mode's cluster in the archive (federation: each cluster delivers as its own)
 NAMESPACE = "local"
 CHART_LIBRARY = REPO / "dashboard" / "results" / "static" / "vendor" / "chart.umd.min.js"
 
@@ -139,7 +140,8 @@ async def run_benchmark(name: str, spec: BenchmarkSpec, agents: list, agent_toke
     now = dt.datetime.now(dt.UTC)
     run = RunInfo(benchmark_namespace=NAMESPACE, benchmark_name=name,
                   run_name=f"{name}-{now.strftime('%Y%m%d%H%M%S')}", run_uid=str(uuid.uuid4()),
-                  benchmark_uid=f"local-{name}", scheduled_at=now.isoformat().replace("+00:00", "Z"))
+                  benchmark_uid=f"local-{name}", scheduled_at=now.isoformat().replace("+00:00", "Z"),
+                  cluster=LOCAL_CLUSTER)
 
     def on_event(type_: str, reason: str, message: str) -> None:
         if type_ != "Normal":

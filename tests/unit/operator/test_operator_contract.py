@@ -8,6 +8,7 @@ import uuid
 import jsonschema
 import pytest
 from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.batch import ingest_batch
 from tpcmesh_operator.measurements import now_iso
 from tpcmesh_operator.planner import Setting, Test
 from tpcmesh_operator.runs import (
@@ -99,3 +100,21 @@ def test_ingest_batch_validates() -> None:
     assert [n.get("loopback_gbps") for n in batch["nodes"]] == [None, 41.5]  # ... but its node's figure
     assert batch["nodes"][0]["site"] == "X" and batch["nodes"][0]["nic_speed_gbps"] == 100.0
     assert batch["benchmark"]["thresholds"] == {"goodGbps": 5, "warnGbps": 1, "goodRttMs": 20, "warnRttMs": 80}
+
+
+def test_ingest_batch_carries_the_runs_cluster() -> None:
+    """Federation: a run of a named cluster is delivered as that cluster's; a run without one names none (the
+    dashboard takes its token's cluster)."""
+    agents = [Agent("a", "127.0.1.1"), Agent("b", "127.0.1.2")]
+    status = {"phase": "Running", "startTime": now_iso(), "planned": 1, "done": 1}
+    entries = [measurement_from_record(record(), "a", "b")]
+    info = RunInfo("default", "bench", "bench-1", str(uuid.uuid4()), cluster="east")
+    batch = ingest_batch(info, status, parse_spec({}), agents, entries)
+    validator("ingestBatch").validate(batch)
+    assert batch["cluster"] == "east"
+    plain = ingest_batch(RunInfo("default", "bench", "bench-1", str(uuid.uuid4())), status, parse_spec({}), agents,
+                         entries)
+    validator("ingestBatch").validate(plain)
+    assert "cluster" not in plain
+    with pytest.raises(jsonschema.ValidationError):  # a blank cluster name is no name
+        validator("ingestBatch").validate({**batch, "cluster": " "})

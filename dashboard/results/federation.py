@@ -1,0 +1,39 @@
+"""The combined grid of several clusters' benchmarks of one namespace/name: every cluster's nodes in one grid,
+named "cluster:node" (selectors.get_node reads that back), cross-cluster pairs included (a benchmark whose
+measurements name another cluster's node). Each cluster's cells are classified by its own benchmark's thresholds;
+a cell two clusters both measured shows the newer measurement."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from results import selectors
+from results.models import Benchmark
+
+
+def qualified(cluster: str, node: str) -> str:
+    return f"{cluster}{selectors.CLUSTER_SEPARATOR}{node}"
+
+
+def combined_grid(benches: list[Benchmark], protocol: str, streams: int | None = None, mode: str = "latest",
+                  window: timedelta = timedelta(days=7), now: datetime | None = None) -> dict[str, Any]:
+    """selectors.grid's answer for several benchmarks at once (cells as a list: no database-built JSON)."""
+    now = now or timezone.now()
+    parts = [(b, selectors.grid(b, protocol, streams=streams, mode=mode, window=window, now=now)) for b in benches]
+    nodes: dict[str, dict[str, Any]] = {}
+    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for _bench, part in parts:
+        # a benchmark's nodes have distinct names (its cells name them so), whatever cluster each is of
+        name = {n["name"]: qualified(n["cluster"], n["name"]) for n in part["nodes"]}
+        for n in part["nodes"]:
+            nodes.setdefault(name[n["name"]], {**n, "name": name[n["name"]]})
+        for c in part["cells"]:
+            key = (name[c["source"]], name[c["destination"]], c["streams"])
+            if key not in cells or c["finished_at"] > cells[key]["finished_at"]:
+                cells[key] = {**c, "source": key[0], "destination": key[1]}
+    first = parts[0][1]
+    return {**first, "clusters": sorted({b.cluster.name for b in benches}),
+            "nodes": sorted(nodes.values(), key=lambda n: n["name"]), "cells": list(cells.values())}

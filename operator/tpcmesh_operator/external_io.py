@@ -110,7 +110,8 @@ class EndpointClient:
         url = http_url(self.acc.endpoint, path)
         try:
             async with self._session.request(method, url, headers=self._headers(**headers)) as resp:
-                body = "" if method == "HEAD" else (await resp.text(errors="replace"))[:300]
+                text = "" if method == "HEAD" else await resp.text(errors="replace")
+                body = text if method == "PROPFIND" else text[:300]
                 return resp.status, body, dict(resp.headers)
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise ExternalError(f"{self.acc.describe()} unreachable: {type(e).__name__}: {e}") from None
@@ -144,11 +145,57 @@ class EndpointClient:
                 raise ExternalError(f"{self.acc.describe()} refused to make the directory {d}: {status} "
                                     f"{body.strip()[:200]}")
 
+    async def children(self, directory: str) -> list[tuple[str, bool]]:
+        """(path, is a directory) of what `directory` holds (PROPFIND, depth 1); [] when it does not exist."""
+        status, body, _ = await self._request("PROPFIND", directory, Depth="1")
+        if status == 404:
+            return []
+        if status != 207:
+            raise ExternalError(f"{self.acc.describe()} answered {status} to PROPFIND {directory}: {body[:200]}")
+        return _listing(body, directory)
+
+    async def remove_tree(self, directory: str, problems: list[str]) -> None:
+        """Delete `directory` and all below it (never above: every entry must lie below it); refusals go to
+        `problems`, the walk goes on."""
+        for path, is_dir in await self.children(directory):
+            if is_dir:
+                await self.remove_tree(path, problems)
+            else:
+                try:
+                    await self.delete(path)
+                except ExternalError as e:
+                    problems.append(str(e))
+        try:
+            await self.delete(directory)
+        except ExternalError as e:
+            problems.append(str(e))
+
     async def delete(self, path: str) -> None:
         """Remove a file or an empty directory; gone already is fine."""
         status, body, _ = await self._request("DELETE", path)
         if status not in (200, 202, 204, 404):
             raise ExternalError(f"{self.acc.describe()} refused to delete {path}: {status} {body.strip()[:200]}")
+
+
+def _listing(xml: str, directory: str) -> list[tuple[str, bool]]:
+    """A PROPFIND multistatus' entries strictly below `directory` (its own entry and anything else left out)."""
+    from urllib.parse import unquote, urlsplit
+    from xml.etree import ElementTree
+
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError as e:
+        raise ExternalError(f"unreadable PROPFIND answer for {directory}: {e}") from None
+    out = []
+    prefix = directory.rstrip("/") + "/"
+    for response in root.iter("{DAV:}response"):
+        href = response.findtext("{DAV:}href") or ""
+        path = unquote(urlsplit(href).path).rstrip("/")
+        if not path.startswith(prefix) or "/" in path[len(prefix):] or path[len(prefix):] in ("", ".", ".."):
+            continue
+        is_dir = response.find(".//{DAV:}resourcetype/{DAV:}collection") is not None
+        out.append((path, is_dir))
+    return out
 
 
 async def missing_files(client: EndpointClient, directory: str, files: Sequence[Mapping[str, object]]) -> list[str]:
@@ -175,22 +222,13 @@ async def verify_upload(client: EndpointClient, directory: str, files: Sequence[
                                 f"{f['checksum']}")
 
 
-async def remove_uploads(acc: Access, bench_dir: str, sets: Mapping[str, Sequence[str]],
-                         ca_file: str | None = None) -> list[str]:
-    """Remove a benchmark's files from an endpoint: each set's files, the set directories, `sets`, the benchmark's
-    directory (and its `incoming`, emptied by the agents after each test). The problems, one line each (empty: all
-    removed)."""
-    ep = acc.endpoint
+async def remove_uploads(acc: Access, bench_dir: str, ca_file: str | None = None) -> list[str]:
+    """Remove a benchmark's directory `<path>/<bench_dir>` from an endpoint, depth first (what it holds is listed
+    with PROPFIND; only entries below it are touched). The problems, one line each (empty: all removed)."""
     problems: list[str] = []
     async with EndpointClient(acc, ca_file) as client:
-        paths = [ep.path_of(bench_dir, "sets", name, f) for name, files in sets.items() for f in files]
-        paths += [ep.path_of(bench_dir, "sets", name) for name in sets]
-        paths += [ep.path_of(bench_dir, "sets"), ep.path_of(bench_dir, "incoming"), ep.path_of(bench_dir)]
-        for path in paths:
-            try:
-                await client.delete(path)
-            except ExternalError as e:
-                problems.append(str(e))
-                if "unreachable" in str(e):
-                    break  # one line says it; the rest would say the same
+        try:
+            await client.remove_tree(acc.endpoint.path_of(bench_dir), problems)
+        except ExternalError as e:
+            problems.append(str(e))
     return problems

@@ -14,14 +14,17 @@ tests/support/external_xrootd.py).
 from __future__ import annotations
 
 import json
+import ssl
 import uuid
 
+import httpx
 import pytest
 from tpcmesh_operator.agents import Agent, AgentsClient
-from tpcmesh_operator.external_io import Access, StaticCredentials, remove_uploads
+from tpcmesh_operator.external_cleanup import clean_up
+from tpcmesh_operator.external_io import StaticCredentials
 from tpcmesh_operator.external_tests import EXTERNAL_LABEL, bench_dir
 from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.spec import parse_spec, to_dict
 
 from tests.integration.agent.test_protocols import xrootd_ports
 from tests.support.external_xrootd import external_xrootd
@@ -70,9 +73,13 @@ async def _run(mesh, tpcmesh_pki, site, spec, token, name="ext-bench") -> tuple[
     async with AgentsClient(mesh_token, tpcmesh_pki.ca_file) as ac:
         ex = RunExecutor(spec, info, StaticDirectory(agents), ac, None, MemoryStatusStore(), options=FAST,
                          on_event=lambda *e: events.append(e),
-                         external_credentials=StaticCredentials({"site-x-cred": {"token": token}}),
+                         external_credentials=_credentials(token),
                          external_ca_file=str(site.site_pki.ca_file))
         return await ex.execute(), events, ex
+
+
+def _credentials(token: str) -> StaticCredentials:
+    return StaticCredentials({"site-x-cred": {"token": token}})
 
 
 def _external(st: dict) -> list[dict]:
@@ -102,10 +109,16 @@ async def test_external_source_and_destination_with_real_copies(mesh, tpcmesh_pk
     st2, events2, _ = await _run(mesh, tpcmesh_pki, site, _spec(site), token)
     assert st2["succeeded"] == 6 and not [e for e in events2 if "upload" in e[2].lower() and e[0] == "Warning"]
 
-    # the benchmark deleted: its files go, the directories too
-    acc = Access(ex.spec.external_endpoints[0], token, site.site_pki.ca_file.read_text())
-    problems = await remove_uploads(acc, bench_dir("default", "ext-bench"), {f"{COUNT}x{SIZE}": _set_names(st)})
-    assert problems == [] and site.files() == []
+    # the benchmark deleted: its files go, the directories too; a neighbour with a name that starts the same stays
+    neighbour = f"{PATH}/{bench_dir('default', 'ext-bench')}-2/keep"
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(site.site_pki.ca_file))) as c:
+        assert c.put(site.audience + neighbour, content=b"x", headers={"Authorization": f"Bearer {token}"}
+                     ).status_code in (200, 201)
+    said: list = []
+    problems = await clean_up(to_dict(ex.spec), "default", "ext-bench", _credentials(token),
+                              lambda *e: said.append(e), str(site.site_pki.ca_file))
+    assert problems == [] and site.files() == [neighbour.lstrip("/")]
+    assert said == [("Normal", "ExternalCleanedUp", f"Removed {PATH}/default.ext-bench from external endpoint site-x")]
     assert not (site.root / PATH.lstrip("/") / bench_dir("default", "ext-bench")).exists()
 
 
@@ -156,10 +169,23 @@ async def test_copies_the_endpoint_will_not_remove_or_overwrite_fail_naming_it(m
     assert stayed and all("/incoming/" in p for p in stayed), stayed
 
 
-async def test_a_failed_cleanup_says_why(site) -> None:
+@pytest.mark.parametrize("case", ["unreachable", "refused"])
+async def test_a_failed_cleanup_says_why(site, case) -> None:
     from tpcmesh_agent.servers.supervisor import free_port
 
-    spec = _spec(site, url=f"davs://127.0.0.1:{free_port()}")
-    acc = Access(spec.external_endpoints[0], "t", site.site_pki.ca_file.read_text())
-    problems = await remove_uploads(acc, "default.gone", {"2x1000000": ["0", "1"]})
-    assert len(problems) == 1 and "external endpoint site-x" in problems[0] and "unreachable" in problems[0]
+    url = f"davs://127.0.0.1:{free_port()}" if case == "unreachable" else None
+    token = site.token(f"storage.read:{PATH}", f"storage.create:{PATH}", f"storage.modify:{PATH}")
+    keep = f"{PATH}/default.stays/sets/f"
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(site.site_pki.ca_file))) as c:
+        assert c.put(site.audience + keep, content=b"x", headers={"Authorization": f"Bearer {token}"}
+                     ).status_code in (200, 201)
+    if case == "refused":  # may read and list, not delete
+        token = site.token(f"storage.read:{PATH}")
+    said: list = []
+    problems = await clean_up(to_dict(_spec(site, url=url)), "default", "stays", _credentials(token),
+                              lambda *e: said.append(e), str(site.site_pki.ca_file))
+    assert problems and all("external endpoint site-x" in p for p in problems), problems
+    assert ("unreachable" if case == "unreachable" else "refused to delete") in problems[0]
+    assert [(t, r) for t, r, _ in said] == [("Warning", "ExternalCleanupFailed")]
+    assert f"from {PATH}/default.stays on external endpoint site-x" in said[0][2]
+    assert keep.lstrip("/") in site.files()  # nothing claimed removed that is still there

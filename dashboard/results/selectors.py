@@ -99,7 +99,8 @@ def grid(
         "window_seconds": int(window.total_seconds()),
         "thresholds": bounds,
         "generated_at": now,
-        "nodes": [{"name": n.name, "site": n.site, "loopback_gbps": n.loopback_gbps} for n in nodes],
+        "nodes": [{"name": n.name, "site": n.site, "loopback_gbps": n.loopback_gbps, "external": n.external}
+                  for n in nodes],
         "cells": cells,
     }
     if cells_json:

@@ -63,6 +63,16 @@ def _script_json(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+
+def _ext_class(node: dict) -> str:
+    """An external endpoint's row and column header are marked (style.css: .ext)."""
+    return " ext" if node.get("external") else ""
+
+
+def _node_title(node: dict) -> str:
+    site = html.escape(node.get("site") or "")
+    return f"external endpoint at {site}" if node.get("external") else site
+
 @read_access_required
 def grid_page(request, namespace: str, name: str):
     bench = _bench_or_404(namespace, name)
@@ -120,12 +130,13 @@ def grid_page(request, namespace: str, name: str):
             tds.append(f'<td class="{classes}"></td>')
             tip_row.append(f"[{a[2] or 'null'},{b[2] or 'null'}]" if (a[2] or b[2]) else "null")
         rows_html.append(
-            f'<tr><th class="rh" data-n="{html.escape(src)}" title="{html.escape(r["site"] or "")}">'
+            f'<tr><th class="rh{_ext_class(r)}" data-n="{html.escape(src)}" title="{_node_title(r)}">'
             f'{html.escape(src)}</th>{"".join(tds)}</tr>'
         )
         tip_rows.append(f"[{','.join(tip_row)}]")
     header = "".join(
-        f'<th class="ch" data-n="{html.escape(n["name"])}"><span>{html.escape(n["name"])}</span></th>' for n in nodes
+        f'<th class="ch{_ext_class(n)}" data-n="{html.escape(n["name"])}" title="{_node_title(n)}">'
+        f'<span>{html.escape(n["name"])}</span></th>' for n in nodes
     )
     halves = (
         ("source → destination", "destination → source") if split == "direction"

@@ -84,7 +84,7 @@ def external_node(endpoint: ExternalEndpoint) -> dict[str, Any]:
     return {"name": endpoint.name, "address": endpoint.host,
             "labels": {EXTERNAL_LABEL: "true", f"{EXTERNAL_LABEL}-url": endpoint.url,
                        f"{EXTERNAL_LABEL}-role": endpoint.role},
-            "site": endpoint.host, "nic_speed_gbps": None}
+            "site": endpoint.host, "nic_speed_gbps": None, "external": True}
 
 
 def name_endpoint(acc_or_name: str, error: str) -> str:

@@ -28,6 +28,7 @@ from tpcmesh_operator.spec import parse_spec, to_dict
 
 from tests.integration.agent.test_protocols import xrootd_ports
 from tests.support.external_xrootd import external_xrootd
+from tests.unit.operator.test_operator_contract import validator
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +103,10 @@ async def test_external_source_and_destination_with_real_copies(mesh, tpcmesh_pk
     # the grid's nodes: the endpoint is flagged external; no token anywhere in the status
     batch = ex._batch(st["outbox"])
     node = next(n for n in batch["nodes"] if n["name"] == "site-x")
-    assert node["labels"][EXTERNAL_LABEL] == "true" and node["labels"][f"{EXTERNAL_LABEL}-url"] == site.url
+    assert node["external"] is True and node["labels"][EXTERNAL_LABEL] == "true"
+    assert node["labels"][f"{EXTERNAL_LABEL}-url"] == site.url
+    assert not [n for n in batch["nodes"] if n["name"] != "site-x" and n.get("external")]
+    validator("ingestBatch").validate(batch)  # the measurement contract
     assert token not in json.dumps(st) and token.split(".")[2] not in json.dumps(st)
 
     # a second run finds the files there and uploads nothing

@@ -28,6 +28,7 @@ from tpcmesh_operator.spec import parse_spec, to_dict
 
 from tests.integration.agent.test_protocols import xrootd_ports
 from tests.support.external_xrootd import external_xrootd
+from tests.support.tokens import running_issuer
 from tests.unit.operator.test_operator_contract import validator
 
 pytestmark = pytest.mark.integration
@@ -57,9 +58,9 @@ def mesh(module_agent_factory, site, tmp_path_factory):
     return token, agents
 
 
-def _spec(site, url=None, path=PATH, role="both"):
+def _spec(site, url=None, path=PATH, role="both", auth="x509"):
     return parse_spec({
-        "protocols": ["xrootd-https"], "streams": [1], "concurrency": 2, "auth": "x509",
+        "protocols": ["xrootd-https"], "streams": [1], "concurrency": 2, "auth": auth,
         "fileSet": {"count": COUNT, "size": SIZE}, "latency": {"enabled": False}, "loopback": {"enabled": False},
         "timeoutSeconds": 60, "retries": 0,
         "externalEndpoints": [{"name": "site-x", "url": url or site.url, "path": path, "credentials": "site-x-cred",
@@ -67,14 +68,15 @@ def _spec(site, url=None, path=PATH, role="both"):
     })
 
 
-async def _run(mesh, tpcmesh_pki, site, spec, token, name="ext-bench") -> tuple[dict, list, RunExecutor]:
+async def _run(mesh, tpcmesh_pki, site, spec, token, name="ext-bench",
+               issuer=None) -> tuple[dict, list, RunExecutor]:
     mesh_token, agents = mesh
     events: list = []
     info = RunInfo("default", name, f"run-{uuid.uuid4().hex[:6]}", str(uuid.uuid4()))
     async with AgentsClient(mesh_token, tpcmesh_pki.ca_file) as ac:
         ex = RunExecutor(spec, info, StaticDirectory(agents), ac, None, MemoryStatusStore(), options=FAST,
                          on_event=lambda *e: events.append(e),
-                         external_credentials=_credentials(token),
+                         external_credentials=_credentials(token), token_issuer=issuer,
                          external_ca_file=str(site.site_pki.ca_file))
         return await ex.execute(), events, ex
 
@@ -193,3 +195,49 @@ async def test_a_failed_cleanup_says_why(site, case) -> None:
     assert [(t, r) for t, r, _ in said] == [("Warning", "ExternalCleanupFailed")]
     assert f"from {PATH}/default.stays on external endpoint site-x" in said[0][2]
     assert keep.lstrip("/") in site.files()  # nothing claimed removed that is still there
+
+
+@pytest.fixture(scope="module")
+def agents_issuer(tpcmesh_pki):
+    with running_issuer(tpcmesh_pki, "agents-issuer") as ours:
+        yield ours
+
+
+@pytest.fixture(scope="module")
+def token_mesh(module_agent_factory, site, agents_issuer, tmp_path_factory):
+    """Two token-mode agents: their public instances serve /sets only to a read token of the agents' issuer."""
+    token = "mesh-" + uuid.uuid4().hex
+    f = tmp_path_factory.mktemp("ext-tok") / "token"
+    f.write_text(token + "\n")
+    handles = [module_agent_factory(protocols=("xrootd-https",), run_user="nobody", token_file=f,
+                                    ca_file=site.agents_ca_file, xrootd_token_issuer=agents_issuer.issuer,
+                                    **xrootd_ports()) for _ in range(2)]
+    agents = [Agent(node=h.name, address=h.address,
+                    ports={"control": h.api_port, "xrootd-https": h.ports["xrootd_https_port"]}) for h in handles]
+    return token, agents
+
+
+async def test_token_mode_the_endpoint_pulls_with_a_read_token_minted_for_the_agent(token_mesh, tpcmesh_pki, site,
+                                                                                     agents_issuer) -> None:
+    """Two issuers, as between two sites: the endpoint's COPY carries the site's token, and the read token the
+    operator minted for the agent's public instance (forwarded by the endpoint, the way FTS does); the agents'
+    landings take the create tokens minted for them, the site's token reads from the endpoint."""
+    token = site.token(*SCOPES)
+    st, _, _ = await _run(token_mesh, tpcmesh_pki, site, _spec(site, auth="token"), token, name="tok-bench",
+                          issuer=agents_issuer)
+    assert (st["planned"], st["succeeded"], st["failed"]) == (6, 6, 0), st.get("recentFailures")
+    ext = _external(st)
+    assert {m["auth"] for m in ext} == {"token"} and {m["checksum"] for m in ext} == {"ok"}
+    assert "eyJ" not in json.dumps(st)  # no JWT (the site's or ours) in the status
+
+
+async def test_token_mode_without_the_read_token_the_agent_refuses_the_endpoint(token_mesh, tpcmesh_pki, site) -> None:
+    """The same without the agents' issuer: no read token for the agent, so the agent's public instance refuses
+    the endpoint's pull (the copy into the endpoint fails with the endpoint's report of it, naming the endpoint)."""
+    token = site.token(*SCOPES)
+    st, _, _ = await _run(token_mesh, tpcmesh_pki, site, _spec(site, role="destination", auth="x509"), token,
+                          name="tok-refused")
+    ext = _external(st)
+    assert len(ext) == 2 and {m["status"] for m in ext} == {"failed"}, ext
+    assert all(m["error"].startswith("external endpoint site-x (") and "HTTP-TPC failed" in m["error"]
+               and "403" in m["error"] and "/sets/" in m["error"] for m in ext), [m["error"] for m in ext]

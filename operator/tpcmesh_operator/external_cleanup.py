@@ -1,7 +1,7 @@
 """When a TransferBenchmark with external source endpoints is deleted: remove what the operator uploaded there
 (`<path>/<namespace>.<name>/`), and say so when it cannot (an Event per endpoint, a status condition while it
-retries, the log), never silently. main.py registers it; a finalizer is kept only on benchmarks that have such
-endpoints (`needs_cleanup`)."""
+retries, the log), never silently. main.py registers it for the benchmarks that have such endpoints
+(`needs_cleanup`)."""
 
 from __future__ import annotations
 

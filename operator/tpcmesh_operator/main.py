@@ -135,7 +135,8 @@ def _has_uploads(spec: kopf.Spec, **_: Any) -> bool:
     return external_cleanup.needs_cleanup(dict(spec))
 
 
-# A finalizer only on benchmarks with external source endpoints: what the operator uploaded there goes with them.
+# Only for benchmarks with external source endpoints: what the operator uploaded there goes with them (kopf's
+# finalizer, which the timer already puts on every benchmark, holds the deletion until this returns).
 @kopf.on.delete(GROUP, VERSION, BENCHMARKS, when=_has_uploads)  # type: ignore[arg-type]
 async def benchmark_deleted(body: kopf.Body, spec: kopf.Spec, name: str, namespace: str, retry: int,
                             patch: kopf.Patch, **_: Any) -> None:
@@ -150,7 +151,8 @@ async def benchmark_deleted(body: kopf.Body, spec: kopf.Spec, name: str, namespa
                                       {"type": "ExternalCleanup", "status": "False", "reason": "CleanupFailed",
                                        "message": "; ".join(problems)[:1000]}]
         raise kopf.TemporaryError(f"external cleanup failed (attempt {retry + 1} of "
-                                  f"{external_cleanup.ATTEMPTS}): {'; '.join(problems)}"[:1000], delay=30)
+                                  f"{external_cleanup.ATTEMPTS}): {'; '.join(problems)}"[:1000],
+                                  delay=Settings.from_env().cleanup_retry_seconds)
 
 
 def _run_events(body: kopf.Body) -> rundriver.EventFn:

@@ -24,19 +24,10 @@ from .spec import BenchmarkSpec
 from .tokens.issuer import TokenIssuer
 from .tokens.minting import pull_tokens
 
-EXTERNAL_DRIVEN = ("xrootd-https",)  # protocols whose external tests the agents can run today
-
 
 def bench_dir(namespace: str, name: str) -> str:
     """The benchmark's directory below an endpoint's path (Kubernetes names: plain, no '/')."""
     return f"{namespace}.{name}"
-
-
-def unsupported(endpoint: ExternalEndpoint) -> str | None:
-    if endpoint.protocol in EXTERNAL_DRIVEN:
-        return None
-    return (f"external endpoint {endpoint.name}: {endpoint.scheme}:// endpoints ({endpoint.protocol}) are not driven "
-            "by this operator yet; davs:// and https:// are")
 
 
 def base_request(spec: BenchmarkSpec, test: Test, tid: str) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from .spec import SpecError  # spec imports this module lazily (in parse_spec)
 # URL scheme -> the benchmark protocol whose tests run against it
 SCHEME_PROTOCOLS: Mapping[str, str] = {"davs": "xrootd-https", "https": "xrootd-https", "root": "xrootd-root",
                                        "gsiftp": "gridftp"}
+# what the operator and agents drive today; root:// (xrdcp --tpc) and gsiftp:// (globus-url-copy) are planned
+DRIVEN_SCHEMES = ("davs", "https")
 DEFAULT_PORTS: Mapping[str, int] = {"davs": 443, "https": 443, "root": 1094, "gsiftp": 2811}
 ROLES = ("source", "destination", "both")
 MAX_ENDPOINTS = 20
@@ -159,6 +161,9 @@ def parse_external_endpoints(v: Any, path: str, protocols: tuple[str, ...]) -> t
         if role not in ROLES:
             raise SpecError(f"{ip}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
         ep = ExternalEndpoint(name=name, url=url, path=ep_path, credentials=credentials, role=role)
+        if ep.scheme not in DRIVEN_SCHEMES:
+            raise SpecError(f"{ip}.url", f"{ep.scheme}:// endpoints are not measured by this operator yet "
+                                         f"({' and '.join(s + '://' for s in DRIVEN_SCHEMES)} are: HTTP-TPC)")
         if ep.protocol not in protocols:
             raise SpecError(f"{ip}.url", f"a {ep.scheme}:// endpoint is measured with {ep.protocol}, which is not in "
                                          f"spec.protocols ({', '.join(protocols) or 'none'})")

@@ -15,16 +15,25 @@ def spec_with(*endpoints, protocols=("xrootd-https", "xrootd-root", "gridftp")):
 
 
 def test_parsed_and_round_trip() -> None:
-    s = spec_with(GOOD, {"name": "tape", "url": "root://tape.example", "path": "/data/t/", "role": "destination"},
-                  {"name": "ftp", "url": "gsiftp://[2001:db8::5]:2812", "path": "/x"})
+    s = spec_with(GOOD, {"name": "tape", "url": "https://tape.example", "path": "/data/t/", "role": "destination"},
+                  {"name": "v6", "url": "davs://[2001:db8::5]:2812", "path": "/x"})
     a, b, c = s.external_endpoints
     assert (a.protocol, a.host, a.port, a.path, a.role) == ("xrootd-https", "storage.site-x.example", 1094,
                                                             "/store/tpcmesh", "both")
-    assert (b.protocol, b.port, b.path, b.credentials, b.is_source) == ("xrootd-root", 1094, "/data/t", "", False)
-    assert (c.protocol, c.host, c.port, c.is_destination) == ("gridftp", "2001:db8::5", 2812, True)
+    assert (b.protocol, b.port, b.path, b.credentials, b.is_source) == ("xrootd-https", 443, "/data/t", "", False)
+    assert (c.protocol, c.host, c.port, c.is_destination) == ("xrootd-https", "2001:db8::5", 2812, True)
     assert parse_spec(to_dict(s)) == s
-    assert b.url_of("sets", "2x1000") == "root://tape.example//data/t/sets/2x1000"
     assert a.url_of("incoming", "t1", "f0") == "davs://storage.site-x.example:1094/store/tpcmesh/incoming/t1/f0"
+    # root:// wants the path after a second slash (kept for when root:// endpoints are driven)
+    assert ExternalEndpoint("t", "root://tape.example", "/data/t").url_of("sets", "2x1000") == \
+        "root://tape.example//data/t/sets/2x1000"
+
+
+@pytest.mark.parametrize("url", ["root://tape.example", "gsiftp://ftp.example:2811"])
+def test_endpoints_not_driven_yet_are_refused_naming_the_field(url) -> None:
+    with pytest.raises(SpecError) as e:
+        spec_with({**GOOD, "url": url})
+    assert e.value.field == "spec.externalEndpoints[0].url" and "not measured by this operator yet" in e.value.message
 
 
 @pytest.mark.parametrize("change,field,words", [
@@ -67,10 +76,16 @@ def test_paths_never_leave_the_endpoint_directory(parts) -> None:
 # ---------------------------------------------------------------- planning
 
 def _plan(endpoints, agents=("a", "b", "c"), **extra):
+    """A plan with these endpoints (ExternalEndpoint objects too: root:// and gsiftp:// ones are not parsed yet,
+    but the planner is ready for them)."""
+    import dataclasses
+
     from tpcmesh_operator.planner import plan
     spec = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [1, 4], "latency": False,
-                       "loopback": {"enabled": False}, "externalEndpoints": list(endpoints), **extra})
-    return plan(list(agents), spec)
+                       "loopback": {"enabled": False}, **extra})
+    eps = tuple(e if isinstance(e, ExternalEndpoint) else ExternalEndpoint(
+        e["name"], e["url"], e["path"], e.get("credentials", ""), e.get("role", "both")) for e in endpoints)
+    return plan(list(agents), dataclasses.replace(spec, external_endpoints=eps))
 
 
 def test_externals_join_as_sources_and_destinations_never_external_to_external() -> None:

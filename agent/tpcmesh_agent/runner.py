@@ -87,7 +87,7 @@ class Run:
             "error": None,
             "file_set": self.job.file_set,
             "file_count": len(self.job.files),
-            "destination_kind": "sink" if self.job.destination_dir is None else "store",
+            "destination_kind": "sink" if self.job.destination_dir is None and self.job.remote is None else "store",
             "total_bytes": p.bytes_done,
             "started_at": records.iso(self.started_at),
             "finished_at": None,

@@ -96,6 +96,7 @@ async def test_external_source_and_destination_with_real_copies(mesh, tpcmesh_pk
     assert (st["planned"], st["succeeded"], st["failed"]) == (6, 6, 0), st.get("recentFailures")
     assert len(ext) == 4  # each agent from and to the endpoint
     assert {m["checksum"] for m in ext} == {"ok"} and {m["total_bytes"] for m in ext} == {COUNT * SIZE}
+    assert {m["destination_kind"] for m in ext} == {"store"}  # a copy into the endpoint is stored there, then removed
     assert st["externals"] == {"site-x": "ready"}
     assert any(e[1] == "ExternalFilesReady" for e in events), events
     # the set is there once, under the benchmark's directory in the path; every copy into the endpoint is gone

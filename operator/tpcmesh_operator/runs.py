@@ -16,6 +16,8 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
         on_event=callback,      # (type "Normal"|"Warning", reason, message): Kubernetes Events / log lines
         token_issuer=issuer,    # tokens.TokenIssuer or None: signs each HTTP-TPC pull's read and create tokens
                                 #   (spec.auth token, the default when given; tokens/minting.py)
+        external_credentials=secrets,   # external_io.CredentialSource: spec.externalEndpoints' Secrets
+                                        #   (kube.KubeSecretCredentials in a cluster; external_tests.py, external_io.py)
     )
     status = await executor.execute()   # plan, prepare file sets, probe RTT, run rounds, deliver; returns the status
     left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
@@ -27,7 +29,8 @@ The status dict is the whole state (JSON, camelCase keys, stored as the Transfer
 counts), `currentRound` (every test of the rounds before it is finished), `totalRounds`, `tests` (key -> {status, id,
 gbps, error} for the finished tests of the current round only), `recentFailures` (the latest failed tests with their
 reasons, for people), `maintenance`/`inMaintenance` (nodes and pairs left out: maintenance.py), `rttMs` (each
-pair's median RTT, a row per source agent, for the measurements that follow),
+pair's median RTT, a row per source agent, for the measurements that follow), `externals` (each external source
+endpoint: "ready" once the set is uploaded and checked there, else why not),
 `filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected` (the latest measurements the
 dashboard refused, with its reason; outbox.py) and `rejectedCount`, `conditions`, times.
 SIZE: nothing grows with the finished tests but the counts; `agents` is O(N), `rttMs` ~7 bytes a pair (~70 kB for

@@ -171,7 +171,7 @@ def build_record(
         "aggregate_gbps": gbps(total, wall) if total else None,
         "peak_gbps": peak_bps / 1e9 if peak_bps else None,
         "checksum": checksum_verdict(results),
-        "destination_kind": "sink" if job.destination_dir is None else "store",
+        "destination_kind": "sink" if job.destination_dir is None and job.remote is None else "store",
         "congestion_control": job.congestion,
         "started_at": iso(started_at),
         "finished_at": iso(finished_at),

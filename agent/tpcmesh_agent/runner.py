@@ -21,7 +21,17 @@ from . import congestion, memory, records
 from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
-from .movers.base import BearerTokens, Endpoint, FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob
+from .movers.base import (
+    BearerTokens,
+    Endpoint,
+    FileResult,
+    FileSpec,
+    Mover,
+    MoverUnavailable,
+    Progress,
+    RemoteDestination,
+    TransferJob,
+)
 from .ssview import PeerSockets
 
 log = logging.getLogger(__name__)
@@ -77,7 +87,7 @@ class Run:
             "error": None,
             "file_set": self.job.file_set,
             "file_count": len(self.job.files),
-            "destination_kind": "sink" if self.job.destination_dir is None else "store",
+            "destination_kind": "sink" if self.job.destination_dir is None and self.job.remote is None else "store",
             "total_bytes": p.bytes_done,
             "started_at": records.iso(self.started_at),
             "finished_at": None,
@@ -152,6 +162,8 @@ class TransferRunner:
                 raise ApiError(422, f"source.host {host!r} is not a valid host name or IP address") from None
         default_port = self.settings.port_of(protocol) or 0
         port = _int(src, "port", default_port, 1, 65535)
+        source_path = _source_path(src.get("path", "/sets"), protocol)
+        remote = _remote_destination(body.get("remote_destination"), protocol)
         try:
             spec = spec_from_request(body.get("file_set"))
         except FileSetError as e:
@@ -177,7 +189,7 @@ class TransferRunner:
             raise ApiError(422, f"destination must be 'store' or 'sink', got {destination!r}")
         if protocol == "iperf3":  # moves no file: nothing is stored, so no budget or memory for a file set
             destination = "sink"
-        dest_dir = self.settings.incoming_dir / test_id if destination == "store" else None
+        dest_dir = self.settings.incoming_dir / test_id if destination == "store" and remote is None else None
         if dest_dir is not None:
             total = sum(f.size for f in files)
             used = self.filesets.held_bytes()
@@ -187,12 +199,13 @@ class TransferRunner:
         verify = body.get("verify_checksums", True)
         if not isinstance(verify, bool):
             raise ApiError(422, "verify_checksums must be true or false")
-        return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port), files=files,
+        return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port, source_path), files=files,
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
                            destination_dir=dest_dir, verify_checksums=verify,
                            duration=float(duration) if duration is not None else None,
                            tokens=_tokens(body.get("tokens"), protocol),
-                           congestion=_congestion(body.get("congestion_control"), protocol))
+                           congestion=_congestion(body.get("congestion_control"), protocol),
+                           remote=remote)
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -407,7 +420,51 @@ def _tokens(given: Any, protocol: str) -> BearerTokens | None:
                             "create token")
     for name in ("read", "create"):
         value = given[name]
+        if value is None:  # a side without a token: an external endpoint's anonymous read, an x509 landing
+            continue
         if not isinstance(value, str) or len(value) > MAX_TOKEN_CHARS or not _TOKEN_RE.fullmatch(value):
             raise ApiError(422, f"tokens.{name} must be a compact JWT (three base64url parts, at most "
-                                f"{MAX_TOKEN_CHARS} characters)")
+                                f"{MAX_TOKEN_CHARS} characters) or null")
     return BearerTokens(read=given["read"], create=given["create"])
+
+
+# protocols that can copy to or from an external endpoint (HTTP-TPC: a COPY the remote or local XRootD runs)
+EXTERNAL_PROTOCOLS = ("xrootd-https",)
+_PATH_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+_BEARER_RE = re.compile(r"^[\x21-\x7e]{1,8192}$")  # a header-safe bearer token (a site's may not be a JWT)
+_REMOTE_URL_RE = re.compile(r"^(https|davs)://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._-]+)+$")
+
+
+def _plain_path(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _PATH_RE.match(value) or any(p in (".", "..") for p in value.split("/")):
+        raise ApiError(422, f"{what} must be an absolute path of plain names (no . or ..), got {value!r}")
+    return value
+
+
+def _source_path(value: Any, protocol: str) -> str:
+    """source.path: where the source keeps its file sets (an agent's /sets; an external endpoint's own)."""
+    path = _plain_path(value, "source.path")
+    if path != "/sets" and protocol not in EXTERNAL_PROTOCOLS:
+        raise ApiError(422, f"source.path applies to {', '.join(EXTERNAL_PROTOCOLS)} only, not {protocol!r}")
+    return path
+
+
+def _remote_destination(given: Any, protocol: str) -> RemoteDestination | None:
+    """remote_destination {url, token, remove}: push the set into an external endpoint's directory ``url``."""
+    if given is None:
+        return None
+    if protocol not in EXTERNAL_PROTOCOLS:
+        raise ApiError(422, f"remote_destination applies to {', '.join(EXTERNAL_PROTOCOLS)} only, not {protocol!r}")
+    if not isinstance(given, dict) or not set(given) <= {"url", "token", "remove"}:
+        raise ApiError(422, "remote_destination must be an object {url, token, remove}")
+    url = given.get("url")
+    if not isinstance(url, str) or not _REMOTE_URL_RE.match(url) or "/../" in url + "/" or "/./" in url + "/":
+        raise ApiError(422, f"remote_destination.url must be an https:// or davs:// directory URL of plain names, "
+                            f"got {url!r}")
+    token = given.get("token")
+    if token is not None and (not isinstance(token, str) or not _BEARER_RE.match(token)):
+        raise ApiError(422, "remote_destination.token must be a bearer token (printable, no spaces) or null")
+    remove = given.get("remove", True)
+    if not isinstance(remove, bool):
+        raise ApiError(422, "remote_destination.remove must be true or false")
+    return RemoteDestination(url.replace("davs://", "https://", 1), token, remove)

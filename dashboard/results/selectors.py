@@ -124,7 +124,8 @@ def grid(
         "window_seconds": int(window.total_seconds()),
         "thresholds": bounds,
         "generated_at": now,
-        "nodes": [{"name": n.name, "cluster": n.cluster.name, "site": n.site, "loopback_gbps": n.loopback_gbps}
+        "nodes": [{"name": n.name, "cluster": n.cluster.name, "site": n.site, "loopback_gbps": n.loopback_gbps,
+                   "external": n.external}
                   for n in nodes],
         "cells": cells,
     }

@@ -43,7 +43,7 @@ MEASUREMENT_FIELDS = [
 STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits"]  # retransmits: tcp.retransmits in a column, for filtering
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
 LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error"]
-NODE_FIELDS = ["site", "address", "labels", "nic_speed_gbps", "loopback_gbps"]
+NODE_FIELDS = ["site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "external"]
 
 
 @dataclass

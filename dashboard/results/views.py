@@ -67,6 +67,16 @@ def _script_json(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+
+def _ext_class(node: dict) -> str:
+    """An external endpoint's row and column header are marked (style.css: .ext)."""
+    return " ext" if node.get("external") else ""
+
+
+def _node_title(node: dict) -> str:
+    site = html.escape(node.get("site") or "")
+    return f"external endpoint at {site}" if node.get("external") else site
+
 @read_access_required
 def grid_page(request, namespace: str, name: str):
     """One cluster's grid (?cluster=), or every cluster's benchmark of this namespace/name in one grid."""
@@ -135,14 +145,16 @@ def grid_page(request, namespace: str, name: str):
             classes = f"a-{a[0]} b-{b[0]}" + (" sa" if a[1] else "") + (" sb" if b[1] else "")
             tds.append(f'<td class="{classes}"></td>')
             tip_row.append(f"[{a[2] or 'null'},{b[2] or 'null'}]" if (a[2] or b[2]) else "null")
-        title = " · ".join(x for x in (r["site"], f'cluster {r["cluster"]}' if combined else "") if x)
+        site = f'external endpoint at {r["site"]}' if r.get("external") else r["site"]
+        title = " · ".join(x for x in (site, f'cluster {r["cluster"]}' if combined else "") if x)
         rows_html.append(
-            f'<tr><th class="rh" data-n="{html.escape(src)}" title="{html.escape(title)}">'
+            f'<tr><th class="rh{_ext_class(r)}" data-n="{html.escape(src)}" title="{html.escape(title)}">'
             f'{html.escape(src)}</th>{"".join(tds)}</tr>'
         )
         tip_rows.append(f"[{','.join(tip_row)}]")
     header = "".join(
-        f'<th class="ch" data-n="{html.escape(n["name"])}"><span>{html.escape(n["name"])}</span></th>' for n in nodes
+        f'<th class="ch{_ext_class(n)}" data-n="{html.escape(n["name"])}" title="{_node_title(n)}">'
+        f'<span>{html.escape(n["name"])}</span></th>' for n in nodes
     )
     halves = (
         ("source → destination", "destination → source") if split == "direction"

@@ -25,6 +25,7 @@ class Settings:
     unreachable_grace: float = 30.0
     delivery_max_seconds: float = 60.0
     deletion_delivery_seconds: float = 60.0  # a deleted run's last try to deliver its outbox
+    cleanup_retry_seconds: float = 30.0  # between attempts to remove a deleted benchmark's files from an endpoint
     status_budget_bytes: int = STATUS_BUDGET_BYTES  # a run's status; no test starts while it might not fit
     metrics_port: int = 8080  # 0: no metrics server
     metrics_address: str = "0.0.0.0"

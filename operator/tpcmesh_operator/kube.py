@@ -163,3 +163,19 @@ async def read_secret_key(namespace: str, name: str, key: str) -> str:
     if data is None:
         raise LookupError(f"Secret {namespace}/{name} has no key {key!r}")
     return base64.b64decode(data).decode().strip()
+
+
+class KubeSecretCredentials:
+    """external_io.CredentialSource over a namespace's Secrets (an external endpoint's `credentials`)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    async def read(self, secret: str) -> dict[str, str]:
+        from .external_io import ExternalError
+
+        try:
+            s = await asyncio.to_thread(core().read_namespaced_secret, secret, self.namespace)
+        except ApiException as e:
+            raise ExternalError(f"Secret {self.namespace}/{secret}: {e.reason}") from None
+        return {k: base64.b64decode(v).decode(errors="replace") for k, v in (s.data or {}).items()}

@@ -15,6 +15,7 @@ from . import (
     certs,  # noqa: F401  (registers the CSR approver/signer handlers)
     cluster,
     controller,
+    external_cleanup,
     kube,
     rundriver,
 )
@@ -158,6 +159,30 @@ async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kop
                                           lambda m: kopf.adopt(m, owner=body), event, agents,
                                           [n for n in Settings.from_env().namespaces.split(",") if n])
     patch.status.update(out)
+
+
+def _has_uploads(spec: kopf.Spec, **_: Any) -> bool:
+    return external_cleanup.needs_cleanup(dict(spec))
+
+
+# Only for benchmarks with external source endpoints: what the operator uploaded there goes with them (kopf's
+# finalizer, which the timer already puts on every benchmark, holds the deletion until this returns).
+@kopf.on.delete(GROUP, VERSION, BENCHMARKS, when=_has_uploads)  # type: ignore[arg-type]
+async def benchmark_deleted(body: kopf.Body, spec: kopf.Spec, name: str, namespace: str, retry: int,
+                            patch: kopf.Patch, **_: Any) -> None:
+    def event(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+
+    problems = await external_cleanup.clean_up(dict(spec), namespace, name, kube.KubeSecretCredentials(namespace),
+                                               event)
+    if problems and retry + 1 < external_cleanup.ATTEMPTS:
+        patch.status["conditions"] = [*[c for c in (body.get("status") or {}).get("conditions") or []
+                                        if c.get("type") != "ExternalCleanup"],
+                                      {"type": "ExternalCleanup", "status": "False", "reason": "CleanupFailed",
+                                       "message": "; ".join(problems)[:1000]}]
+        raise kopf.TemporaryError(f"external cleanup failed (attempt {retry + 1} of "
+                                  f"{external_cleanup.ATTEMPTS}): {'; '.join(problems)}"[:1000],
+                                  delay=Settings.from_env().cleanup_retry_seconds)
 
 
 def _run_events(body: kopf.Body) -> rundriver.EventFn:

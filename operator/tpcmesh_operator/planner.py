@@ -21,6 +21,10 @@ Rules:
   `serial`: one test per round (the 003 paper's one pair at a time).
 - Loopback (spec.loopback): one round first in which every agent of the plan tests against itself (its own
   ceiling, the grid's diagonal): all at once, each agent in exactly one test.
+- External endpoints (spec.externalEndpoints, externals.py) join after the mesh: each agent of the plan pulls from
+  every source endpoint and sends to every destination endpoint (never external to external), in the settings of
+  the endpoint's protocol only, node-exclusive like the rest (an endpoint is in one test a round: it is another
+  site's storage, not ours to load). An endpoint named like an agent's node is left out (`Plan.problems`).
 - Deterministic: the same agents (in any order) and spec give the same plan.
 
 A `Plan` is compact: the pair rounds (index pairs) are computed once and shared by every setting, and tests are
@@ -77,6 +81,9 @@ class Plan:
     skipped: tuple[tuple[str, str, str], ...] = field(default=())  # (source, destination, reason)
     loopback: Setting | None = None  # round 0 tests each of loopback_agents against itself
     loopback_agents: tuple[int, ...] = ()
+    externals: tuple[str, ...] = ()  # external endpoints' names: index len(agents) + i in external_rounds
+    external_rounds: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()  # (settings index, pairs), last
+    problems: tuple[str, ...] = ()  # what the plan left out and why (for an Event)
 
     @property
     def rounds_per_setting(self) -> int:
@@ -87,8 +94,12 @@ class Plan:
         return 1 if self.loopback is not None and self.loopback_agents else 0
 
     @property
-    def num_rounds(self) -> int:
+    def mesh_rounds(self) -> int:
         return self.loopback_rounds + len(self.settings) * len(self.pair_rounds)
+
+    @property
+    def num_rounds(self) -> int:
+        return self.mesh_rounds + len(self.external_rounds)
 
     @property
     def num_pairs(self) -> int:
@@ -96,7 +107,11 @@ class Plan:
 
     @property
     def num_tests(self) -> int:
-        return len(self.loopback_agents) * self.loopback_rounds + len(self.settings) * self.num_pairs
+        return (len(self.loopback_agents) * self.loopback_rounds + len(self.settings) * self.num_pairs
+                + sum(len(pairs) for _, pairs in self.external_rounds))
+
+    def is_external(self, name: str) -> bool:
+        return name in self.externals
 
     def round(self, index: int) -> list[Test]:
         if not 0 <= index < self.num_rounds:
@@ -105,6 +120,10 @@ class Plan:
         if index < self.loopback_rounds:
             assert self.loopback is not None
             return [Test(index, self.loopback, names[a], names[a]) for a in self.loopback_agents]
+        if index >= self.mesh_rounds:
+            si, pairs = self.external_rounds[index - self.mesh_rounds]
+            everyone = names + self.externals
+            return [Test(index, self.settings[si], everyone[s], everyone[d]) for s, d in pairs]
         i = index - self.loopback_rounds
         setting = self.settings[i // len(self.pair_rounds)]
         return [Test(index, setting, names[s], names[d]) for s, d in self.pair_rounds[i % len(self.pair_rounds)]]
@@ -352,6 +371,7 @@ def plan(
     if spec.loopback.enabled:
         loopback = Setting(spec.loopback.protocol, max(spec.streams), loopback=True)
     involved = range(len(names)) if mode == "fullMesh" else sorted({i for r in rounds for p in r for i in p})
+    externals, external_rounds, problems = _external_rounds(spec, names, labels, settings)
     return Plan(
         agents=names,
         settings=settings,
@@ -359,4 +379,43 @@ def plan(
         skipped=tuple(skipped),
         loopback=loopback,
         loopback_agents=tuple(involved) if loopback is not None and rounds else (),
+        externals=externals,
+        external_rounds=external_rounds,
+        problems=problems,
     )
+
+
+def _external_rounds(spec: BenchmarkSpec, names: Sequence[str], labels: Mapping[str, Mapping[str, str]],
+                     settings: Sequence[Setting]):
+    """The external endpoints' names, their rounds ((settings index, index pairs), setting by setting) and the
+    endpoints left out with why."""
+    problems = []
+    kept = []
+    for e in spec.external_endpoints:
+        if e.name in labels:
+            problems.append(f"external endpoint {e.name} is left out: an agent's node has the same name (rename "
+                            f"the endpoint)")
+        else:
+            kept.append(e)
+    n = len(names)
+    out: list[tuple[int, tuple[tuple[int, int], ...]]] = []
+    site_of = _site_indices(names, labels, spec.site_label) if spec.round_policy == "siteExclusive" else []
+    site_of += [max(site_of, default=-1) + 1 + k for k in range(len(kept))]
+    for si, setting in enumerate(settings):
+        pairs = []
+        for k, e in enumerate(kept):
+            if e.protocol != setting.protocol:
+                continue
+            for a in range(n):
+                if e.is_source:
+                    pairs.append((n + k, a))
+                if e.is_destination:
+                    pairs.append((a, n + k))
+        if spec.round_policy == "serial":
+            rounds = serial_rounds(pairs)
+        elif spec.round_policy == "siteExclusive":
+            rounds = site_exclusive_rounds(site_of, pairs)
+        else:
+            rounds = color_pairs(pairs)
+        out += [(si, tuple(r)) for r in rounds]
+    return tuple(e.name for e in kept), tuple(out), tuple(problems)

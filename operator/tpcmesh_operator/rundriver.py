@@ -175,7 +175,8 @@ async def drive_run(name: str, namespace: str, uid: str, body: Mapping[str, Any]
     try:
         async with AgentsClient(settings.agent_token(), settings.ca()) as agents_client:
             ex = RunExecutor(spec, prepared.info, directory, agents_client, results, prepared.store,
-                             options=options, on_event=event, token_issuer=incluster.current())
+                             options=options, on_event=event, token_issuer=incluster.current(),
+                             external_credentials=kube.KubeSecretCredentials(namespace))
             run = asyncio.create_task(ex.execute())
             why = await _watch(run, body, stopped)
             if why == "exiting":  # the operator stops: leave the run as saved, a restarted operator resumes it

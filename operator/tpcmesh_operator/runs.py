@@ -16,6 +16,8 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
         on_event=callback,      # (type "Normal"|"Warning", reason, message): Kubernetes Events / log lines
         token_issuer=issuer,    # a tokens.minting.Minter (the built-in or an external issuer) or None: mints each
                                 #   HTTP-TPC pull's read and create tokens (spec.auth token, the default when given)
+        external_credentials=secrets,   # external_io.CredentialSource: spec.externalEndpoints' Secrets
+                                        #   (kube.KubeSecretCredentials in a cluster; external_tests.py, external_io.py)
     )
     status = await executor.execute()   # plan, prepare file sets, probe RTT, run rounds, deliver; returns the status
     left = await executor.deliver(max_seconds)   # retry delivery of what is still in the outbox
@@ -28,7 +30,8 @@ runstatus.py, its byte budget statusbudget.py, both pure): `phase`, `agents`
 counts), `currentRound` (every test of the rounds before it is finished), `totalRounds`, `tests` (key -> {status, id,
 gbps, error} for the finished tests of the current round only), `recentFailures` (the latest failed tests with their
 reasons, for people), `maintenance`/`inMaintenance` (nodes and pairs left out: maintenance.py), `rttMs` (each
-pair's median RTT, a row per source agent, for the measurements that follow),
+pair's median RTT, a row per source agent, for the measurements that follow), `externals` (each external source
+endpoint: "ready" once the set is uploaded and checked there, else why not),
 `filesets`, `outbox` (measurements not yet acknowledged), `delivered`, `rejected` (the latest measurements the
 dashboard refused, with its reason; outbox.py) and `rejectedCount`, `conditions`, times.
 SIZE: nothing grows with the finished tests but the counts; `agents` is O(N), `rttMs` ~7 bytes a pair (~70 kB for
@@ -47,6 +50,7 @@ import asyncio
 import copy
 import datetime as dt
 import functools
+import inspect
 import json
 import logging
 import os
@@ -59,6 +63,15 @@ from typing import Any, Protocol
 from . import maintenance, metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
 from .batch import ingest_batch
+from .external_io import Access, CredentialSource, EndpointClient, ExternalError, access, missing_files, verify_upload
+from .external_tests import (
+    bench_dir,
+    external_node,
+    name_endpoint,
+    pull_from_external,
+    push_to_external,
+    set_files,
+)
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
@@ -84,6 +97,7 @@ from .tokens.minting import Minter, pull_tokens
 log = logging.getLogger(__name__)
 
 FINAL = ("succeeded", "failed", "cancelled")  # an agent's test that has its record
+Request = dict[str, Any] | str  # a test's POST /api/v1/transfers body, or why there is none
 
 
 # ---------------------------------------------------------------- interfaces
@@ -195,8 +209,6 @@ ProgressCallback = Callable[[Progress], None]
 EventCallback = Callable[[str, str, str], None]
 
 
-# ---------------------------------------------------------------- pure helpers
-
 
 # ---------------------------------------------------------------- the executor
 
@@ -215,8 +227,14 @@ class RunExecutor:
         on_progress: ProgressCallback | None = None,
         on_event: EventCallback | None = None,
         token_issuer: Minter | None = None,
+        external_credentials: CredentialSource | None = None,
+        external_ca_file: str | None = None,
     ) -> None:
         self.spec = spec
+        self.external_credentials = external_credentials  # reads spec.externalEndpoints' Secrets
+        self.external_ca_file = external_ca_file  # what the operator trusts reaching them (None: the system's)
+        self._access: dict[str, Access | str] = {}  # external endpoint -> how to reach it, or why it cannot be
+        self._set_manifest: dict[str, Any] | None = None  # the file set as an agent answered (names, checksums)
         self.token_issuer = token_issuer
         self.auth = spec.auth or ("token" if token_issuer is not None else "x509")
         self.run = run
@@ -316,7 +334,7 @@ class RunExecutor:
         self._event("Normal", "Resumed" if resumed else "Started",
                     f"{'Resumed' if resumed else 'Started'} run {self.run.run_name}: {st['planned']} tests, "
                     f"{len(self._frozen)} agents, {p.num_rounds} rounds{left_out}")
-        if len(self._frozen) < 2 and not p.skipped:
+        if len(self._frozen) < 2 and not p.skipped and not p.external_rounds:
             return await self._finish("NotEnoughAgents", f"{len(self._frozen)} Ready agent(s): a mesh needs two")
         metrics.mesh_changed(self._bench_key, p.agents)  # series of nodes that left the mesh go
         if resumed:  # what waits for the dashboard first: a status near its size limit must not grow on resume
@@ -329,6 +347,7 @@ class RunExecutor:
                         await self._with_room(functools.partial(
                             self._record_failure, t, test_id(self.run.run_uid, t.key, 0), reason, now_iso()))
         await self._prepare_filesets()
+        await self._prepare_externals()
         for i in range(int(st.get("currentRound", 0)), p.num_rounds):
             if self.stopping:
                 break
@@ -473,15 +492,18 @@ class RunExecutor:
 
         async def one(agent: Agent) -> None:
             try:
-                await self.agents_client.prepare_fileset(
+                answer = await self.agents_client.prepare_fileset(
                     agent, self.spec.file_set.request(), timeout=self.options.fileset_timeout
                 )
                 st["filesets"][agent.node] = "ready"
+                self._set_manifest = self._set_manifest or answer
             except (AgentUnavailable, AgentRejected) as e:
                 st["filesets"][agent.node] = e.message
                 self._event("Warning", "FileSetFailed", f"File set {self.spec.file_set.name} failed on {agent.node}: "
                                                         f"{e.message}")
 
+        if not todo and self.plan is not None and self.plan.externals and self._set_manifest is None:
+            todo = [a for a in self._frozen.values() if st["filesets"].get(a.node) == "ready"][:1]  # resumed: names
         if todo:
             work: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(one(a) for a in todo)))
             stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
@@ -492,11 +514,120 @@ class RunExecutor:
                 await asyncio.gather(work, return_exceptions=True)
             await self._save(force=True)
 
+    async def _prepare_externals(self) -> None:
+        """Each external endpoint of the plan: its credentials read, and, for a source, the set uploaded once (the
+        status remembers it: `externals`, endpoint -> "ready" or why not)."""
+        if self.plan is None or not self.plan.externals:
+            return
+        uploads = self.status.setdefault("externals", {})
+        for ep in self.spec.external_endpoints:
+            if ep.name not in self.plan.externals:
+                continue
+            try:
+                acc = await access(ep, self.external_credentials)
+            except ExternalError as e:
+                self._access[ep.name] = str(e)
+                self._event("Warning", "ExternalEndpointFailed", str(e))
+                continue
+            self._access[ep.name] = acc
+            if ep.is_destination:
+                try:
+                    async with EndpointClient(acc, self.external_ca_file) as client:
+                        await client.make_dirs(self._external_dir(ep, "incoming"))
+                except ExternalError as e:
+                    self._access[ep.name] = str(e)
+                    self._event("Warning", "ExternalEndpointFailed", str(e))
+                    if not ep.is_source:
+                        continue
+            if ep.is_source and uploads.get(ep.name) != "ready" and not self.stopping:
+                uploads[ep.name] = await self._upload(acc)
+                await self._save(force=True)
+
+    def _external_dir(self, ep: Any, *parts: str) -> str:
+        return str(ep.path_of(bench_dir(self.run.benchmark_namespace, self.run.benchmark_name), *parts))
+
+    async def _upload(self, acc: Access) -> str:
+        """The set into `<path>/<benchmark>/sets/<set>/` unless it is there already (sizes and adler32 checked
+        before and after): a third-party copy from an agent that holds it. "ready", or why not (an Event too)."""
+        ep = acc.endpoint
+        directory = self._external_dir(ep, "sets", self.spec.file_set.name)
+        files = set_files(self._set_manifest)
+        holder = next((a for n, a in self._frozen.items() if self.status["filesets"].get(n) == "ready"), None)
+        try:
+            if not files or holder is None:
+                raise ExternalError(f"{acc.describe()}: no agent holds the file set {self.spec.file_set.name} to "
+                                    "upload it from")
+            async with EndpointClient(acc, self.external_ca_file) as client:
+                if await missing_files(client, directory, files):
+                    await client.make_dirs(directory)
+                    tid = test_id(self.run.run_uid, f"upload/{ep.name}", 0)
+                    request = await asyncio.to_thread(push_to_external, self.spec, None, tid, acc, directory, holder,
+                                                      self.token_issuer, self.auth, streams=max(self.spec.streams),
+                                                      remove=False)
+                    upload = Test(-1, Setting(ep.protocol, 1), holder.node, ep.name)
+                    record, error, _ = await self._transfer(upload, holder, request, tid)
+                    if record is None or record.get("status") != "succeeded":
+                        raise ExternalError(name_endpoint(acc.describe(), "uploading the test files from "
+                                            f"{holder.node} failed: {(record or {}).get('error') or error}"))
+                    await verify_upload(client, directory, files)
+        except ExternalError as e:
+            self._event("Warning", "ExternalUploadFailed", str(e))
+            return str(e)
+        self._event("Normal", "ExternalFilesReady", f"{acc.describe()}: the {len(files)} test files are at "
+                                                    f"{directory} (sizes and adler32 checked)")
+        return "ready"
+
+    async def _run_external(self, test: Test, started: str) -> None:
+        """A test between an agent and an external endpoint (external_tests.py says who is asked what)."""
+        assert self.plan is not None
+        source_external = self.plan.is_external(test.source)
+        ext, node = (test.source, test.destination) if source_external else (test.destination, test.source)
+        tid0 = test_id(self.run.run_uid, test.key, 0)
+        acc = self._access.get(ext)
+        agent = self._current.get(node)
+        uploaded = self.status.get("externals", {}).get(ext)
+        if not isinstance(acc, Access):
+            why = acc or f"external endpoint {ext}: not prepared"
+        elif agent is None:
+            why = f"agent {node} vanished (no longer Ready)"
+        elif self.status["filesets"].get(node) != "ready":
+            why = f"file set {self.spec.file_set.name} not ready on {node}: {self.status['filesets'].get(node)}"
+        elif source_external and uploaded != "ready":
+            why = name_endpoint(acc.describe(), "its test files are not there: "
+                                                + str(uploaded).removeprefix(acc.describe() + ": "))
+        else:
+            why = ""
+        if why:
+            await self._record_failure(test, tid0, why, started)
+            return
+        assert isinstance(acc, Access) and agent is not None
+        ep = acc.endpoint
+        if source_external:
+            directory = self._external_dir(ep, "sets")
+            record, error, tid = await self._attempts(test, agent, lambda tid: asyncio.to_thread(
+                pull_from_external, self.spec, test, tid, acc, directory, agent, self.token_issuer, self.auth))
+        else:
+            directory = self._external_dir(ep, "incoming")
+            record, error, tid = await self._attempts(test, agent, lambda tid: asyncio.to_thread(
+                push_to_external, self.spec, test, tid, acc, directory, agent, self.token_issuer, self.auth))
+        if record is None:
+            await self._record_failure(test, tid, name_endpoint(acc.describe(), error), started, None,
+                                       "cancelled" if self.stopping else "failed")
+            return
+        m = measurement_from_record(record, test.source, test.destination, None)
+        if m.get("error"):
+            m["error"] = name_endpoint(acc.describe(), str(m["error"]))
+        m["auth"] = self.auth
+        await self._record(test, m)
+
     async def _run_test(self, test: Test) -> None:
         if self.stopping:
             return
         started = now_iso()
         key = test.key
+        if self.plan is not None and (self.plan.is_external(test.source) or self.plan.is_external(test.destination)):
+            await self._run_external(test, started)
+            return
         rtt = get_rtt(self.status, self._names, test.source, test.destination)
         gone = [n for n in (test.source, test.destination) if n not in self._current]
         if gone:
@@ -526,18 +657,7 @@ class RunExecutor:
                                                f"file set {self.spec.file_set.name} not ready on {node}: {fs}",
                                                started, rtt)
                     return
-        record: dict[str, Any] | None = None
-        error = ""
-        tid = ""
-        for attempt in range(self.spec.retries + 1):
-            tid = test_id(self.run.run_uid, key, attempt)
-            record, error, final = await self._transfer(test, src, dst, tid)
-            if record is not None and record.get("status") == "succeeded":
-                break
-            if final or self.stopping:
-                break
-            if attempt < self.spec.retries:
-                self._event("Normal", "Retrying", f"Retrying {key} (attempt {attempt + 2}): {error}")
+        record, error, tid = await self._attempts(test, dst, lambda tid: self._request(test, src, dst, tid))
         if record is not None:
             m = measurement_from_record(record, test.source, test.destination, rtt)
             if test.setting.protocol in TOKEN_PROTOCOLS:
@@ -546,11 +666,35 @@ class RunExecutor:
         else:
             await self._record_failure(test, tid, error, started, rtt, "cancelled" if self.stopping else "failed")
 
-    async def _transfer(self, test: Test, src: Agent, dst: Agent, tid: str) -> tuple[dict | None, str, bool]:
-        """One attempt. Returns (final record or None, error, final: no point retrying)."""
-        o = self.options
+    async def _attempts(self, test: Test, agent: Agent, build: Callable[[str], Request | Awaitable[Request]]
+                        ) -> tuple[dict[str, Any] | None, str, str]:
+        """Run a test on `agent` (the request `build(test_id)` makes, or why there is none) with the spec's
+        retries: (final record or None, error, the last attempt's test id)."""
+        record: dict[str, Any] | None = None
+        error = ""
+        tid = ""
+        for attempt in range(self.spec.retries + 1):
+            tid = test_id(self.run.run_uid, test.key, attempt)
+            try:
+                built = build(tid)
+                request = await built if inspect.isawaitable(built) else built
+            except (ExternalIssuerError, ClaimsError) as e:  # no token for it: the issuer's answer is the reason
+                return None, str(e), tid
+            if isinstance(request, str):
+                return None, request, tid
+            record, error, final = await self._transfer(test, agent, request, tid)
+            if record is not None and record.get("status") == "succeeded":
+                break
+            if final or self.stopping:
+                break
+            if attempt < self.spec.retries:
+                self._event("Normal", "Retrying", f"Retrying {test.key} (attempt {attempt + 2}): {error}")
+        return record, error, tid
+
+    async def _request(self, test: Test, src: Agent, dst: Agent, tid: str) -> dict[str, Any] | str:
+        """The POST /api/v1/transfers body of a test between two agents, sent to the destination (or why none)."""
         proto = test.setting.protocol
-        request = {
+        request: dict[str, Any] = {
             "test_id": tid, "protocol": proto, "source": {"host": src.address, "port": src.port(proto)},
             "file_set": self.spec.file_set.request(), "concurrency": self.spec.concurrency,
             "streams": test.setting.streams, "timeout_seconds": self.spec.timeout_seconds,
@@ -561,16 +705,20 @@ class RunExecutor:
             request["duration_seconds"] = self.spec.iperf3_seconds
         if proto in TOKEN_PROTOCOLS and self.auth == "token":
             if self.token_issuer is None:
-                return None, ("spec.auth is token but this operator runs no token issuer: enable it (chart value "
-                              "tokens.mode: builtin, with certificates) or set spec.auth: x509"), True
-            try:  # in a thread: an external issuer answers over the network
-                tokens = await asyncio.to_thread(pull_tokens, self.token_issuer, src, dst, proto,
-                                                 self.spec.timeout_seconds)
-            except (ExternalIssuerError, ClaimsError) as e:
-                return None, str(e), False
-            request["tokens"] = dict(tokens)
+                return ("spec.auth is token but this operator runs no token issuer: enable it (chart value "
+                        "tokens.mode: builtin, with certificates) or set spec.auth: x509")
+            # in a thread: an external issuer answers over the network (its refusal: _attempts)
+            request["tokens"] = dict(await asyncio.to_thread(pull_tokens, self.token_issuer, src, dst, proto,
+                                                             self.spec.timeout_seconds))
         if test.setting.congestion:
             request["congestion_control"] = test.setting.congestion
+        return request
+
+    async def _transfer(self, test: Test, dst: Agent, request: Mapping[str, Any],
+                        tid: str) -> tuple[dict | None, str, bool]:
+        """One attempt: `request` posted to the agent `dst` that runs it, followed to its end. Returns (final record
+        or None, error, final: no point retrying)."""
+        o = self.options
         deadline = time.monotonic() + self.spec.timeout_seconds + o.timeout_grace
         unreachable_since: float | None = None
         started = False
@@ -679,8 +827,11 @@ class RunExecutor:
     # -- delivery
 
     def _batch(self, entries: list[Mapping[str, Any]]) -> dict[str, Any]:
-        """The ingest batch for some outbox entries (batch.ingest_batch)."""
-        return ingest_batch(self.run, self.status, self.spec, list(self._frozen.values()), entries)
+        """The ingest batch for some outbox entries (batch.ingest_batch), with the external endpoints it measured."""
+        batch = ingest_batch(self.run, self.status, self.spec, list(self._frozen.values()), entries)
+        batch["nodes"] += [external_node(ep) for ep in self.spec.external_endpoints
+                           if self.plan is not None and ep.name in self.plan.externals]
+        return batch
 
     async def _post_next_batch(self, post: Callable[[dict[str, Any]], Any]) -> None:
         """Post the head of the outbox (bisecting around measurements the dashboard refuses) and settle what it

@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .externals import ExternalEndpoint
 
 PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
 TPC_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp")
@@ -159,6 +162,7 @@ class BenchmarkSpec:
     round_policy: str = "nodeExclusive"  # what may not share a round: planner.py
     site_label: str = DEFAULT_SITE_LABEL
     auth: str = ""  # AUTH_MODES, or "" for the operator's default (token when it runs an issuer)
+    external_endpoints: tuple[ExternalEndpoint, ...] = ()  # storage outside the mesh: externals.py
     successful_runs_history_limit: int = 3
     failed_runs_history_limit: int = 1
 
@@ -222,7 +226,8 @@ def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
 
 def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkSpec:
     """Validate a TransferBenchmark spec (as stored in Kubernetes or read from YAML)."""
-    from .schedule import parse_schedule  # local import: schedule has no dependency on spec
+    from .externals import parse_external_endpoints  # local imports: neither depends on spec's dataclasses
+    from .schedule import parse_schedule
 
     d: Mapping[str, Any] = spec or {}
     if not isinstance(d, Mapping):
@@ -232,7 +237,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         "streams", "tcp",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
-        "auth",
+        "auth", "externalEndpoints",
     }
     unknown = sorted(set(d) - known)
     if unknown:
@@ -399,6 +404,8 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         round_policy=round_policy,
         site_label=_get(d, "siteLabel", path, str, DEFAULT_SITE_LABEL) or DEFAULT_SITE_LABEL,
         auth=auth,
+        external_endpoints=parse_external_endpoints(d.get("externalEndpoints"), f"{path}.externalEndpoints",
+                                                    tuple(protocols)),
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
@@ -453,6 +460,8 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "successfulRunsHistoryLimit": s.successful_runs_history_limit,
         "failedRunsHistoryLimit": s.failed_runs_history_limit,
     }
+    if s.external_endpoints:
+        out["externalEndpoints"] = [e.to_dict() for e in s.external_endpoints]
     if s.congestion_control:
         out["tcp"] = {"congestionControl": list(s.congestion_control)}
     if s.agent_selector:

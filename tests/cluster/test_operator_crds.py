@@ -78,6 +78,17 @@ BAD = [
      "spec.iperf3.durationSeconds must be shorter than spec.timeoutSeconds"),
     ({"tcp": {"congestionControl": ["BBR"]}}, "spec.tcp.congestionControl[0]"),
     ({"tcp": {"congestionControl": ["bbr", "bbr"]}}, "spec.tcp.congestionControl[1]: Duplicate value"),
+    ({"externalEndpoints": [{"name": "x", "url": "http://x.example", "path": "/s"}]},
+     "spec.externalEndpoints[].url must be davs|https://host[:port]"),
+    ({"externalEndpoints": [{"name": "x", "url": "root://x.example", "path": "/s"}]},
+     "spec.externalEndpoints[].url must be davs|https://host[:port]"),
+    ({"externalEndpoints": [{"name": "x", "url": "davs://x.example", "path": "/s/../etc"}]},
+     "spec.externalEndpoints[].path must be an absolute path of plain names"),
+    ({"externalEndpoints": [{"name": "x", "url": "davs://x.example", "path": "/"}]},
+     "spec.externalEndpoints[].path must be an absolute path of plain names"),
+    ({"externalEndpoints": [{"name": "x", "url": "davs://x.example", "path": "/s", "role": "sink"}]},
+     "spec.externalEndpoints[0].role: Unsupported value"),
+    ({"externalEndpoints": [{"name": "x", "url": "davs://x.example"}]}, "spec.externalEndpoints[0].path: Required"),
 ]
 
 

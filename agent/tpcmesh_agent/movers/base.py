@@ -28,10 +28,17 @@ class FileSpec:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the source serves the protocol: host (an IP address or name) and port."""
+    """Where the source serves the protocol: host (an IP address or name), port, and the directory holding the
+    file sets (an agent's /sets; an external endpoint's <path>/.../sets)."""
 
     host: str
     port: int
+    path: str = "/sets"
+
+    @property
+    def is_agent(self) -> bool:
+        """A peer agent's public instance (its tokens come from the agents' issuer), not an external endpoint."""
+        return self.path == "/sets"
 
     def hostport(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
@@ -42,8 +49,20 @@ class BearerTokens:
     """Tokens of a token-authorized third-party copy: ``read`` is forwarded to the source (storage.read:/sets),
     ``create`` authorizes the landing (storage.create:/incoming). Secrets: never in a repr, a log or a record."""
 
-    read: str = field(repr=False)
-    create: str = field(repr=False)
+    read: str | None = field(repr=False)
+    create: str | None = field(repr=False)  # None: the landing takes the agent's certificate (x509 mode)
+
+
+@dataclass(frozen=True)
+class RemoteDestination:
+    """A third-party copy INTO storage outside the mesh (an external endpoint): the remote pulls the files from
+    this agent's public instance (HTTP-TPC COPY sent to it). ``url`` is the directory the files land in; ``token``
+    authorizes the COPY there (the site's credential, never logged); ``remove`` deletes each copy after its
+    checksum was read (a benchmark leaves nothing behind)."""
+
+    url: str
+    token: str | None = field(default=None, repr=False)
+    remove: bool = True
 
 
 @dataclass(frozen=True)
@@ -61,6 +80,7 @@ class TransferJob:
     duration: float | None = None  # seconds a timed test (iperf3) runs; None: the mover's default
     tokens: BearerTokens | None = None  # token mode (xrootd-https); None: the protocol's usual authorization
     congestion: str | None = None  # TCP congestion control the sender uses (builtin, iperf3); None: the default
+    remote: RemoteDestination | None = None  # push into an external endpoint instead of pulling into this agent
 
 
 @dataclass

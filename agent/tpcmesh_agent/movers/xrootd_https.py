@@ -31,6 +31,7 @@ from .base import (
     run_files_concurrently,
 )
 from .external import FileWatch, finish_file, now, prepare_destination, short
+from .remote_push import push_file
 
 MAX_STREAMS = 100  # XRootD answers 500 above this
 # XrdHttpTPC (Debian's 5.5 build, with pipelining) reorders a multi-stream pull through up to 16 blocks of 16 MiB
@@ -85,9 +86,11 @@ class XrootdHttpsMover(Mover):
             raise MoverUnavailable(why)
         if job.streams > MAX_STREAMS:
             raise MoverUnavailable(f"XRootD accepts at most {MAX_STREAMS} streams, the test asked for {job.streams}")
-        dest = prepare_destination(self.settings, job, self.protocol)
         deadline = time.monotonic() + job.timeout
         progress.files_total = len(job.files)
+        if job.remote is not None:
+            return await self._push(job, deadline, progress)
+        dest = prepare_destination(self.settings, job, self.protocol)
         # from the agent's own address: the local TPC instance accepts no other (on loopback the kernel would
         # pick 127.0.0.1 otherwise)
         conn = aiohttp.TCPConnector(limit=0, ssl=self._ssl(), local_addr=(self.settings.address, 0))
@@ -99,10 +102,28 @@ class XrootdHttpsMover(Mover):
 
             return await run_files_concurrently(job, pull)
 
+    async def _push(self, job: TransferJob, deadline: float, progress: Progress) -> list[FileResult]:
+        """Into an external endpoint (job.remote): it pulls from this agent's public instance (remote_push.py)."""
+        # trusts the agents' CA bundle, which a site adds the external endpoints' CAs to (as grid sites install the
+        # IGTF bundle); presents the host certificate in case the remote wants one
+        conn = aiohttp.TCPConnector(limit=0, ssl=self._ssl())
+        async with aiohttp.ClientSession(connector=conn) as session:
+            async def push(spec: FileSpec) -> FileResult:
+                read = {"TransferHeaderAuthorization": f"Bearer {job.tokens.read}"} if job.tokens and \
+                    job.tokens.read else {}
+                result = await push_file(session, job, spec, self.source_url(job, spec), read, deadline, progress)
+                progress.files_done += 1
+                return result
+
+            return await run_files_concurrently(job, push)
+
+    def source_url(self, job: TransferJob, spec: FileSpec) -> str:
+        return f"{self.source_scheme}://{job.source.hostport()}{job.source.path}/{job.file_set}/{spec.name}"
+
     async def _copy(self, session: aiohttp.ClientSession, job: TransferJob, spec: FileSpec, dest: str,
                     deadline: float, progress: Progress) -> FileResult:
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
-        source = f"{self.source_scheme}://{job.source.hostport()}/sets/{job.file_set}/{spec.name}"
+        source = self.source_url(job, spec)
         headers = {"Source": source, "Credential": "none", "X-Number-Of-Streams": str(job.streams),
                    "Overwrite": "T", **token_headers(job.tokens)}
         parser = MarkerParser()
@@ -129,6 +150,8 @@ class XrootdHttpsMover(Mover):
             outcome = parser.close()
             if not outcome.ok:
                 error = f"XRootD HTTP-TPC failed: {outcome.message}" + self._source_refusal(job, spec, outcome.message)
+                if not job.source.is_agent:
+                    error += f" (source {source})"
         except TimeoutError:
             error = f"timed out after {job.timeout:g} s"
         except MarkerStreamError as e:
@@ -147,7 +170,7 @@ class XrootdHttpsMover(Mover):
 
     def _landing_refusal(self, job: TransferJob, path: str) -> str:
         """Why the local instance refused the create token (token mode), else nothing."""
-        if job.tokens is None or not self.settings.xrootd_token_issuer:
+        if job.tokens is None or job.tokens.create is None or not self.settings.xrootd_token_issuer:
             return ""
         want = Expectation(self.settings.xrootd_token_issuer, self.settings.xrootd_audience(), "create", path)
         return f" (create token: {refusal_reason(job.tokens.create, want, time.time())})"
@@ -155,7 +178,8 @@ class XrootdHttpsMover(Mover):
     def _source_refusal(self, job: TransferJob, spec: FileSpec, message: str) -> str:
         """Why the source refused the forwarded read token, when it answered 403 (its audience by the agents'
         convention: https://<host>:<port>, the issuer this agent trusts)."""
-        if job.tokens is None or "403" not in message or not self.settings.xrootd_token_issuer:
+        if job.tokens is None or "403" not in message or not self.settings.xrootd_token_issuer or \
+                not job.source.is_agent:
             return ""
         want = Expectation(self.settings.xrootd_token_issuer, f"https://{job.source.hostport()}", "read",
                            f"/sets/{job.file_set}/{spec.name}")
@@ -167,7 +191,10 @@ def token_headers(tokens: BearerTokens | None) -> dict[str, str]:
     to the source (TransferHeader<name>: sent to the source as <name>)."""
     if tokens is None:
         return {}
-    return {"Authorization": f"Bearer {tokens.create}", "TransferHeaderAuthorization": f"Bearer {tokens.read}"}
+    out = {"Authorization": f"Bearer {tokens.create}"} if tokens.create else {}
+    if tokens.read:
+        out["TransferHeaderAuthorization"] = f"Bearer {tokens.read}"
+    return out
 
 
 class XrootdHttpMover(XrootdHttpsMover):

@@ -168,6 +168,7 @@ class NodeIn(serializers.Serializer):
     labels = JSONObjectField(required=False)
     nic_speed_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
     loopback_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
+    external = serializers.BooleanField(required=False)
 
 
 class IngestBatchIn(serializers.Serializer):
@@ -196,8 +197,8 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["id", "name", "site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "first_seen",
-                  "last_seen", "cluster"]
+        fields = ["id", "name", "site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "external",
+                  "first_seen", "last_seen", "cluster"]
 
 
 class BenchmarkSerializer(serializers.ModelSerializer):

@@ -245,3 +245,25 @@ def test_the_pair_page_plots_the_retransmits_under_the_throughput(client, write_
     assert page.index('<canvas id="history">') < page.index('<canvas id="retransmits">')
     plain = client.get("/pair/r3/r4/").content.decode()
     assert '<canvas id="retransmits">' not in plain and "No TCP view in this history" in plain
+
+
+def test_external_endpoints_are_marked_in_the_grid_and_the_api(client, write_key):
+    """A batch's node with external: true (an operator's spec.externalEndpoints) is stored as such; the grid marks
+    its row and column header, the nodes API says so; agents' nodes stay unmarked."""
+    now = datetime.now(UTC)
+    ms = [measurement("n1", "site-x", streams=8, gbps=3, finished=now),
+          measurement("site-x", "n1", streams=8, gbps=4, finished=now)]
+    nodes = [{"name": "n1", "site": "zeta"},
+             {"name": "site-x", "site": "storage.site-x.example", "external": True,
+              "labels": {"tpcmesh.io/external": "true", "tpcmesh.io/external-url": "davs://storage.site-x.example"}}]
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, nodes=nodes)), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200, r.content
+    page = client.get("/grid/mesh/nightly/?protocol=xrootd-https").content.decode()
+    assert re.search(r'<th class="rh ext" data-n="site-x" title="external endpoint at storage.site-x.example">',
+                     page), page
+    assert re.search(r'<th class="ch ext" data-n="site-x"', page)
+    assert '<th class="rh" data-n="n1"' in page and '<th class="ch" data-n="n1"' in page
+    api = client.get("/api/v1/nodes/", HTTP_AUTHORIZATION=f"Token {write_key}").json()
+    flags = {n["name"]: n["external"] for n in api.get("results", api)}
+    assert flags == {"n1": False, "site-x": True}

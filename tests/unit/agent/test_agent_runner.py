@@ -130,3 +130,35 @@ def test_bad_tokens_are_refused_naming_the_field_not_the_value(tmp_path, over, s
     with pytest.raises(ApiError, match=re.escape(says)) as e:
         runner.parse(_body(**over))
     assert "not a jwt" not in str(e.value.args) and JWT not in str(e.value.args)
+
+
+def test_an_external_source_path_and_a_remote_destination_are_taken(tmp_path):
+    """An external endpoint's set directory (source.path) and a push into one (remote_destination): nothing is
+    stored here, davs is https, the remote's token stays out of reprs."""
+    runner = _runner(tmp_path, Hangs())
+    job = runner.parse(_body(protocol="xrootd-https", source={"host": "storage.site-x.example", "port": 1094,
+                                                              "path": "/store/tpcmesh/ns.b/sets"},
+                             tokens={"read": JWT, "create": None}))
+    assert job.source.path == "/store/tpcmesh/ns.b/sets" and not job.source.is_agent
+    assert job.tokens is not None and job.tokens.create is None and job.destination_dir is not None
+    push = runner.parse(_body(protocol="xrootd-https", remote_destination={
+        "url": "davs://storage.site-x.example:1094/store/tpcmesh/ns.b/incoming", "token": "site-token.x"}))
+    assert push.remote is not None and push.destination_dir is None and push.remote.remove
+    assert push.remote.url == "https://storage.site-x.example:1094/store/tpcmesh/ns.b/incoming"
+    assert "site-token" not in repr(push)
+
+
+@pytest.mark.parametrize(("over", "says"), [
+    ({"source": {"host": "h", "path": "/store/../etc"}}, "source.path must be an absolute path of plain names"),
+    ({"source": {"host": "h", "path": "store"}}, "source.path must be an absolute path"),
+    ({"protocol": "builtin", "source": {"host": "h", "path": "/store"}}, "source.path applies to xrootd-https only"),
+    ({"remote_destination": {"url": "davs://h/x"}, "protocol": "gridftp"}, "remote_destination applies to"),
+    ({"remote_destination": {"url": "http://h/x"}}, "remote_destination.url must be an https:// or davs://"),
+    ({"remote_destination": {"url": "https://h/x/../y"}}, "remote_destination.url must be"),
+    ({"remote_destination": {"url": "https://h/x", "token": "a b"}}, "remote_destination.token must be"),
+    ({"remote_destination": {"url": "https://h/x", "extra": 1}}, "remote_destination must be an object"),
+])
+def test_bad_external_fields_are_refused_naming_the_field(tmp_path, over, says):
+    runner = _runner(tmp_path, Hangs())
+    with pytest.raises(ApiError, match=re.escape(says)):
+        runner.parse(_body(**{"protocol": "xrootd-https", **over}))

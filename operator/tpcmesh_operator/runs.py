@@ -93,6 +93,7 @@ class AgentsAPI(Protocol):
     async def get_transfer(self, agent: Agent, test_id: str) -> dict: ...
     async def cancel_transfer(self, agent: Agent, test_id: str) -> dict | None: ...
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict: ...
+    async def probe_path(self, agent: Agent, host: str) -> dict: ...
 
 
 class ResultsAPI(Protocol):
@@ -661,7 +662,7 @@ class RunExecutor:
         src, dst = self._current[test.source], self._current[test.destination]
         if test.setting.protocol == RTT:
             m, probe = await probe_pair(self.agents_client, src, dst, test, test_id(self.run.run_uid, key, 0),
-                                        started, self.spec.latency_count)
+                                        started, self.spec.latency_count, self.spec.path)
             if m["status"] == "succeeded":
                 put_rtt(self.status, self._names, test.source, test.destination, probe["median_ms"])
                 metrics.set_series(metrics.LAST_RTT, (test.source, test.destination), (test.source, test.destination),

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from results import analysis, metrics
+from results import analysis, metrics, paths
 from results.celljson import cell_json_sql
 from results.models import ApiToken, Benchmark, FileTransfer, Maintenance, Measurement, Node, PairLatest, Problem, Run
 
@@ -249,6 +249,8 @@ def ingest(batch: dict[str, Any]) -> IngestResult:
                   or []])
     if rows and not postgresql:
         _update_latest(bench, rows)
+    paths.store([paths.path_row(r.id, bench.id, r.source_id, r.destination_id, r.finished_at, unique[str(r.id)]["path"])
+                 for r in rows if unique[str(r.id)].get("path")])
 
     if rows:
         transaction.on_commit(analysis.schedule)

@@ -6,13 +6,14 @@ import asyncio
 
 from tpcmesh_agent.tracepath import interface_mtu, parse_tracepath, pmtu_reduced, trace_path
 
-# iputils 20221126 (Debian bookworm) through a router namespace to a 1400-byte link
+# iputils 20221126 (Debian bookworm), captured in the routed lab (test_lab_paths.py): through a router whose far
+# link carries 1400-byte packets; TTL 2 is printed twice (tracepath re-sends after learning the smaller MTU)
 THROUGH_A_ROUTER = """\
- 1?: [LOCALHOST]                      pmtu 65000
- 1:  198.18.1.1                                            0.061ms
- 1:  198.18.1.1                                            0.020ms
- 2:  198.18.1.1                                            0.022ms pmtu 1400
- 2:  198.18.2.2                                            0.049ms reached
+ 1?: [LOCALHOST]                      pmtu 1500
+ 1:  198.19.251.6                                          0.089ms
+ 1:  198.19.251.6                                          0.013ms
+ 2:  198.19.251.6                                          0.018ms pmtu 1400
+ 2:  198.19.252.1                                          0.028ms reached
      Resume: pmtu 1400 hops 2 back 2
 """
 
@@ -28,8 +29,8 @@ SILENT_HOP = """\
 
 def test_hops_by_their_last_answer_and_the_resume_pmtu():
     p = parse_tracepath(THROUGH_A_ROUTER)
-    assert [h["address"] for h in p["hops"]] == ["198.18.1.1", "198.18.2.2"]
-    assert p["hops"][1] == {"ttl": 2, "address": "198.18.2.2", "rtt_ms": 0.049}
+    assert [h["address"] for h in p["hops"]] == ["198.19.251.6", "198.19.252.1"]
+    assert p["hops"][1] == {"ttl": 2, "address": "198.19.252.1", "rtt_ms": 0.028}
     assert p["pmtu"] == 1400 and p["reached"] is True
 
 

@@ -56,6 +56,8 @@ def test_a_route_change_is_a_path_change_and_a_small_pmtu_is_flagged(client, wri
     page = client.get("/pair/a/b/").content.decode()
     assert 'id="paths"' in page and "198.18.1.1" in page and "PMTU 1400 &lt; interface MTU 1500" in page
     assert '"paths"' in page  # the path changes go to the time axis' plot data
+    problems = client.get("/problems/mesh/nightly/").content.decode()
+    assert "1 hops" in problems and "2 hops" in problems and "route changed" in problems
 
 
 def test_a_hop_that_is_not_an_address_is_refused(client, write_key):

@@ -101,6 +101,33 @@ async def route_interface(host: str, timeout: float = 5.0) -> str | None:
     return routes[0].get("dev") if routes and isinstance(routes[0], dict) else None
 
 
+async def _tracepath(host: str, max_hops: int, timeout: float) -> tuple[int | None, str, str]:
+    """(exit code, None when stopped at ``timeout``; the output so far; stderr). Each hop that does not answer
+    costs tracepath about 4 s, so a path that goes silent can outlast the timeout: the hops seen until then are
+    kept. tracepath buffers its output in a pipe; stdbuf (coreutils) makes it hand over each line."""
+    argv = ["tracepath", "-n", "-m", str(max_hops), host]
+    if shutil.which("stdbuf"):
+        argv = ["stdbuf", "-oL", *argv]
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    lines: list[str] = []
+
+    async def read() -> None:
+        assert proc.stdout is not None
+        async for line in proc.stdout:
+            lines.append(line.decode(errors="replace"))
+        await proc.wait()
+
+    try:
+        await asyncio.wait_for(read(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return None, "".join(lines), ""
+    err = (await proc.stderr.read()).decode(errors="replace") if proc.stderr else ""
+    return proc.returncode or 0, "".join(lines), err
+
+
 async def trace_path(host: str, max_hops: int = 30, timeout: float = 60.0) -> dict[str, Any]:
     """The path record for ``host``: hops, pmtu, reached, interface, interface_mtu, pmtu_reduced, error."""
     result: dict[str, Any] = {"host": host, "hops": [], "pmtu": None, "reached": False, "interface": None,
@@ -110,15 +137,17 @@ async def trace_path(host: str, max_hops: int = 30, timeout: float = 60.0) -> di
         return result
     try:
         dev = await route_interface(host)
-        rc, out, err = await _run(["tracepath", "-n", "-m", str(max_hops), host], timeout)
     except PathProbeError as e:
         result["error"] = str(e)
         return result
+    rc, out, err = await _tracepath(host, max_hops, timeout)
     result.update(parse_tracepath(out))
     result["interface"] = dev
     result["interface_mtu"] = interface_mtu(dev) if dev else None
     result["pmtu_reduced"] = pmtu_reduced(result["pmtu"], result["interface_mtu"])
-    if rc != 0 and not result["hops"]:
+    if rc is None:
+        result["error"] = f"tracepath {host} did not finish within {timeout:g} s (the hops until then are kept)"
+    elif rc != 0 and not result["hops"]:
         result["error"] = f"tracepath {host} failed (exit {rc}): {(err or out).strip()[:300]}"
     elif not result["reached"]:
         result["error"] = f"{host} not reached within {max_hops} hops"

@@ -5,6 +5,7 @@ row and is ingested by the dashboard: the second shows as a path change with the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rest_framework.test import APIClient
 from results import services
+from results.paths import same_route
 from tpcmesh_operator.local.netns import netns_unavailable_reason
 from tpcmesh_operator.local.routed import RoutedLab
 from tpcmesh_operator.measurements import rtt_measurement
@@ -46,12 +48,23 @@ def routed():
         yield lab, direct, a_r
 
 
-def trace(lab: RoutedLab, node: str, host: str) -> dict:
+def trace(lab: RoutedLab, node: str, host: str, max_hops: int = 8, timeout: float = 60) -> dict:
     """The agent's path probe (tpcmesh_agent.tracepath), run inside the node's namespace."""
     code = ("import asyncio, json, sys; from tpcmesh_agent.tracepath import trace_path; "
-            "print(json.dumps(asyncio.run(trace_path(sys.argv[1], max_hops=8, timeout=60))))")
-    out = lab.run(node, [sys.executable, "-c", code, host], check=True)
+            "print(json.dumps(asyncio.run(trace_path(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))))")
+    out = lab.run(node, [sys.executable, "-c", code, host, str(max_hops), str(timeout)], check=True)
     return json.loads(out.stdout)
+
+
+@contextlib.contextmanager
+def silent(lab: RoutedLab, node: str):
+    """The node sends no ICMP (a router that does not answer expired packets, a host behind a firewall)."""
+    rule = ["OUTPUT", "-p", "icmp", "-j", "DROP"]
+    lab.run(node, ["iptables", "-A", *rule], check=True)
+    try:
+        yield
+    finally:
+        lab.run(node, ["iptables", "-D", *rule], check=True)
 
 
 def test_a_route_through_a_router_is_a_path_change_and_its_small_mtu_is_flagged(routed, db):
@@ -81,6 +94,25 @@ def test_a_route_through_a_router_is_a_path_change_and_its_small_mtu_is_flagged(
         (1, None, 1500, False), (2, True, SMALL_MTU, True)]
     (change,) = client.get("/api/v1/changes/?metric=path&source=a").json()["results"]
     assert (change["before"], change["after"], change["worse"]) == (1.0, 2.0, True)
+
+
+def test_a_router_that_does_not_answer_is_the_same_route(routed):
+    lab, _, a_r = routed
+    lab.route("a", SERVICE, via=a_r.b_address)
+    answering = trace(lab, "a", SERVICE)
+    with silent(lab, "r"):
+        quiet = trace(lab, "a", SERVICE)
+    assert [h["address"] for h in quiet["hops"]] == [None, SERVICE] and quiet["reached"], quiet
+    assert same_route([h["address"] for h in answering["hops"]], [h["address"] for h in quiet["hops"]])
+
+
+def test_a_path_that_goes_silent_keeps_its_hops_when_the_probe_times_out(routed):
+    lab, _, a_r = routed
+    lab.route("a", SERVICE, via=a_r.b_address)
+    with silent(lab, "b"):  # each silent hop costs tracepath ~4 s: 3 of them outlast the 6 s
+        found = trace(lab, "a", SERVICE, max_hops=4, timeout=6)
+    assert found["hops"][0]["address"] == a_r.b_address and not found["reached"], found
+    assert "did not finish within 6 s" in found["error"]
 
 
 def test_the_lab_leaves_nothing_behind():

@@ -201,7 +201,7 @@ def pair_page(request, source: str, destination: str):
         "levels": levels,
         "rtt": rtt,
         "retransmits": retransmits,
-        # path changes as marks on the time axis: [t, "a → b: 1 → 2 hops"]
+        # path changes (results.paths) as marks on the time axis: [t, label]
         "paths": [[int(p.at.timestamp() * 1000), f"{p.source} → {p.destination}: path changed"]
                   for p in paths if p.changed],
         # The latest run's per-file seconds: a strip of points per direction and setting, with the median.

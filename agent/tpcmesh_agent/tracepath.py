@@ -18,8 +18,6 @@ _RTT = re.compile(r"\b([\d.]+)ms\b")
 _PMTU = re.compile(r"\bpmtu (\d+)\b")
 _RESUME = re.compile(r"^\s*Resume:\s*pmtu (\d+)(?:\s+hops (\d+))?")
 
-# IPv4 and IPv6 packets carry at most 65,535 bytes: a loopback's 65,536-byte MTU is not a reduced path
-MAX_PACKET = 65535
 SYS_NET = Path("/sys/class/net")
 
 
@@ -68,13 +66,6 @@ def interface_mtu(dev: str, root: Path = SYS_NET) -> int | None:
         return int((root / dev / "mtu").read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def pmtu_reduced(pmtu: int | None, if_mtu: int | None) -> bool | None:
-    """True when the path carries smaller packets than the interface sends; None when either is unknown."""
-    if pmtu is None or if_mtu is None:
-        return None
-    return pmtu < min(if_mtu, MAX_PACKET)
 
 
 async def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
@@ -129,9 +120,10 @@ async def _tracepath(host: str, max_hops: int, timeout: float) -> tuple[int | No
 
 
 async def trace_path(host: str, max_hops: int = 30, timeout: float = 60.0) -> dict[str, Any]:
-    """The path record for ``host``: hops, pmtu, reached, interface, interface_mtu, pmtu_reduced, error."""
+    """The path record for ``host``: hops, pmtu, reached, interface, interface_mtu, error. Whether the path MTU is
+    smaller than the interface's is the dashboard's call (results.paths), from these two figures."""
     result: dict[str, Any] = {"host": host, "hops": [], "pmtu": None, "reached": False, "interface": None,
-                              "interface_mtu": None, "pmtu_reduced": None, "error": None}
+                              "interface_mtu": None, "error": None}
     if shutil.which("tracepath") is None:
         result["error"] = "tracepath is not installed on this node (Debian package iputils-tracepath)"
         return result
@@ -144,7 +136,6 @@ async def trace_path(host: str, max_hops: int = 30, timeout: float = 60.0) -> di
     result.update(parse_tracepath(out))
     result["interface"] = dev
     result["interface_mtu"] = interface_mtu(dev) if dev else None
-    result["pmtu_reduced"] = pmtu_reduced(result["pmtu"], result["interface_mtu"])
     if rc is None:
         result["error"] = f"tracepath {host} did not finish within {timeout:g} s (the hops until then are kept)"
     elif rc != 0 and not result["hops"]:

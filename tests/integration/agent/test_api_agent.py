@@ -160,7 +160,7 @@ def test_path_probe(agent_factory):
     a, b = agent_factory.many(2)
     r = a.post("/api/v1/probes/path", json={"host": b.address, "max_hops": 4}).json()
     assert r["error"] is None and r["reached"] and [h["address"] for h in r["hops"]] == [b.address], r
-    assert r["interface"] == "lo" and r["pmtu"] and r["pmtu_reduced"] is False
+    assert r["interface"] == "lo" and r["interface_mtu"] == 65536 and r["pmtu"] == 65535
     for body, message in [({"host": "-f"}, "host must be"), ({"host": b.address, "max_hops": 0}, "max_hops must")]:
         bad = a.post("/api/v1/probes/path", json=body)
         assert bad.status_code == 422 and message in bad.json()["error"]

@@ -1,10 +1,10 @@
-"""tracepath's text output parsed (tpcmesh_agent.tracepath): hops, path MTU, reached, and the MTU flag."""
+"""tracepath's text output parsed (tpcmesh_agent.tracepath): hops, path MTU, reached; the interface's MTU."""
 
 from __future__ import annotations
 
 import asyncio
 
-from tpcmesh_agent.tracepath import interface_mtu, parse_tracepath, pmtu_reduced, trace_path
+from tpcmesh_agent.tracepath import interface_mtu, parse_tracepath, trace_path
 
 # iputils 20221126 (Debian bookworm), captured in the routed lab (test_lab_paths.py): through a router whose far
 # link carries 1400-byte packets; TTL 2 is printed twice (tracepath re-sends after learning the smaller MTU)
@@ -46,13 +46,6 @@ def test_unreachable_and_empty():
     assert parse_tracepath("") == {"hops": [], "pmtu": None, "reached": False}
 
 
-def test_the_flag_caps_the_interface_at_the_largest_packet():
-    assert pmtu_reduced(1400, 1500) is True
-    assert pmtu_reduced(1500, 1500) is False
-    assert pmtu_reduced(65535, 65536) is False  # loopback: IP packets stop at 65,535 bytes
-    assert pmtu_reduced(None, 1500) is None and pmtu_reduced(1400, None) is None
-
-
 def test_interface_mtu_reads_sysfs(tmp_path):
     (tmp_path / "eth0").mkdir()
     (tmp_path / "eth0" / "mtu").write_text("9000\n")
@@ -65,4 +58,3 @@ def test_real_tracepath_to_loopback():
     assert p["error"] is None, p
     assert [h["address"] for h in p["hops"]] == ["127.0.0.1"] and p["reached"]
     assert p["interface"] == "lo" and p["interface_mtu"] == 65536 and p["pmtu"] == 65535
-    assert p["pmtu_reduced"] is False

@@ -38,8 +38,7 @@ class InstantAgents:
 
     async def probe_path(self, agent, host) -> dict:
         hops = [{"ttl": i, "address": f"203.0.113.{i}", "rtt_ms": 0.5 * i} for i in range(1, 12)]
-        return {"hops": hops, "pmtu": 1500, "reached": True, "interface": "eth0", "interface_mtu": 9000,
-                "pmtu_reduced": True, "error": None}
+        return {"hops": hops, "pmtu": 1500, "reached": True, "interface": "eth0", "interface_mtu": 9000, "error": None}
 
 
 class EtcdSizedStore:

@@ -79,7 +79,7 @@ def test_failed_and_rtt_rows_validate() -> None:
     bad = rtt_measurement(str(uuid.uuid4()), r, {"error": "connection refused"}, now_iso())
     trace = {"hops": [{"ttl": 1, "address": "198.18.1.1", "rtt_ms": 0.1}, {"ttl": 2, "address": None, "rtt_ms": None},
                       {"ttl": 3, "address": "2001:db8::3", "rtt_ms": 0.3}], "pmtu": 1400, "reached": True,
-             "interface": "eth0", "interface_mtu": 9000, "pmtu_reduced": True, "error": None}
+             "interface": "eth0", "interface_mtu": 9000, "error": None}
     traced = rtt_measurement(str(uuid.uuid4()), r, {"median_ms": 0.2, "error": None}, now_iso(), trace)
     for m in (ok, bad, traced):
         validator("measurement").validate(m)

@@ -41,7 +41,7 @@ bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes b
 
 # ---- local mode: tpcmesh-local, the WAN lab ----
 .PHONY: bench-fidelity
-bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms
+bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms; round policies on a shared uplink
 	$(VENV)/bin/tpcmesh-local bench-fidelity --output BENCHMARKS.md
 
 .PHONY: local-cleanup

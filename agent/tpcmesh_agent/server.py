@@ -25,6 +25,7 @@ from .metrics import CONTENT_TYPE, AgentMetrics
 from .movers import load_movers
 from .probes import tcp_connect_rtt
 from .runner import ApiError, TransferRunner
+from .tracepath import trace_path
 
 log = logging.getLogger(__name__)
 
@@ -341,6 +342,17 @@ class Agent:
             raise ApiError(422, f"count must be an integer 1-100, got {count!r}")
         return web.json_response(await tcp_connect_rtt(host, port, count))
 
+    async def path(self, request: web.Request) -> web.Response:
+        body = await self._json(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object {host, max_hops}")
+        host, max_hops = body.get("host"), body.get("max_hops", 30)
+        if not isinstance(host, str) or not host or host.startswith("-") or any(c.isspace() for c in host):
+            raise ApiError(422, f"host must be a host name or IP address, got {host!r}")
+        if isinstance(max_hops, bool) or not isinstance(max_hops, int) or not 1 <= max_hops <= 64:
+            raise ApiError(422, f"max_hops must be an integer 1-64, got {max_hops!r}")
+        return web.json_response(await trace_path(host, max_hops))
+
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -357,6 +369,7 @@ class Agent:
             web.get("/api/v1/transfers/{id}", self.get_transfer),
             web.delete("/api/v1/transfers/{id}", self.delete_transfer),
             web.post("/api/v1/probes/rtt", self.rtt),
+            web.post("/api/v1/probes/path", self.path),
         ])
         return app
 

@@ -21,6 +21,7 @@ from results.models import (
     Maintenance,
     Measurement,
     Node,
+    Path,
     Problem,
     Run,
 )
@@ -166,8 +167,16 @@ class ApiTokenFilterSet(filters.FilterSet):
         fields = ["name", "write", "enabled"]
 
 
-class ChangeFilterSet(OfPair):
+class EitherEnd(filters.FilterSet):
+    """?node=: rows with that node at either end of their pair."""
+
     node = filters.CharFilter(method="filter_node", help_text="either end of the pair")
+
+    def filter_node(self, queryset, name, value):
+        return queryset.filter(Q(source__name=value) | Q(destination__name=value))
+
+
+class ChangeFilterSet(OfPair, EitherEnd):
     metric = MultipleChoiceFilter(choices=[(m, m) for m in METRICS])
     worse = BooleanFilter(field_name="worse", help_text="true: only drops in throughput / rises in RTT")
     since = RFC3339Filter(field_name="at", lookup_expr="gte")
@@ -177,8 +186,21 @@ class ChangeFilterSet(OfPair):
         model = Change
         fields = ["benchmark", "source", "destination", "protocol", "streams", "metric", "worse"]
 
-    def filter_node(self, queryset, name, value):
-        return queryset.filter(Q(source__name=value) | Q(destination__name=value))
+
+class PathFilterSet(OfBenchmark, EitherEnd):
+    source = filters.CharFilter(field_name="source__name", help_text="source node name")
+    destination = filters.CharFilter(field_name="destination__name", help_text="destination node name")
+    run = filters.CharFilter(field_name="measurement__run__uid", help_text="run uid")
+    changed = BooleanFilter(field_name="changed", help_text="true: hops differ from the pair's previous path")
+    pmtu_reduced = BooleanFilter(field_name="pmtu_reduced",
+                                 help_text="true: the path MTU is smaller than the source interface's MTU")
+    reached = BooleanFilter(field_name="reached")
+    since = RFC3339Filter(field_name="at", lookup_expr="gte")
+    until = RFC3339Filter(field_name="at", lookup_expr="lt")
+
+    class Meta:
+        model = Path
+        fields = ["benchmark", "source", "destination", "run", "changed", "pmtu_reduced", "reached"]
 
 
 class ProblemFilterSet(OfBenchmark):

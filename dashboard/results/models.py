@@ -7,6 +7,7 @@ token may be scoped to one cluster (ApiToken.cluster): it writes that cluster's 
 PairLatest is a summary kept by services.ingest: the newest measurement of each
 (benchmark, protocol, streams, source, destination), so the "latest" grid reads one row per cell.
 Change, Problem and Maintenance are what watching the mesh over time adds (results.analysis writes the first two).
+Path is the route a pair's probe test traced (results.paths; a differing hop list is a Change of metric "path").
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ TPC_PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp"]
 STATUSES = ["succeeded", "failed", "cancelled"]
 AUTH_MODES = ["token", "x509", "none"]
 TOKEN_PROTOCOLS = ["builtin", "xrootd-https"]  # the HTTP-based copies, which a benchmark may run with tokens
-METRICS = ["throughput_gbps", "rtt_ms"]
+METRICS = ["throughput_gbps", "rtt_ms", "path"]
 SEVERITIES = ["critical", "warning"]
 
 
@@ -289,6 +290,32 @@ class Change(models.Model):
     @property
     def ratio(self) -> float:
         return self.after / self.before if self.before else float("inf")
+
+
+class Path(models.Model):
+    """The path the source traced to the destination in a run's probe test (the rtt measurement's `path`)."""
+
+    measurement = models.OneToOneField(Measurement, on_delete=models.CASCADE, related_name="path",
+                                       help_text="the rtt measurement it came with")
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(help_text="when the probe test finished")
+    hops = models.JSONField(default=list, help_text="hop addresses in order; null: a hop that did not answer")
+    hop_count = models.PositiveSmallIntegerField()
+    reached = models.BooleanField()
+    pmtu = models.PositiveIntegerField(null=True, blank=True, help_text="path MTU tracepath found (bytes)")
+    interface_mtu = models.PositiveIntegerField(null=True, blank=True,
+                                                help_text="MTU of the source's interface towards the destination")
+    pmtu_reduced = models.BooleanField(null=True, blank=True,
+                                       help_text="the path MTU is smaller than the interface's (null: unknown)")
+    changed = models.BooleanField(null=True, blank=True,
+                                  help_text="hops differ from the pair's previous path (null: nothing to compare)")
+    error = models.TextField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "id"]
+        indexes = [models.Index(fields=["benchmark", "source", "destination", "-at"], name="path_pair_at")]
 
 
 class Maintenance(models.Model):

@@ -14,7 +14,17 @@ from django.db.models import Avg, Count, Q
 from django.utils import timezone
 
 from results import maintenance, thresholds
-from results.models import TOKEN_PROTOCOLS, TPC_PROTOCOLS, Benchmark, FileTransfer, Measurement, Node, PairLatest, Run
+from results.models import (
+    TOKEN_PROTOCOLS,
+    TPC_PROTOCOLS,
+    Benchmark,
+    FileTransfer,
+    Measurement,
+    Node,
+    PairLatest,
+    Path,
+    Run,
+)
 from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
@@ -410,6 +420,17 @@ def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> d
                         "mean": statistics.fmean(seconds) if seconds else None}
         out.append(g)
     return {"run": run.name, "finished_at": run.finished_at, "groups": out}
+
+
+def pair_paths(a: Node, b: Node, bench: Benchmark | None = None, since: datetime | None = None,
+               limit: int = 50) -> list[Path]:
+    """The pair's traced paths (both directions), newest first."""
+    qs = Path.objects.filter(_pair_q(a, b)).select_related("source", "destination")
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    if since is not None:
+        qs = qs.filter(at__gte=since)
+    return list(qs.order_by("-at", "-id")[:limit])
 
 
 def pair_errors(a: Node, b: Node, bench: Benchmark | None = None, limit: int = 20) -> list[Measurement]:

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from results import analysis, metrics, scope
+from results import analysis, metrics, paths, scope
 from results.celljson import cell_json_sql
 from results.models import (
     DEFAULT_CLUSTER,
@@ -301,6 +301,8 @@ def ingest(batch: dict[str, Any], token: object = None) -> IngestResult:
                   or []])
     if rows and not postgresql:
         _update_latest(bench, rows)
+    paths.store([paths.path_row(r.id, bench.id, r.source_id, r.destination_id, r.finished_at, unique[str(r.id)]["path"])
+                 for r in rows if unique[str(r.id)].get("path")])
 
     if rows:
         transaction.on_commit(analysis.schedule)

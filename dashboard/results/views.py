@@ -249,11 +249,15 @@ def pair_page(request, source: str, destination: str):
     files = selectors.pair_latest_run_files(a, b, bench)
     groups = files["groups"] if files else []
     changes, levels, recent = _steps(series)
+    paths = selectors.pair_paths(a, b, bench, since=timezone.now() - since)
     plot = {
         "throughput": series,
         "levels": levels,
         "rtt": rtt,
         "retransmits": retransmits,
+        # path changes (results.paths) as marks on the time axis: [t, label]
+        "paths": [[int(p.at.timestamp() * 1000), f"{p.source} → {p.destination}: path changed"]
+                  for p in paths if p.changed],
         # The latest run's per-file seconds: a strip of points per direction and setting, with the median.
         "files": [{"label": [f'{g["source"]} → {g["destination"]}', f'{g["protocol"]} ×{g["streams"] or 1}'],
                    "points": [[f["seconds"], f["name"]] for f in g["files"]], "median": g["summary"]["median"]}
@@ -261,7 +265,7 @@ def pair_page(request, source: str, destination: str):
     }
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
-        "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent,
+        "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
         "advice": _advice(history), "advice_terms": {"runs": LEVEL_RUNS, "min_runs": MIN_RUNS,
                                                      "margin": f"{KNEE_MARGIN:.0%}"},
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),

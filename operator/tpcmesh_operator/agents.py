@@ -160,3 +160,7 @@ class AgentsClient:
 
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict[str, Any]:
         return await self._call(agent, "POST", "/api/v1/probes/rtt", {"host": host, "port": port, "count": count})
+
+    async def probe_path(self, agent: Agent, host: str) -> dict[str, Any]:
+        """The agent traces its path to ``host`` (tracepath; up to a minute when hops do not answer)."""
+        return await self._call(agent, "POST", "/api/v1/probes/path", {"host": host}, timeout=90.0)

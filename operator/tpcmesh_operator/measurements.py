@@ -55,15 +55,28 @@ def failed_measurement(
     return m
 
 
-def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: str) -> dict[str, Any]:
+def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: str,
+                    trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The probe test's row: the RTT probe decides its status; the path (when traced) rides along as `path`."""
     ok = not probe.get("error") and probe.get("median_ms") is not None
-    m = {
+    m: dict[str, Any] = {
         "id": mid, "source": test.source, "destination": test.destination, "protocol": RTT,
         "status": "succeeded" if ok else "failed", "error": probe.get("error"),
         "started_at": started_at, "finished_at": now_iso(),
     }
     _add_rtt(m, probe if ok else None)
+    if trace is not None:
+        m["path"] = contract_path(trace)
     return m
+
+
+def contract_path(trace: Mapping[str, Any]) -> dict[str, Any]:
+    """The contract's `path` from the agent's path probe: hop addresses only (the status budget counts every
+    byte; per-hop RTTs are in the agent's answer, not kept)."""
+    hops = [h.get("address") if isinstance(h, Mapping) else None for h in trace.get("hops") or []][:64]
+    error = trace.get("error")
+    return {"hops": hops, "pmtu": trace.get("pmtu"), "interface_mtu": trace.get("interface_mtu"),
+            "reached": bool(trace.get("reached")), "error": str(error)[:500] if error else None}
 
 
 def _add_rtt(m: dict[str, Any], rtt: Mapping[str, Any] | None) -> None:

@@ -76,6 +76,7 @@ from .measurements import failed_measurement, measurement_from_record, now_iso, 
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
+from .probing import probe_pair
 from .results import MAX_BATCH, BatchTooLarge, DeliveryFailed, Outcome, deliver_with_backoff, post_bisecting
 from .runstatus import (
     TERMINAL,
@@ -118,6 +119,7 @@ class AgentsAPI(Protocol):
     async def get_transfer(self, agent: Agent, test_id: str) -> dict: ...
     async def cancel_transfer(self, agent: Agent, test_id: str) -> dict | None: ...
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict: ...
+    async def probe_path(self, agent: Agent, host: str) -> dict: ...
 
 
 class ResultsAPI(Protocol):
@@ -636,13 +638,8 @@ class RunExecutor:
             return
         src, dst = self._current[test.source], self._current[test.destination]
         if test.setting.protocol == RTT:
-            tid = test_id(self.run.run_uid, key, 0)
-            try:
-                probe = await self.agents_client.probe_rtt(dst, src.address, src.port("control"),
-                                                           self.spec.latency_count)
-            except (AgentUnavailable, AgentRejected) as e:
-                probe = {"error": e.message}
-            m = rtt_measurement(tid, test, probe, started)
+            m, probe = await probe_pair(self.agents_client, src, dst, test, test_id(self.run.run_uid, key, 0),
+                                        started, self.spec.latency_count, self.spec.path)
             if m["status"] == "succeeded":
                 put_rtt(self.status, self._names, test.source, test.destination, probe["median_ms"])
                 metrics.set_series(metrics.LAST_RTT, (test.source, test.destination), (test.source, test.destination),

@@ -147,6 +147,7 @@ class BenchmarkSpec:
     protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
     latency: bool = True
     latency_count: int = DEFAULT_LATENCY_COUNT
+    path: bool = True  # spec.latency.path: a tracepath from the source with each pair's RTT probe
     loopback: Loopback = field(default_factory=Loopback)
     iperf3_seconds: int = DEFAULT_IPERF3_SECONDS  # how long each iperf3 test (and an iperf3 loopback) sends
     streams: tuple[int, ...] = DEFAULT_STREAMS
@@ -257,13 +258,15 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         raise SpecError(f"{path}.protocols", "must not repeat a protocol")
 
     lat = d.get("latency", True)
+    trace = True
     if isinstance(lat, bool):
         latency, latency_count = lat, DEFAULT_LATENCY_COUNT
     elif isinstance(lat, Mapping):
         latency = _get(lat, "enabled", f"{path}.latency", bool, True)
         latency_count = _int(lat, "count", f"{path}.latency", DEFAULT_LATENCY_COUNT, 1, 100)
+        trace = _get(lat, "path", f"{path}.latency", bool, True)
     else:
-        raise SpecError(f"{path}.latency", f"expected a boolean or {{enabled, count}}, got {lat!r}")
+        raise SpecError(f"{path}.latency", f"expected a boolean or {{enabled, count, path}}, got {lat!r}")
     if not protocols and not latency:
         raise SpecError(f"{path}.protocols", "nothing to measure: no protocol and latency off")
 
@@ -389,6 +392,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         protocols=tuple(protocols),
         latency=latency,
         latency_count=latency_count,
+        path=trace,
         loopback=loopback,
         iperf3_seconds=iperf3_seconds,
         streams=tuple(streams),
@@ -442,7 +446,7 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "suspend": s.suspend,
         "pairs": {"mode": s.pairs.mode, "direction": s.pairs.direction},
         "protocols": list(s.protocols),
-        "latency": {"enabled": s.latency, "count": s.latency_count},
+        "latency": {"enabled": s.latency, "count": s.latency_count, "path": s.path},
         "loopback": {"enabled": s.loopback.enabled, "protocol": s.loopback.protocol},
         "iperf3": {"durationSeconds": s.iperf3_seconds},
         "streams": list(s.streams),

@@ -67,7 +67,11 @@ def seeded(transactional_db):
     for i in range(6):  # a history for the pair plot
         ms.append(measurement("n1", "n2", streams=8, gbps=40 + i, finished=now - (6 - i) * 12 * h, files=4))
         ms.append(measurement("n2", "n1", streams=8, gbps=5 + i * 0.1, finished=now - (6 - i) * 12 * h))
-        ms.append(measurement("n1", "n2", protocol="rtt", rtt_ms=30 + i, finished=now - (6 - i) * 12 * h))
+        probe = measurement("n1", "n2", protocol="rtt", rtt_ms=30 + i, finished=now - (6 - i) * 12 * h)
+        # the route gains a hop (and a 1400-byte link) from the fourth run on
+        probe["path"] = ({"hops": ["198.18.0.2"], "pmtu": 1500, "interface_mtu": 1500, "reached": True} if i < 3 else
+                         {"hops": ["198.18.0.9", "198.18.0.2"], "pmtu": 1400, "interface_mtu": 1500, "reached": True})
+        ms.append(probe)
     ms += [
         measurement("n1", "n3", streams=8, gbps=15, finished=now - 5 * 24 * h),  # stale warning
         measurement("n3", "n1", streams=8, gbps=None, status="failed", error="TLS handshake failed", finished=now),
@@ -134,6 +138,12 @@ def test_grid_colours_hover_and_pair_page(page, live_server, seeded):
                    let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }"""
     )
     assert drawn > 2000, f"history canvas looks empty ({drawn} painted pixels)"
+    # the path change: a mark on the history's time axis, and the Paths table with the reduced PMTU flagged
+    marks = page.evaluate("() => [Chart.getChart('history').config.plugins.map(p => p.id), "
+                          "JSON.parse(document.getElementById('pair-data').textContent).paths.length]")
+    assert marks == [["pathMarks"], 1]
+    assert page.locator("#paths tr").count() == 7 and page.locator("#paths tr.changed").count() == 1
+    assert "PMTU 1400 < interface MTU 1500" in page.locator("#paths").inner_text()
     # The latest run's per-file times: a strip per direction and setting, each point named by its own file.
     strips = page.evaluate("""() => Chart.getChart('files').data.datasets.map(
         d => [d.label, d.data.length, d.data.map(p => p.name || null).filter(n => n).sort()[0] || null])""")

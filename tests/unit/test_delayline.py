@@ -1,11 +1,12 @@
-"""The delay line's per-link clock: delay, rate (serialisation with a bounded queue) and loss, without devices."""
+"""The delay line's per-link clock: delay, rate (serialisation with a bounded queue) and loss, and a site's shared
+uplink, without devices."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-from tpcmesh_operator.local.delayline import Link, build_links
+from tpcmesh_operator.local.delayline import Link, build_links, build_routes
 
 
 def test_a_packet_leaves_after_the_delay():
@@ -57,3 +58,27 @@ def test_a_node_routes_its_own_24s_and_bad_networks_are_named():
         routed_networks([{"name": "c", "address": "x", "networks": ["198.19.0.0/16"]}])
     with pytest.raises(ValueError, match="already routed"):
         routed_networks(nodes + [{"name": "c", "address": "x", "networks": ["198.19.129.0/24"]}])
+
+
+def test_a_sites_uplink_is_shared_by_its_nodes_and_only_towards_other_sites():
+    nodes = [{"name": n, "address": f"198.51.100.{10 + i}", "device": f"tp1-{i}"}
+             for i, n in enumerate(["a1", "a2", "b1", "b2"])]
+    config = {"nodes": nodes, "uplinks": [{"name": "site-a", "members": ["a1", "a2"], "rate_bps": 8e6}],
+              "links": [{"from": x["name"], "to": y["name"], "delay_s": 0.01} for x in nodes for y in nodes
+                        if x is not y]}
+    _, _, links = build_links(config)
+    routes = build_routes(config, links)
+    a1, a2, b1, b2 = range(4)
+    assert routes[a1][b1][0] is routes[a2][b2][0]  # one clock for everything leaving site A
+    assert routes[b1][a1][0] is routes[b2][a2][0] and routes[b1][a1][0] is not routes[a1][b1][0]  # and one in
+    assert routes[a1][a2] == (links[a1][a2],) and routes[b1][b2] == (links[b1][b2],)  # inside a site: no uplink
+
+    def send(route, now):  # the delay line's chain: each stage takes the packet when the one before lets it go
+        for stage in route:
+            now = stage.admit(now, 1000)
+        return now
+
+    # 1000 bytes take 1 ms at 8 Mbit/s: two senders of site A at once queue behind each other, B's pair does not
+    assert send(routes[a1][b1], 0.0) == pytest.approx(0.011)
+    assert send(routes[a2][b2], 0.0) == pytest.approx(0.012)
+    assert send(routes[b1][b2], 0.0) == pytest.approx(0.010)

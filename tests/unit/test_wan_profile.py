@@ -37,12 +37,24 @@ def test_more_nodes_than_the_profile_names_use_the_default_link():
         ({"nodes": ["a", "b"], "links": [{"between": ["a", "b"], "jitter": 1}]}, "unknown field"),
         ({"nodes": ["a", "b"], "links": [{"from": "a"}]}, "needs `between"),
         ({"kind": "Pod", "nodes": ["a"]}, "kind must be WanProfile"),
+        ({"nodes": ["a", "b"], "uplinks": [{"name": "s", "nodes": ["a"]}]}, "uplinks[0].rateMbit: an uplink needs"),
+        ({"nodes": ["a", "b"], "uplinks": [{"name": "s", "nodes": ["c"], "rateMbit": 1}]}, "'c' is not in nodes"),
+        ({"nodes": ["a", "b"], "uplinks": [{"name": "s", "nodes": ["a"], "rateMbit": 1},
+                                           {"name": "t", "nodes": ["a"], "rateMbit": 1}]}, "already behind uplink 's'"),
+        ({"nodes": ["a"], "uplinks": [{"name": "s", "nodes": ["a"], "rateMbit": 1, "burst": 2}]}, "unknown field"),
     ],
 )
 def test_bad_profiles_name_the_field(data, message):
     with pytest.raises(ProfileError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
         parse_profile(data, "p.yaml")
     assert str(err.value).startswith("p.yaml")
+
+
+def test_uplinks_are_kept_for_the_nodes_a_smaller_mesh_has():
+    p = parse_profile({"nodes": ["a1", "a2", "b1"], "uplinks": [{"name": "site-a", "nodes": ["a1", "a2"],
+                                                                  "rateMbit": 200}]})
+    assert p.uplinks[0].nodes == ("a1", "a2") and p.uplinks[0].rate_mbit == 200
+    assert p.with_nodes(1).uplinks[0].nodes == ("a1",)
 
 
 def test_missing_file_is_named(tmp_path):

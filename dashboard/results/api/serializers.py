@@ -21,6 +21,7 @@ from results.models import (
     Maintenance,
     Measurement,
     Node,
+    Path,
     Problem,
     Run,
 )
@@ -81,6 +82,17 @@ class FileResultIn(serializers.Serializer):
         return attrs
 
 
+class PathIn(serializers.Serializer):
+    """The contract's `path`: what the source's tracepath found."""
+
+    hops = serializers.ListField(child=serializers.RegexField(r"^[0-9A-Fa-f.:]+$", max_length=64, allow_null=True),
+                                 max_length=64)
+    pmtu = serializers.IntegerField(min_value=68, max_value=65535, allow_null=True, required=False)
+    interface_mtu = serializers.IntegerField(min_value=68, max_value=16777216, allow_null=True, required=False)
+    reached = serializers.BooleanField(required=False, default=False)
+    error = serializers.CharField(allow_null=True, allow_blank=True, required=False)
+
+
 def _gbps():
     return serializers.FloatField(min_value=0, allow_null=True, required=False)
 
@@ -111,6 +123,7 @@ class MeasurementIn(serializers.Serializer):
     files = FileResultIn(many=True, required=False)
     tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
     congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
+    path = PathIn(required=False, help_text="rtt rows: the source's path to the destination (tracepath)")
 
     def validate(self, attrs):
         errors = {}
@@ -387,6 +400,21 @@ class ChangeSerializer(serializers.ModelSerializer):
         fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "metric", "measurement",
                   "at",
                   "before", "after", "ratio", "worse", "detected_at", "runs_to_detect", "cluster"]
+
+
+class PathSerializer(serializers.ModelSerializer):
+    benchmark = serializers.StringRelatedField()
+    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    run = serializers.SlugRelatedField(source="measurement.run", slug_field="uid", read_only=True,
+                                       help_text="the run's uid")
+    hops = serializers.ListField(child=serializers.CharField(allow_null=True), read_only=True,
+                                 help_text="hop addresses in order; null: a hop that did not answer")
+
+    class Meta:
+        model = Path
+        fields = ["id", "benchmark", "source", "destination", "run", "measurement", "at", "hops", "hop_count",
+                  "reached", "pmtu", "interface_mtu", "pmtu_reduced", "changed", "error"]
 
 
 class ProblemSerializer(serializers.ModelSerializer):

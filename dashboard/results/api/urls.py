@@ -14,6 +14,7 @@ router.register("benchmarks", views.BenchmarkViewSet)
 router.register("runs", views.RunViewSet)
 router.register("measurements", views.MeasurementViewSet)
 router.register("changes", views.ChangeViewSet)
+router.register("paths", views.PathViewSet)
 router.register("problems", views.ProblemViewSet)
 router.register("maintenance", views.MaintenanceViewSet)
 

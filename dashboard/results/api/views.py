@@ -26,7 +26,7 @@ from results.api.pagination import LARGEST
 from results.api.permissions import ActAccess, WriteAccess, actor
 from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
-from results.models import PROTOCOLS, Benchmark, Change, Maintenance, Measurement, Node, Problem, Run
+from results.models import PROTOCOLS, Benchmark, Change, Maintenance, Measurement, Node, Path, Problem, Run
 from results.stats import advice
 
 LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
@@ -319,6 +319,19 @@ class ChangeViewSet(ArchiveViewSet):
     serializer_class = serializers.ChangeSerializer
     filterset_class = filters.ChangeFilterSet
     ordering_fields = ["at", "detected_at"]
+    ordering = ["-at", "id"]
+
+
+class PathViewSet(ArchiveViewSet):
+    """The path each probe test traced from the source to the destination (tracepath): hops, path MTU, the source
+    interface's MTU, whether the path MTU is smaller, and whether the hops changed since the pair's previous path."""
+
+    queryset = Path.objects.select_related("benchmark", "source", "destination", "measurement__run").defer(
+        "benchmark__spec", "benchmark__thresholds", "source__labels", "destination__labels",
+        "measurement__run__counts")
+    serializer_class = serializers.PathSerializer
+    filterset_class = filters.PathFilterSet
+    ordering_fields = ["at", "hop_count", "pmtu"]
     ordering = ["-at", "id"]
 
 

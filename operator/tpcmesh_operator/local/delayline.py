@@ -5,7 +5,9 @@ This kernel has no ``sch_netem``, so WAN links are emulated here. The process op
 working), reads IPv4 packets, looks up the destination node by address (or by a /24 network the node routes, such
 as the pod network of a `tpcmesh-local cluster` node) and releases the packet on that node's
 device once the directed link's one-way delay has passed. A link may also have a rate (a serialisation clock with
-a bounded queue, so TCP sees drops instead of an endless queue) and a random loss.
+a bounded queue, so TCP sees drops instead of an endless queue) and a random loss. A group of nodes may share an
+uplink (a site's one shaped connection, the WAN profile's ``uplinks``): a packet between a member and a node
+outside the group first passes the group's serialisation clock for its direction, which every member shares.
 
 Run as ``python -m tpcmesh_operator.local.delayline CONFIG.json``; it prints ``READY`` on stdout once every device
 exists, and exits (removing its devices with it) when stdin closes or its parent dies.
@@ -106,8 +108,40 @@ def build_links(config: dict) -> tuple[list[str], dict[bytes, int], list[list[Li
     return names, by_addr, links
 
 
+def build_routes(config: dict, links: list[list[Link | None]]) -> list[list[tuple[Link, ...] | None]]:
+    """What a packet from node i to node j passes, in order: the sender's uplink out (when j is outside its
+    group), the receiver's uplink in (when i is outside its group), then the pair's own link (its delay)."""
+    nodes = config["nodes"]
+    index = {n["name"]: i for i, n in enumerate(nodes)}
+    group: dict[int, tuple[Link, Link]] = {}
+    member_of: dict[int, int] = {}
+    for g, up in enumerate(config.get("uplinks") or []):
+        rate = float(up["rate_bps"])
+        queue = max(int(rate / 8 * 0.05), 16 * 65536)  # 50 ms of the uplink's rate, at least 16 full packets
+        group[g] = (Link(0.0, rate, 0.0, queue), Link(0.0, rate, 0.0, queue))  # (out, in)
+        for name in up["members"]:
+            member_of[index[name]] = g
+    routes: list[list[tuple[Link, ...] | None]] = []
+    for i, row in enumerate(links):
+        out_row: list[tuple[Link, ...] | None] = []
+        for j, link in enumerate(row):
+            if link is None:
+                out_row.append(None)
+                continue
+            gi, gj = member_of.get(i), member_of.get(j)
+            stages = []
+            if gi is not None and gi != gj:
+                stages.append(group[gi][0])
+            if gj is not None and gi != gj:
+                stages.append(group[gj][1])
+            out_row.append((*stages, link))
+        routes.append(out_row)
+    return routes
+
+
 def run(config: dict) -> None:
     names, by_addr, links = build_links(config)
+    routes = build_routes(config, links)
     by_net = routed_networks(config["nodes"])
     fds = [open_tun(name) for name in names]
     fd_index = {fd: i for i, fd in enumerate(fds)}
@@ -129,7 +163,7 @@ def run(config: dict) -> None:
                     return
                 continue
             src = fd_index[fd]
-            row = links[src]
+            row = routes[src]
             for _ in range(READ_BURST):
                 try:
                     packet = os.read(fd, MAX_PACKET)
@@ -142,14 +176,17 @@ def run(config: dict) -> None:
                     dst = by_net.get(packet[16:19])
                 if dst is None or dst == src:
                     continue
-                link = row[dst]
-                if link is None:
+                stages = row[dst]
+                if stages is None:
                     continue
-                now = now_fn()
-                release = link.admit(now, len(packet), rand)
+                release: float | None = now_fn()
+                for stage in stages:  # each stage takes the packet when the one before lets it go
+                    release = stage.admit(release, len(packet), rand)  # type: ignore[arg-type]
+                    if release is None:
+                        break
                 if release is None:
                     continue
-                if link.delay > lateness:
+                if stages[-1].delay > lateness:
                     release -= lateness
                 seq += 1
                 heapq.heappush(heap, (release, seq, dst, packet))

@@ -3,8 +3,10 @@
 On one lab link (the shipped ``fidelity`` profile: 500 Mbit/s, 20 ms each way) it runs, alternately and several
 times, iperf3 (4 streams, far -> near) and the built-in mover through two real agents (4 files at once, 1 stream
 each, far -> near into a sink), and the agents' RTT probe. Pass: the mover's wall-clock throughput within +-10 % of
-iperf3's, and the probe's median RTT within 10 % of the profile. Results replace the ``bench-fidelity`` section of
-BENCHMARKS.md.
+iperf3's, and the probe's median RTT within 10 % of the profile. Then the shared-bottleneck case
+(local/bottleneck.py): the round policies' plans run on a lab where site A's nodes share one shaped uplink; pass:
+siteExclusive keeps every pair within 15 % of its solo (serial) rate. Results replace the ``bench-fidelity``
+section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 import httpx
 
 from ..agents import DEFAULT_PORTS
+from . import bottleneck
 from .mesh import Certificates, MeshError, start_agents
 from .netns import Lab, LabError, netns_unavailable_reason
 from .profile import load_profile, parse_profile
@@ -121,6 +124,8 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
         with Lab(parse_profile({"nodes": ["near", "far"], "defaultLink": {"delayMs": 0.1}}, "capacity"),
                  mode="netns") as lab:
             capacity = iperf3(lab, 5, streams=1)
+        with Lab(bottleneck.profile(), mode="netns") as lab:
+            shared = bottleneck.run_policies(lab, seconds)
     except (LabError, MeshError, httpx.HTTPError) as e:
         print(f"bench-fidelity: {e}", file=sys.stderr)
         return 1
@@ -131,7 +136,9 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
     probe_ms = statistics.median(probes)
     ratio = bi / ip
     rtt_err = abs(probe_ms - want_rtt) / want_rtt
-    ok = abs(ratio - 1) <= 0.10 and rtt_err <= 0.10
+    site_ratios = bottleneck.ratios_to_solo(shared)["siteExclusive"].values()
+    site_ok = all(abs(x - 1) <= 0.15 for x in site_ratios)
+    ok = abs(ratio - 1) <= 0.10 and rtt_err <= 0.10 and site_ok
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "## Fidelity of the WAN lab (`make bench-fidelity`)",
@@ -159,6 +166,19 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
         paper = f"{row['builtin_paper'] * 1000:.0f}" if row["builtin_paper"] is not None else "-"
         lines.append(f"| {i} | {row['iperf3'] * 1000:.0f} | {row['builtin'] * 1000:.0f} | {paper} | "
                      f"{row['probe']:.2f} |")
+    link_mbit = bottleneck.profile().default.rate_mbit
+    lines += [
+        "",
+        "### Shared bottleneck: round policies (`local/bottleneck.py`)",
+        "",
+        f"Site A's nodes a1, a2 share one shaped uplink of {link_mbit:g} Mbit/s (the delay line's `uplinks`); every "
+        f"pair also has its own {link_mbit:g} Mbit/s, 2 ms link. The planner's rounds of a1 -> b1, a2 -> b2, "
+        f"c1 -> d1 under each policy, each round's tests at once (iperf3, 1 stream, {seconds:g} s, first second "
+        f"omitted), one run. / solo: the pair's rate over its serial (alone) rate. siteExclusive keeps every pair "
+        f"within 15 % of solo: {'yes' if site_ok else 'NO'}.",
+        "",
+        *bottleneck.table(shared),
+    ]
     text = "\n".join(lines)
     print(text)
     if output is not None:

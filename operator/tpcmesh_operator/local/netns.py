@@ -228,8 +228,11 @@ class Lab:
                     "from": a["name"], "to": b["name"], "delay_s": spec.delay_ms / 1000,
                     "rate_bps": spec.rate_mbit * 1e6 if spec.rate_mbit else None, "loss": spec.loss_percent / 100,
                 })
+        uplinks = [{"name": u.name, "members": list(u.nodes), "rate_bps": u.rate_mbit * 1e6}
+                   for u in self.profile.uplinks]
         config_path = self._tmp / "delayline.json"
-        config_path.write_text(json.dumps({"nodes": endpoints, "links": links}), encoding="utf-8")
+        config_path.write_text(json.dumps({"nodes": endpoints, "links": links, "uplinks": uplinks}),
+                               encoding="utf-8")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
         proc = subprocess.Popen(

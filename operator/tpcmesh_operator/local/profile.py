@@ -10,6 +10,10 @@ A profile is a small YAML file (see ``profiles/default.yaml``)::
         delayMs: 20                      # one-way delay
         rateMbit: 500                    # optional rate limit
         lossPercent: 0.01                # optional random loss
+    uplinks:                             # optional: one shaped uplink shared by a group of nodes (a site)
+      - name: site-a
+        nodes: [site-a]                  # every packet between these nodes and any other node passes it
+        rateMbit: 200                    # its rate, each direction
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = PROFILES_DIR / "default.yaml"
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 LINK_KEYS = {"between", "from", "to", "delayMs", "rateMbit", "lossPercent"}
+UPLINK_KEYS = {"name", "nodes", "rateMbit"}
 
 
 class ProfileError(ValueError):
@@ -41,12 +46,23 @@ class LinkSpec:
         return 2 * self.delay_ms
 
 
+@dataclass(frozen=True)
+class UplinkSpec:
+    """A site's shaped uplink: the traffic of all its nodes with nodes outside it shares ``rate_mbit`` (each
+    direction), on top of each pair's own link."""
+
+    name: str
+    nodes: tuple[str, ...]
+    rate_mbit: float
+
+
 @dataclass
 class WanProfile:
     nodes: list[str]
     default: LinkSpec = field(default_factory=LinkSpec)
     links: dict[tuple[str, str], LinkSpec] = field(default_factory=dict)
     source: str = "<memory>"
+    uplinks: list[UplinkSpec] = field(default_factory=list)
 
     def link(self, src: str, dst: str) -> LinkSpec:
         return self.links.get((src, dst), self.default)
@@ -66,7 +82,9 @@ class WanProfile:
             if candidate not in names:
                 names.append(candidate)
         links = {k: v for k, v in self.links.items() if k[0] in names and k[1] in names}
-        return WanProfile(nodes=names, default=self.default, links=links, source=self.source)
+        uplinks = [UplinkSpec(u.name, kept, u.rate_mbit) for u in self.uplinks
+                   if (kept := tuple(n for n in u.nodes if n in names))]
+        return WanProfile(nodes=names, default=self.default, links=links, source=self.source, uplinks=uplinks)
 
 
 def _link(raw: object, where: str) -> LinkSpec:
@@ -128,7 +146,39 @@ def parse_profile(data: object, source: str = "<memory>") -> WanProfile:
             if a == b:
                 raise ProfileError(f"{where}: a link needs two different nodes, got {a!r} twice")
             profile.links[(a, b)] = spec
+    profile.uplinks = _uplinks(data.get("uplinks") or [], profile.nodes, source)
     return profile
+
+
+def _uplinks(raw: object, nodes: list[str], source: str) -> list[UplinkSpec]:
+    if not isinstance(raw, list):
+        raise ProfileError(f"{source}: uplinks must be a list")
+    out: list[UplinkSpec] = []
+    owner: dict[str, str] = {}
+    for i, u in enumerate(raw):
+        where = f"{source}: uplinks[{i}]"
+        if not isinstance(u, dict):
+            raise ProfileError(f"{where}: must be a mapping")
+        unknown = set(u) - UPLINK_KEYS
+        if unknown:
+            raise ProfileError(f"{where}: unknown field(s) {sorted(unknown)}")
+        name = u.get("name")
+        if not isinstance(name, str) or not NODE_NAME.match(name):
+            raise ProfileError(f"{where}.name: {name!r} is not a DNS label")
+        members = u.get("nodes")
+        if not isinstance(members, list) or not members:
+            raise ProfileError(f"{where}.nodes: must be a non-empty list of nodes")
+        for n in members:
+            if n not in nodes:
+                raise ProfileError(f"{where}.nodes: {n!r} is not in nodes {nodes}")
+            if n in owner:
+                raise ProfileError(f"{where}.nodes: {n!r} is already behind uplink {owner[n]!r}")
+            owner[n] = name
+        rate = _link({"rateMbit": u.get("rateMbit")}, where).rate_mbit
+        if rate is None:
+            raise ProfileError(f"{where}.rateMbit: an uplink needs a rate")
+        out.append(UplinkSpec(name, tuple(members), rate))
+    return out
 
 
 def load_profile(path: str | Path | None = None) -> WanProfile:

@@ -27,7 +27,8 @@ def test_health_needs_no_token_but_the_api_does(agent):
     assert anon.get("/healthz").json() == {"status": "ok"}
     assert anon.get("/readyz").json() == {"status": "ready"}
     for method, path in [("GET", "/api/v1/info"), ("POST", "/api/v1/transfers"), ("POST", "/api/v1/filesets"),
-                         ("GET", f"/api/v1/transfers/{uuid.uuid4()}"), ("POST", "/api/v1/probes/rtt")]:
+                         ("GET", f"/api/v1/transfers/{uuid.uuid4()}"), ("POST", "/api/v1/probes/rtt"),
+                         ("POST", "/api/v1/probes/path")]:
         r = anon.request(method, path, json={})
         assert r.status_code == 401, (method, path)
         assert "bearer token" in r.json()["error"]
@@ -153,6 +154,16 @@ def test_rtt_probe(agent_factory):
     bad = a.post("/api/v1/probes/rtt", json={"host": b.address, "port": 70000})
     assert bad.status_code == 422 and "port must be an integer 1-65535" in bad.json()["error"]
     assert a.post("/api/v1/probes/rtt", json={"host": b.address, "count": 1000}).status_code == 422
+
+
+def test_path_probe(agent_factory):
+    a, b = agent_factory.many(2)
+    r = a.post("/api/v1/probes/path", json={"host": b.address, "max_hops": 4}).json()
+    assert r["error"] is None and r["reached"] and [h["address"] for h in r["hops"]] == [b.address], r
+    assert r["interface"] == "lo" and r["interface_mtu"] == 65536 and r["pmtu"] == 65535
+    for body, message in [({"host": "-f"}, "host must be"), ({"host": b.address, "max_hops": 0}, "max_hops must")]:
+        bad = a.post("/api/v1/probes/path", json=body)
+        assert bad.status_code == 422 and message in bad.json()["error"]
 
 
 def test_metrics_endpoint(agent):

@@ -92,6 +92,14 @@ async def test_full_mesh_delivers_every_measurement_once(mesh, shared_token, tpc
         if r["protocol"] == "builtin":
             assert r["total_bytes"] == 2 * 10**6 and r["throughput_gbps"] > 0 and r["checksum"] in ("ok", "skipped")
     assert progress[-1].done == 12 and progress[-1].total == 12
+    # each probe test traced the source's path (the source agent's tracepath): one loopback hop, the destination
+    paths = httpx.get(f"{dashboard.url}/api/v1/paths/?run={info.run_uid}&limit=100", timeout=10).json()["results"]
+    address = {h.name: h.address for h in handles}
+    assert sorted((p["source"], p["destination"]) for p in paths) == sorted(
+        (r["source"], r["destination"]) for r in rows if r["protocol"] == "rtt")
+    for p in paths:
+        assert p["error"] is None and p["reached"] and p["hops"] == [address[p["destination"]]], p
+        assert p["pmtu"] and p["pmtu_reduced"] is False and p["changed"] is None
     a, b = sorted(names)[:2]
     assert REGISTRY.get_sample_value("tpcmesh_operator_last_throughput_bits_per_second",
                                      {"source": a, "destination": b, "protocol": "builtin", "streams": "1"}) > 0

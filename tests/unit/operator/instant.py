@@ -12,7 +12,7 @@ ETCD_LIMIT = 1_572_864  # etcd's default request limit (1.5 MiB)
 
 
 class InstantAgents:
-    """The five calls of the agents' control API, answered at once."""
+    """The six calls of the agents' control API, answered at once."""
 
     async def prepare_fileset(self, agent, request, timeout=0.0) -> dict:
         return {"name": "11x1000000000", "files": 11}
@@ -35,6 +35,10 @@ class InstantAgents:
 
     async def probe_rtt(self, agent, host, port, count) -> dict:
         return {"min_ms": 11.9, "median_ms": 12.3, "max_ms": 14.0, "error": None}
+
+    async def probe_path(self, agent, host) -> dict:
+        hops = [{"ttl": i, "address": f"203.0.113.{i}", "rtt_ms": 0.5 * i} for i in range(1, 12)]
+        return {"hops": hops, "pmtu": 1500, "reached": True, "interface": "eth0", "interface_mtu": 9000, "error": None}
 
 
 class EtcdSizedStore:

@@ -78,9 +78,17 @@ def test_failed_and_rtt_rows_validate() -> None:
     ok = rtt_measurement(str(uuid.uuid4()), r, {"min_ms": 0.1, "median_ms": 0.2, "max_ms": 0.3, "error": None},
                          now_iso())
     bad = rtt_measurement(str(uuid.uuid4()), r, {"error": "connection refused"}, now_iso())
-    for m in (ok, bad):
+    trace = {"hops": [{"ttl": 1, "address": "198.18.1.1", "rtt_ms": 0.1}, {"ttl": 2, "address": None, "rtt_ms": None},
+                      {"ttl": 3, "address": "2001:db8::3", "rtt_ms": 0.3}], "pmtu": 1400, "reached": True,
+             "interface": "eth0", "interface_mtu": 9000, "error": None}
+    traced = rtt_measurement(str(uuid.uuid4()), r, {"median_ms": 0.2, "error": None}, now_iso(), trace)
+    for m in (ok, bad, traced):
         validator("measurement").validate(m)
-    assert ok["status"] == "succeeded" and bad["status"] == "failed"
+    assert ok["status"] == "succeeded" and bad["status"] == "failed" and "path" not in ok
+    assert traced["path"] == {"hops": ["198.18.1.1", None, "2001:db8::3"], "pmtu": 1400, "interface_mtu": 9000,
+                              "reached": True, "error": None}
+    with pytest.raises(jsonschema.ValidationError):  # hops are addresses, never free text
+        validator("measurement").validate({**traced, "path": {"hops": ["no reply"]}})
     with pytest.raises(jsonschema.ValidationError):
         validator("measurement").validate({**ok, "protocol": "ftp"})
 

@@ -33,7 +33,7 @@ def test_sizes(text, value) -> None:
 
 def test_round_trip() -> None:
     raw = {"schedule": "0 */6 * * *", "protocols": ["builtin", "iperf3"], "streams": [4],
-           "fileSet": {"count": 4, "size": "64MiB"}, "latency": {"enabled": True, "count": 3},
+           "fileSet": {"count": 4, "size": "64MiB"}, "latency": {"enabled": True, "count": 3, "path": False},
            "loopback": {"enabled": True, "protocol": "builtin"},
            "iperf3": {"durationSeconds": 3}, "tcp": {"congestionControl": ["cubic", "bbr"]},
            "pairs": {"mode": "explicit", "explicit": [{"source": "a", "destination": "b"}]},
@@ -42,6 +42,7 @@ def test_round_trip() -> None:
     s = parse_spec(raw)
     assert parse_spec(to_dict(s)) == s
     assert s.results.url == "http://dash:8000" and s.congestion_control == ("cubic", "bbr")
+    assert s.path is False and parse_spec({}).path is True
     assert "tcp" not in to_dict(parse_spec({}))  # unset: the nodes' default, and a frozen spec says nothing
 
 
@@ -66,6 +67,7 @@ def test_round_trip() -> None:
     ({"suspend": "yes"}, "spec.suspend"),
     ({"protocols": [], "latency": False}, "spec.protocols"),
     ({"streamz": [1]}, "spec.streamz"),
+    ({"latency": {"path": "yes"}}, "spec.latency.path"),
     ({"thresholds": {"goodGbps": 5, "warnGbps": 10}}, "spec.thresholds.goodGbps"),
     ({"thresholds": {"goodGbps": 5}}, "spec.thresholds.goodGbps"),  # below the default warnGbps
     ({"thresholds": {"goodRttMs": 100, "warnRttMs": 50}}, "spec.thresholds.goodRttMs"),

@@ -26,8 +26,20 @@ window.tpcmesh = (function () {
       datasets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(i), backgroundColor: color(i++),
         yAxisID: "rtt", pointRadius: 1, borderWidth: 1, borderDash: [4, 3], showLine: true });
     }
+    // path changes (results.paths): a dashed vertical line on the time axis at each
+    const pathMarks = { id: "pathMarks", afterDatasetsDraw(chart) {
+      const { ctx, chartArea, scales } = chart;
+      ctx.save(); ctx.strokeStyle = "#8a2be2"; ctx.fillStyle = "#8a2be2"; ctx.setLineDash([3, 3]); ctx.font = "10px sans-serif";
+      for (const [t, label] of data.paths || []) {
+        const x = scales.x.getPixelForValue(t);
+        if (x < chartArea.left || x > chartArea.right) continue;
+        ctx.beginPath(); ctx.moveTo(x, chartArea.top); ctx.lineTo(x, chartArea.bottom); ctx.stroke();
+        ctx.fillText(label, x + 3, chartArea.top + 10);
+      }
+      ctx.restore();
+    } };
     new Chart(document.getElementById("history"), {
-      type: "scatter", data: { datasets },
+      type: "scatter", data: { datasets }, plugins: [pathMarks],
       options: { animation: false, maintainAspectRatio: false, parsing: false,
         scales: { x: { type: "linear", ticks: { callback: dateTick, maxTicksLimit: 8 } },
           y: { title: { display: true, text: "throughput (Gbit/s)" }, beginAtZero: true },

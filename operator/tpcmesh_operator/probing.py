@@ -1,0 +1,44 @@
+"""A pair's probe test (the `rtt` setting): the TCP-connect RTT the destination measures to the source and, with
+spec.latency.path, the path the source traces to the destination (tracepath), as one measurement row. Moved out of
+runs.py, which schedules tests; this module runs one probe test."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from .agents import Agent, AgentRejected, AgentUnavailable
+from .measurements import rtt_measurement
+from .planner import Test
+
+
+class ProbeAPI(Protocol):
+    async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict: ...
+    async def probe_path(self, agent: Agent, host: str) -> dict: ...
+
+
+async def probe_pair(agents: ProbeAPI, src: Agent, dst: Agent, test: Test, tid: str, started: str,
+                     count: int, trace: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(measurement, the RTT probe's answer). An agent that does not answer makes a failed row (or a path with its
+    error), never an exception. Both probes run at once: the round gives this pair both agents."""
+    rtt, path = await asyncio.gather(_rtt(agents, src, dst, count),
+                                     _path(agents, src, dst) if trace else _nothing())
+    return rtt_measurement(tid, test, rtt, started, path), rtt
+
+
+async def _rtt(agents: ProbeAPI, src: Agent, dst: Agent, count: int) -> dict[str, Any]:
+    try:
+        return await agents.probe_rtt(dst, src.address, src.port("control"), count)
+    except (AgentUnavailable, AgentRejected) as e:
+        return {"error": e.message}
+
+
+async def _path(agents: ProbeAPI, src: Agent, dst: Agent) -> dict[str, Any]:
+    try:
+        return await agents.probe_path(src, dst.address)
+    except (AgentUnavailable, AgentRejected) as e:
+        return {"hops": [], "error": f"path probe on {src.node}: {e.message}"}
+
+
+async def _nothing() -> None:
+    return None

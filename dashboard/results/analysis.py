@@ -1,7 +1,7 @@
 """After ingest: change detection on each cell that got a new measurement, then the problem rules on each
 benchmark that changed. Writes Change and Problem rows.
 
-What is left to analyse lives in the database (PairLatest.analysed_at behind finished_at), so nothing is lost
+What is left to analyse lives in the database (a cell's AnalysisMark behind its finished_at), so nothing is lost
 when a process stops: ``schedule()`` (called when an ingest commits) wakes one background thread per process that
 analyses until nothing is left; ``manage.py analyse`` does the same in the foreground. TPCMESH_DASHBOARD_ANALYSIS
 = "inline" analyses inside the request instead (tests; the default on SQLite, which has one writer at a time),
@@ -21,7 +21,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from results import maintenance, problems, thresholds
-from results.models import Benchmark, Change, Measurement, Node, PairLatest, Problem, Run
+from results.models import AnalysisMark, Benchmark, Change, Measurement, Node, PairLatest, Problem, Run
 from results.selectors import kind_for, metric_for
 from results.stats import changes
 
@@ -74,6 +74,8 @@ def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None
     """New step changes in one cell's recent history (``rows``, else read here); a break near a stored one is
     that one."""
     rows = _history(cell) if rows is None else rows
+    if len(rows) < changes.MIN_HISTORY:  # too short to hold a step: no test, no look-up of known changes
+        return []
     found = changes.detect([v for _, _, v in rows])
     if not found:
         return []
@@ -95,19 +97,32 @@ def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None
     return out
 
 
+def _pending(after: int) -> list[PairLatest]:
+    """The next BATCH cells (by id, after ``after``) whose newest measurement change detection has not seen."""
+    return list(PairLatest.objects.filter(id__gt=after)
+                .filter(Q(mark__isnull=True) | Q(mark__analysed_at__lt=F("finished_at")))
+                .order_by("id")[:BATCH])
+
+
+def _mark(cells: list[PairLatest]) -> None:
+    """Mark the cells analysed up to the measurement each was read at: one upsert for the batch, in id order (two
+    analysers marking overlapping batches lock in the same order), on AnalysisMark only."""
+    AnalysisMark.objects.bulk_create(
+        [AnalysisMark(cell_id=c.id, analysed_at=c.finished_at) for c in sorted(cells, key=lambda c: c.id)],
+        update_conflicts=True, unique_fields=["cell"], update_fields=["analysed_at"])
+
+
 def detect_changes(limit: int | None = None) -> set[int]:
     """Change detection on every cell with a measurement it has not seen; returns the benchmarks touched.
 
-    No lock is held while it reads and tests: an ingest moving the same cells forward never waits for it. Each cell
-    is then marked analysed up to the measurement it saw, one row per statement (a lone row lock cannot close a
-    deadlock cycle with an ingest's upsert); a newer measurement that came meanwhile leaves the cell to analyse
-    again, and two processes analysing one cell store its change once (unique per measurement and metric)."""
+    No lock is held while it reads and tests, and it writes no row ingest writes: an ingest moving the same cells
+    forward never waits for it. Each cell is then marked analysed up to the measurement it saw; a newer measurement
+    that came meanwhile leaves the cell to analyse again, and two processes analysing one cell store its change
+    once (unique per measurement and metric)."""
     touched: set[int] = set()
     done, after = 0, 0
     while limit is None or done < limit:
-        cells = list(PairLatest.objects.filter(id__gt=after)
-                     .filter(Q(analysed_at__isnull=True) | Q(analysed_at__lt=F("finished_at")))
-                     .order_by("id")[:BATCH])
+        cells = _pending(after)
         if not cells:
             break
         after = cells[-1].id
@@ -115,9 +130,7 @@ def detect_changes(limit: int | None = None) -> set[int]:
         histories = _histories(cells)
         found = [c for cell in cells for c in detect_cell(cell, now, histories[cell.id])]
         Change.objects.bulk_create(found, ignore_conflicts=True)
-        with connection.cursor() as cur:  # autocommit: each row's UPDATE is its own transaction
-            cur.executemany(f"UPDATE {PairLatest._meta.db_table} SET analysed_at = %s WHERE id = %s",
-                            [(c.finished_at, c.id) for c in cells])
+        _mark(cells)
         touched |= {c.benchmark_id for c in cells}
         done += len(cells)
         if found:

@@ -169,8 +169,6 @@ class PairLatest(models.Model):
     error = models.CharField(max_length=200, null=True, blank=True, help_text="first 200 characters")
     cell_json = models.TextField(null=True, blank=True,
                                  help_text="PostgreSQL: the cell's JSON but age, staleness and state (celljson.py)")
-    analysed_at = models.DateTimeField(null=True, blank=True,
-                                       help_text="finished_at of the newest measurement change detection has seen")
 
     class Meta:
         constraints = [
@@ -182,6 +180,17 @@ class PairLatest(models.Model):
             models.Index(fields=["source", "benchmark"], name="pairlatest_source"),
             models.Index(fields=["destination", "benchmark"], name="pairlatest_destination"),
         ]
+
+
+class AnalysisMark(models.Model):
+    """How far change detection has seen a grid cell. A table of its own, not a PairLatest column: analysis
+    writes one bulk upsert per batch here and never touches the rows ingest upserts (no row lock, no row version
+    shared with ingest). No database foreign key for the same reason (a key check would lock the cell's row in
+    share mode); Django still deletes the mark with its cell."""
+
+    cell = models.OneToOneField(PairLatest, primary_key=True, on_delete=models.CASCADE, db_constraint=False,
+                                related_name="mark")
+    analysed_at = models.DateTimeField(help_text="finished_at of the newest measurement change detection has seen")
 
 
 def hash_token(key: str) -> str:

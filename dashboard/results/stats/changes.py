@@ -26,6 +26,7 @@ MIN_RATIO = 1.1  # medians on the two sides differ by >= 10 %
 WINDOW = 40  # runs looked at on each arrival
 MIN_SIGMA = 0.01  # log units: a perfectly flat history still has a finite penalty
 MERGE_RUNS = 2  # a break found again within this many runs of a known one is that one
+MIN_HISTORY = 2 * MIN_RUNS  # fewer runs than this hold no change: detect() returns none
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def noise(logs: np.ndarray) -> float:
 def detect(values: Sequence[float], beta: float = BETA) -> list[Change]:
     """The step changes in ``values`` (positive numbers, oldest first); none for fewer than 2 x MIN_RUNS runs."""
     x = np.asarray(values, dtype=float)
-    if len(x) < 2 * MIN_RUNS:
+    if len(x) < MIN_HISTORY:
         return []
     if not np.all(np.isfinite(x)) or np.any(x <= 0):
         raise ValueError("detect() needs positive, finite values (Gbit/s or ms)")

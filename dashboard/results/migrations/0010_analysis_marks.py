@@ -1,0 +1,42 @@
+# The analysed mark moves from PairLatest.analysed_at to a table of its own (results.AnalysisMark): analysis then
+# writes no row that ingest upserts.
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+def copy_marks(apps, schema_editor):
+    PairLatest = apps.get_model("results", "PairLatest")
+    AnalysisMark = apps.get_model("results", "AnalysisMark")
+    marked = PairLatest.objects.filter(analysed_at__isnull=False).values_list("id", "analysed_at")
+    AnalysisMark.objects.bulk_create((AnalysisMark(cell_id=i, analysed_at=at) for i, at in marked.iterator()),
+                                     batch_size=5000)
+
+
+def copy_back(apps, schema_editor):
+    PairLatest = apps.get_model("results", "PairLatest")
+    AnalysisMark = apps.get_model("results", "AnalysisMark")
+    for cell_id, at in AnalysisMark.objects.values_list("cell_id", "analysed_at").iterator():
+        PairLatest.objects.filter(id=cell_id).update(analysed_at=at)
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('results', '0005_tcp_telemetry'),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name='AnalysisMark',
+            fields=[
+                ('cell', models.OneToOneField(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='mark', serialize=False, to='results.pairlatest')),
+                ('analysed_at', models.DateTimeField(help_text='finished_at of the newest measurement change detection has seen')),
+            ],
+        ),
+        migrations.RunPython(copy_marks, copy_back),
+        migrations.RemoveField(
+            model_name='pairlatest',
+            name='analysed_at',
+        ),
+    ]

@@ -693,7 +693,8 @@ class RunExecutor:
             if attempt < self.spec.retries:
                 self._event("Normal", "Retrying", f"Retrying {key} (attempt {attempt + 2}): {error}")
         if record is not None:
-            m = measurement_from_record(record, test.source, test.destination, rtt)
+            m = measurement_from_record(record, test.source, test.destination, rtt,
+                                        test.setting.repeat if self.spec.repeats > 1 else None)
             if test.setting.protocol in TOKEN_PROTOCOLS:
                 m["auth"] = self.auth
             await self._record(test, m)

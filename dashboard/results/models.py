@@ -103,6 +103,8 @@ class Measurement(models.Model):
     tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
                                           help_text="the congestion control the test asked for (null: default)")
+    repeat = models.PositiveSmallIntegerField(null=True, blank=True,
+                                              help_text="which repeat of its setting in the run (spec.repeats)")
     status = models.CharField(max_length=12, choices=[(s, s) for s in STATUSES])
     error = models.TextField(null=True, blank=True)
     checksum = models.CharField(max_length=12, null=True, blank=True)
@@ -169,6 +171,11 @@ class PairLatest(models.Model):
     error = models.CharField(max_length=200, null=True, blank=True, help_text="first 200 characters")
     cell_json = models.TextField(null=True, blank=True,
                                  help_text="PostgreSQL: the cell's JSON but age, staleness and state (celljson.py)")
+    # A benchmark with spec.repeats: the value is the median of the newest run's repeats, with its interval.
+    repeats = models.PositiveSmallIntegerField(db_default=1, help_text="succeeded measurements the value is the "
+                                                                    "median of (1: the newest alone)")
+    low = models.FloatField(null=True, blank=True, help_text="95 % bootstrap interval of that median (3+ repeats)")
+    high = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [

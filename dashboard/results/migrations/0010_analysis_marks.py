@@ -1,5 +1,6 @@
 # The analysed mark moves from PairLatest.analysed_at to a table of its own (results.AnalysisMark): analysis then
-# writes no row that ingest upserts.
+# writes no row that ingest upserts. And spec.repeats: a measurement's repeat index, a cell's median of repeats with
+# its interval.
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -11,6 +12,15 @@ def copy_marks(apps, schema_editor):
     marked = PairLatest.objects.filter(analysed_at__isnull=False).values_list("id", "analysed_at")
     AnalysisMark.objects.bulk_create((AnalysisMark(cell_id=i, analysed_at=at) for i, at in marked.iterator()),
                                      batch_size=5000)
+
+
+def fill_cell_json(apps, schema_editor):
+    """PostgreSQL: rewrite the cells' stored JSON in its newest shape (count, low, high). The live fill_sql, so
+    a later change of the JSON's shape makes this a no-op (as 0003) and refills in its own migration."""
+    if schema_editor.connection.vendor == "postgresql":
+        from results.celljson import fill_sql
+
+        schema_editor.execute(fill_sql())
 
 
 def copy_back(apps, schema_editor):
@@ -39,4 +49,25 @@ class Migration(migrations.Migration):
             model_name='pairlatest',
             name='analysed_at',
         ),
+        migrations.AddField(
+            model_name='measurement',
+            name='repeat',
+            field=models.PositiveSmallIntegerField(blank=True, help_text='which repeat of its setting in the run (spec.repeats)', null=True),
+        ),
+        migrations.AddField(
+            model_name='pairlatest',
+            name='high',
+            field=models.FloatField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name='pairlatest',
+            name='low',
+            field=models.FloatField(blank=True, help_text='95 % bootstrap interval of that median (3+ repeats)', null=True),
+        ),
+        migrations.AddField(
+            model_name='pairlatest',
+            name='repeats',
+            field=models.PositiveSmallIntegerField(db_default=1, help_text='succeeded measurements the value is the median of (1: the newest alone)'),
+        ),
+        migrations.RunPython(fill_cell_json, migrations.RunPython.noop),
     ]

@@ -1,0 +1,69 @@
+"""spec.repeats on the dashboard (PostgreSQL): a run that measures a setting K times shows, in the latest grid, the
+median of the run's succeeded repeats with its bootstrap interval and K as the count; a later run without repeats
+puts the plain newest value back. Both grid paths: the database's JSON and the Python cells."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.dashboard import batch, measurement
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+GRID = "/api/v1/grid/?benchmark=mesh/nightly&protocol=builtin&streams=8"
+
+
+def ingest(client, key, ms, run):
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, run=run)), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {key}")
+    assert r.status_code == 200, r.content
+
+
+def repeat_rows(t, values, first=0):
+    rows = []
+    for k, v in enumerate(values, start=first):
+        m = measurement("a", "b", protocol="builtin", streams=8, gbps=v, finished=t + timedelta(minutes=k),
+                        status="succeeded" if v else "failed", error=None if v else "reset")
+        rows.append({**m, "repeat": k})
+    return rows
+
+
+def cell(client, in_python=False):
+    """The a -> b cell from the API (PostgreSQL: the database's JSON) or from selectors.grid's Python cells."""
+    if in_python:
+        from results import selectors
+
+        cells = selectors.grid(selectors.get_benchmark("mesh/nightly"), "builtin", 8)["cells"]
+    else:
+        cells = client.get(GRID).json()["cells"]
+    (c,) = [c for c in cells if (c["source"], c["destination"]) == ("a", "b")]
+    return c
+
+
+def test_the_latest_cell_is_the_median_of_the_runs_repeats_with_its_interval(client, write_key):
+    t = datetime.now(UTC) - timedelta(hours=2)
+    values = [9.0, 10.0, 11.0, 30.0, None]  # an outlier and a failed repeat
+    ingest(client, write_key, repeat_rows(t, values[:2]), "r1")  # a run's repeats may come in several batches
+    c = cell(client)
+    assert (c["value"], c["count"], c["low"], c["high"]) == (9.5, 2, None, None)  # no interval from 2
+    ingest(client, write_key, repeat_rows(t, values[2:], first=2), "r1")
+    for c in (cell(client), cell(client, in_python=True)):
+        assert c["count"] == 4 and c["value"] == statistics.median([9, 10, 11, 30]) and c["status"] == "succeeded"
+        assert c["low"] <= c["value"] <= c["high"] and c["low"] >= 9 and c["high"] <= 30
+    stored = client.get("/api/v1/measurements/?source=a&protocol=builtin").json()["results"]
+    assert sorted(m["repeat"] for m in stored) == [0, 1, 2, 3, 4]
+
+    later = measurement("a", "b", protocol="builtin", streams=8, gbps=5.0, finished=t + timedelta(hours=1))
+    ingest(client, write_key, [later], "r2")
+    for c in (cell(client), cell(client, in_python=True)):
+        assert (c["value"], c["count"], c["low"], c["high"]) == (5.0, 1, None, None)
+
+
+def test_a_repeat_index_out_of_range_is_refused_naming_the_field(client, write_key):
+    row = {**measurement("a", "b", protocol="builtin", streams=8), "repeat": 20}
+    r = client.post("/api/v1/ingest/", json.dumps(batch([row])), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 400 and "repeat" in r.content.decode()

@@ -355,6 +355,16 @@ def link_observations(source: Node, destination: Node, protocol: str, bench: Ben
     return [o for o in (Observation.of(*row) for row in rows) if o is not None]
 
 
+def pair_repeated_cells(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
+    """The pair's grid cells (both directions) whose value is a median of a run's repeats (spec.repeats)."""
+    qs = PairLatest.objects.filter(Q(source=a, destination=b) | Q(source=b, destination=a), repeats__gt=1)
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    return list(qs.order_by("protocol", "streams", "source__name").values(
+        "source__name", "destination__name", "protocol", "streams", "throughput_gbps", "low", "high", "repeats",
+        "finished_at"))
+
+
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:
     """Per-file durations of the latest run that has per-file results for this pair: one group per direction
     and setting (protocol, streams) of that run, each with its files' seconds and a summary. None without any."""

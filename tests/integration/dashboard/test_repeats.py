@@ -53,6 +53,9 @@ def test_the_latest_cell_is_the_median_of_the_runs_repeats_with_its_interval(cli
     for c in (cell(client), cell(client, in_python=True)):
         assert c["count"] == 4 and c["value"] == statistics.median([9, 10, 11, 30]) and c["status"] == "succeeded"
         assert c["low"] <= c["value"] <= c["high"] and c["low"] >= 9 and c["high"] <= 30
+    page = client.get("/pair/a/b/?benchmark=mesh/nightly").content.decode()
+    table = page.split('id="repeats"', 1)[1].split("</table>", 1)[0]
+    assert "<td>10.50</td>" in table and f"{c['low']:.2f} – {c['high']:.2f}" in table and "<td>4</td>" in table
     stored = client.get("/api/v1/measurements/?source=a&protocol=builtin").json()["results"]
     assert sorted(m["repeat"] for m in stored) == [0, 1, 2, 3, 4]
 

@@ -101,7 +101,7 @@ def _pending(after: int) -> list[PairLatest]:
     """The next BATCH cells (by id, after ``after``) whose newest measurement change detection has not seen."""
     return list(PairLatest.objects.filter(id__gt=after)
                 .filter(Q(mark__isnull=True) | Q(mark__analysed_at__lt=F("finished_at")))
-                .order_by("id")[:BATCH])
+                .defer("cell_json").order_by("id")[:BATCH])
 
 
 def _mark(cells: list[PairLatest]) -> None:

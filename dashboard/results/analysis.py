@@ -11,9 +11,11 @@ analyses until nothing is left; ``manage.py analyse`` does the same in the foreg
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 from collections import defaultdict
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -30,17 +32,32 @@ log = logging.getLogger(__name__)
 BATCH = 500  # cells read and tested at a time
 
 
+def _per_run(rows: list[tuple]) -> list[tuple]:
+    """(id, finished_at, value, run_id) rows, oldest first -> one (id, finished_at, value) per run: a benchmark
+    with spec.repeats measures a setting K times in a run, and detection counts runs (one disturbed run is an
+    outlier, not a step), so a run is its repeats' median at its newest measurement."""
+    runs: dict[Any, list[tuple]] = {}
+    for row in rows:
+        runs.setdefault(row[3], []).append(row)
+    out = []
+    for group in runs.values():
+        newest = max(group, key=lambda r: r[1])
+        out.append((newest[0], newest[1], statistics.median(r[2] for r in group)))
+    out.sort(key=lambda r: r[1])
+    return out
+
+
 def _history(cell: PairLatest) -> list[tuple]:
-    """The cell's newest changes.WINDOW succeeded measurements, oldest first: (id, finished_at, value)."""
+    """The cell's runs among its newest changes.WINDOW succeeded measurements, oldest first: (id, finished_at,
+    value), a run's repeats as one (_per_run)."""
     metric = metric_for(cell.protocol)
     qs = Measurement.objects.filter(
         source_id=cell.source_id, destination_id=cell.destination_id, benchmark_id=cell.benchmark_id,
         protocol=cell.protocol, status="succeeded", **{f"{metric}__gt": 0},
     )
     qs = qs.filter(streams__isnull=True) if cell.streams == 0 else qs.filter(streams=cell.streams)
-    rows = list(qs.order_by("-finished_at").values_list("id", "finished_at", metric)[: changes.WINDOW])
-    rows.reverse()
-    return rows
+    rows = list(qs.order_by("-finished_at").values_list("id", "finished_at", metric, "run_id")[: changes.WINDOW])
+    return _per_run(rows)
 
 
 def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
@@ -49,11 +66,11 @@ def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
         return {c.id: _history(c) for c in cells}
     value = "CASE WHEN c.p = 'rtt' THEN m.rtt_ms ELSE m.throughput_gbps END"
     sql = f"""
-        SELECT c.id, h.id, h.finished_at, h.value
+        SELECT c.id, h.id, h.finished_at, h.value, h.run_id
         FROM (VALUES {", ".join(["(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s, %s::int)"] * len(cells))})
              AS c(id, s, d, b, p, st)
         CROSS JOIN LATERAL (
-            SELECT m.id, m.finished_at, {value} AS value
+            SELECT m.id, m.finished_at, {value} AS value, m.run_id
             FROM {Measurement._meta.db_table} m
             WHERE m.source_id = c.s AND m.destination_id = c.d AND m.benchmark_id = c.b AND m.protocol = c.p
               AND coalesce(m.streams, 0) = c.st AND m.status = 'succeeded' AND {value} > 0
@@ -63,11 +80,9 @@ def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
     out: dict[int, list[tuple]] = {c.id: [] for c in cells}
     with connection.cursor() as cur:
         cur.execute(sql, args)
-        for cell_id, mid, finished, v in cur.fetchall():
-            out[cell_id].append((mid, finished, v))
-    for rows in out.values():
-        rows.sort(key=lambda r: r[1])
-    return out
+        for cell_id, mid, finished, v, run_id in cur.fetchall():
+            out[cell_id].append((mid, finished, v, run_id))
+    return {cell_id: _per_run(rows) for cell_id, rows in out.items()}
 
 
 def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None) -> list[Change]:

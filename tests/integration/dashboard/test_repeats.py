@@ -5,6 +5,7 @@ puts the plain newest value back. Both grid paths: the database's JSON and the P
 from __future__ import annotations
 
 import json
+import random
 import statistics
 from datetime import UTC, datetime, timedelta
 
@@ -70,3 +71,20 @@ def test_a_repeat_index_out_of_range_is_refused_naming_the_field(client, write_k
     r = client.post("/api/v1/ingest/", json.dumps(batch([row])), content_type="application/json",
                     HTTP_AUTHORIZATION=f"Token {write_key}")
     assert r.status_code == 400 and "repeat" in r.content.decode()
+
+
+def test_change_detection_counts_runs_not_repeats(client, write_key):
+    """A run whose three repeats are all low is one odd run (an outlier), not a step of three measurements; a
+    level that stays lower for runs is one change, placed at the first low run."""
+    rng = random.Random(5)
+    t0 = datetime.now(UTC) - timedelta(days=5)
+    for k in range(16):
+        level = 8.0 if k == 6 else 10.0 if k >= 12 else 20.0
+        t = t0 + timedelta(hours=6 * k)
+        ingest(client, write_key, repeat_rows(t, [round(level * rng.uniform(0.97, 1.03), 3) for _ in range(3)]),
+               f"run{k}")
+        if k == 11:
+            assert client.get("/api/v1/changes/?benchmark=mesh/nightly").json()["count"] == 0
+    (c,) = client.get("/api/v1/changes/?benchmark=mesh/nightly").json()["results"]
+    assert c["worse"] and c["ratio"] == pytest.approx(0.5, abs=0.05) and c["runs_to_detect"] <= 4
+    assert c["at"].startswith((t0 + timedelta(hours=6 * 12)).strftime("%Y-%m-%dT%H"))

@@ -1,7 +1,7 @@
 """After ingest: change detection on each cell that got a new measurement, then the problem rules on each
 benchmark that changed. Writes Change and Problem rows.
 
-What is left to analyse lives in the database (PairLatest.analysed_at behind finished_at), so nothing is lost
+What is left to analyse lives in the database (a cell's AnalysisMark behind its finished_at), so nothing is lost
 when a process stops: ``schedule()`` (called when an ingest commits) wakes one background thread per process that
 analyses until nothing is left; ``manage.py analyse`` does the same in the foreground. TPCMESH_DASHBOARD_ANALYSIS
 = "inline" analyses inside the request instead (tests; the default on SQLite, which has one writer at a time),
@@ -11,9 +11,11 @@ analyses until nothing is left; ``manage.py analyse`` does the same in the foreg
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 from collections import defaultdict
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -21,7 +23,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from results import maintenance, problems, thresholds
-from results.models import Benchmark, Change, Measurement, Node, PairLatest, Problem, Run
+from results.models import AnalysisMark, Benchmark, Change, Measurement, Node, PairLatest, Problem, Run
 from results.selectors import kind_for, metric_for
 from results.stats import changes
 
@@ -30,17 +32,32 @@ log = logging.getLogger(__name__)
 BATCH = 500  # cells read and tested at a time
 
 
+def _per_run(rows: list[tuple]) -> list[tuple]:
+    """(id, finished_at, value, run_id) rows, oldest first -> one (id, finished_at, value) per run: a benchmark
+    with spec.repeats measures a setting K times in a run, and detection counts runs (one disturbed run is an
+    outlier, not a step), so a run is its repeats' median at its newest measurement."""
+    runs: dict[Any, list[tuple]] = {}
+    for row in rows:
+        runs.setdefault(row[3], []).append(row)
+    out = []
+    for group in runs.values():
+        newest = max(group, key=lambda r: r[1])
+        out.append((newest[0], newest[1], statistics.median(r[2] for r in group)))
+    out.sort(key=lambda r: r[1])
+    return out
+
+
 def _history(cell: PairLatest) -> list[tuple]:
-    """The cell's newest changes.WINDOW succeeded measurements, oldest first: (id, finished_at, value)."""
+    """The cell's runs among its newest changes.WINDOW succeeded measurements, oldest first: (id, finished_at,
+    value), a run's repeats as one (_per_run)."""
     metric = metric_for(cell.protocol)
     qs = Measurement.objects.filter(
         source_id=cell.source_id, destination_id=cell.destination_id, benchmark_id=cell.benchmark_id,
         protocol=cell.protocol, status="succeeded", **{f"{metric}__gt": 0},
     )
     qs = qs.filter(streams__isnull=True) if cell.streams == 0 else qs.filter(streams=cell.streams)
-    rows = list(qs.order_by("-finished_at").values_list("id", "finished_at", metric)[: changes.WINDOW])
-    rows.reverse()
-    return rows
+    rows = list(qs.order_by("-finished_at").values_list("id", "finished_at", metric, "run_id")[: changes.WINDOW])
+    return _per_run(rows)
 
 
 def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
@@ -49,11 +66,11 @@ def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
         return {c.id: _history(c) for c in cells}
     value = "CASE WHEN c.p = 'rtt' THEN m.rtt_ms ELSE m.throughput_gbps END"
     sql = f"""
-        SELECT c.id, h.id, h.finished_at, h.value
+        SELECT c.id, h.id, h.finished_at, h.value, h.run_id
         FROM (VALUES {", ".join(["(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s, %s::int)"] * len(cells))})
              AS c(id, s, d, b, p, st)
         CROSS JOIN LATERAL (
-            SELECT m.id, m.finished_at, {value} AS value
+            SELECT m.id, m.finished_at, {value} AS value, m.run_id
             FROM {Measurement._meta.db_table} m
             WHERE m.source_id = c.s AND m.destination_id = c.d AND m.benchmark_id = c.b AND m.protocol = c.p
               AND coalesce(m.streams, 0) = c.st AND m.status = 'succeeded' AND {value} > 0
@@ -63,17 +80,17 @@ def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
     out: dict[int, list[tuple]] = {c.id: [] for c in cells}
     with connection.cursor() as cur:
         cur.execute(sql, args)
-        for cell_id, mid, finished, v in cur.fetchall():
-            out[cell_id].append((mid, finished, v))
-    for rows in out.values():
-        rows.sort(key=lambda r: r[1])
-    return out
+        for cell_id, mid, finished, v, run_id in cur.fetchall():
+            out[cell_id].append((mid, finished, v, run_id))
+    return {cell_id: _per_run(rows) for cell_id, rows in out.items()}
 
 
 def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None) -> list[Change]:
     """New step changes in one cell's recent history (``rows``, else read here); a break near a stored one is
     that one."""
     rows = _history(cell) if rows is None else rows
+    if len(rows) < changes.MIN_HISTORY:  # too short to hold a step: no test, no look-up of known changes
+        return []
     found = changes.detect([v for _, _, v in rows])
     if not found:
         return []
@@ -95,19 +112,32 @@ def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None
     return out
 
 
+def _pending(after: int) -> list[PairLatest]:
+    """The next BATCH cells (by id, after ``after``) whose newest measurement change detection has not seen."""
+    return list(PairLatest.objects.filter(id__gt=after)
+                .filter(Q(mark__isnull=True) | Q(mark__analysed_at__lt=F("finished_at")))
+                .defer("cell_json").order_by("id")[:BATCH])
+
+
+def _mark(cells: list[PairLatest]) -> None:
+    """Mark the cells analysed up to the measurement each was read at: one upsert for the batch, in id order (two
+    analysers marking overlapping batches lock in the same order), on AnalysisMark only."""
+    AnalysisMark.objects.bulk_create(
+        [AnalysisMark(cell_id=c.id, analysed_at=c.finished_at) for c in sorted(cells, key=lambda c: c.id)],
+        update_conflicts=True, unique_fields=["cell"], update_fields=["analysed_at"])
+
+
 def detect_changes(limit: int | None = None) -> set[int]:
     """Change detection on every cell with a measurement it has not seen; returns the benchmarks touched.
 
-    No lock is held while it reads and tests: an ingest moving the same cells forward never waits for it. Each cell
-    is then marked analysed up to the measurement it saw, one row per statement (a lone row lock cannot close a
-    deadlock cycle with an ingest's upsert); a newer measurement that came meanwhile leaves the cell to analyse
-    again, and two processes analysing one cell store its change once (unique per measurement and metric)."""
+    No lock is held while it reads and tests, and it writes no row ingest writes: an ingest moving the same cells
+    forward never waits for it. Each cell is then marked analysed up to the measurement it saw; a newer measurement
+    that came meanwhile leaves the cell to analyse again, and two processes analysing one cell store its change
+    once (unique per measurement and metric)."""
     touched: set[int] = set()
     done, after = 0, 0
     while limit is None or done < limit:
-        cells = list(PairLatest.objects.filter(id__gt=after)
-                     .filter(Q(analysed_at__isnull=True) | Q(analysed_at__lt=F("finished_at")))
-                     .order_by("id")[:BATCH])
+        cells = _pending(after)
         if not cells:
             break
         after = cells[-1].id
@@ -115,9 +145,7 @@ def detect_changes(limit: int | None = None) -> set[int]:
         histories = _histories(cells)
         found = [c for cell in cells for c in detect_cell(cell, now, histories[cell.id])]
         Change.objects.bulk_create(found, ignore_conflicts=True)
-        with connection.cursor() as cur:  # autocommit: each row's UPDATE is its own transaction
-            cur.executemany(f"UPDATE {PairLatest._meta.db_table} SET analysed_at = %s WHERE id = %s",
-                            [(c.finished_at, c.id) for c in cells])
+        _mark(cells)
         touched |= {c.benchmark_id for c in cells}
         done += len(cells)
         if found:

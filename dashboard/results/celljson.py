@@ -18,7 +18,8 @@ def cell_json_sql(row: str, source_name: str, destination_name: str) -> str:
                                          ELSE {row}.throughput_gbps END)::text, 'null')
         || ',"finished_at":"' || to_char({row}.finished_at AT TIME ZONE 'UTC', {ISO})
         || '","status":' || to_json({row}.status)::text || ',"error":' || coalesce(to_json({row}.error)::text, 'null')
-        || ',"count":1')"""
+        || ',"count":' || {row}.repeats || ',"low":' || coalesce({row}.low::text, 'null')
+        || ',"high":' || coalesce({row}.high::text, 'null'))"""
 
 
 def fill_sql(where: str = "true") -> str:

@@ -139,6 +139,8 @@ class Measurement(models.Model):
     tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
                                           help_text="the congestion control the test asked for (null: default)")
+    repeat = models.PositiveSmallIntegerField(null=True, blank=True,
+                                              help_text="which repeat of its setting in the run (spec.repeats)")
     status = models.CharField(max_length=12, choices=[(s, s) for s in STATUSES])
     error = models.TextField(null=True, blank=True)
     checksum = models.CharField(max_length=12, null=True, blank=True)
@@ -205,8 +207,11 @@ class PairLatest(models.Model):
     error = models.CharField(max_length=200, null=True, blank=True, help_text="first 200 characters")
     cell_json = models.TextField(null=True, blank=True,
                                  help_text="PostgreSQL: the cell's JSON but age, staleness and state (celljson.py)")
-    analysed_at = models.DateTimeField(null=True, blank=True,
-                                       help_text="finished_at of the newest measurement change detection has seen")
+    # A benchmark with spec.repeats: the value is the median of the newest run's repeats, with its interval.
+    repeats = models.PositiveSmallIntegerField(db_default=1, help_text="succeeded measurements the value is the "
+                                                                    "median of (1: the newest alone)")
+    low = models.FloatField(null=True, blank=True, help_text="95 % bootstrap interval of that median (3+ repeats)")
+    high = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -218,6 +223,17 @@ class PairLatest(models.Model):
             models.Index(fields=["source", "benchmark"], name="pairlatest_source"),
             models.Index(fields=["destination", "benchmark"], name="pairlatest_destination"),
         ]
+
+
+class AnalysisMark(models.Model):
+    """How far change detection has seen a grid cell. A table of its own, not a PairLatest column: analysis
+    writes one bulk upsert per batch here and never touches the rows ingest upserts (no row lock, no row version
+    shared with ingest). No database foreign key for the same reason (a key check would lock the cell's row in
+    share mode); Django still deletes the mark with its cell."""
+
+    cell = models.OneToOneField(PairLatest, primary_key=True, on_delete=models.CASCADE, db_constraint=False,
+                                related_name="mark")
+    analysed_at = models.DateTimeField(help_text="finished_at of the newest measurement change detection has seen")
 
 
 def hash_token(key: str) -> str:

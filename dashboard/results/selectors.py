@@ -96,8 +96,9 @@ def grid(
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
     Each cell: source, destination, streams, value (Gbit/s or ms), finished_at, age_seconds, stale, status,
-    error, count, state (ok / warning / critical / failed / none by the benchmark's thresholds; maintenance for
-    a node or pair in a maintenance window).
+    error, count (latest: the run's repeats the value is the median of), low/high (that median's 95 % interval,
+    3+ repeats; else null), state (ok / warning / critical / failed / none by the benchmark's thresholds;
+    maintenance for a node or pair in a maintenance window).
     `streams=None` returns every stream setting. `cells_json` (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
     """
@@ -155,11 +156,12 @@ def _cells_in_python(bench: Benchmark, protocol: str, streams: int | None, now: 
         qs = PairLatest.objects.filter(benchmark=bench, protocol=protocol)
         if streams is not None:
             qs = qs.filter(streams=streams)
-        for src, dst, st, finished, value, status, error in qs.values_list(
-                "source_id", "destination_id", "streams", "finished_at", metric, "status", "error"):
+        for src, dst, st, finished, value, status, error, repeats, low, high in qs.values_list(
+                "source_id", "destination_id", "streams", "finished_at", metric, "status", "error", "repeats", "low",
+                "high"):
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
-                          "finished_at": finished, "status": status, "error": error, "count": 1,
-                          "maintenance": cover.covers(src, dst)})
+                          "finished_at": finished, "status": status, "error": error, "count": repeats,
+                          "low": low, "high": high, "maintenance": cover.covers(src, dst)})
     else:
         qs = Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window)
         if streams is not None:
@@ -177,7 +179,7 @@ def _cells_in_python(bench: Benchmark, protocol: str, streams: int | None, now: 
                 value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
                           "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
-                          "count": len(items), "maintenance": cover.covers(src, dst)})
+                          "count": len(items), "low": None, "high": None, "maintenance": cover.covers(src, dst)})
     stale_after = settings.STALE_SECONDS
     for cell in cells:
         age = (now - cell["finished_at"]).total_seconds()
@@ -193,7 +195,8 @@ def _latest_cells_sql(bench: Benchmark, protocol: str, streams: int | None) -> t
     """The grid's cells in the latest mode, from the PairLatest summary (one row per cell)."""
     metric = metric_for(protocol)
     return f"""
-        SELECT source_id, destination_id, streams, {metric} AS value, finished_at, status, error, 1 AS count
+        SELECT source_id, destination_id, streams, {metric} AS value, finished_at, status, error, repeats AS count,
+               low, high
         FROM {PairLatest._meta.db_table}
         WHERE benchmark_id = %(bench)s AND protocol = %(protocol)s
           AND (%(streams)s::int IS NULL OR streams = %(streams)s::int)
@@ -218,7 +221,7 @@ def _window_cells_sql(bench: Benchmark, protocol: str, streams: int | None, now:
     return f"""
         SELECT w.source_id, w.destination_id, w.streams, w.value, w.finished_at,
                CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END AS status,
-               NULL AS error, w.count
+               NULL AS error, w.count, NULL::float8 AS low, NULL::float8 AS high
         FROM (
             SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams,
                    {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
@@ -251,7 +254,7 @@ def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
 
 
 CELL_COLUMNS = ("source", "destination", "streams", "value", "finished_at", "age_seconds", "stale", "status", "error",
-                "count", "state")
+                "count", "low", "high", "state")
 
 
 def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime, bounds: dict[str, float],
@@ -267,7 +270,7 @@ def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: dateti
     sql = f"""
         SELECT s.name AS source, d.name AS destination, p.streams, p.value, {finished} AS finished_at,
             round(age.seconds * 10) / 10 AS age_seconds, age.seconds > %(stale)s AS stale,
-            p.status, p.error, p.count,
+            p.status, p.error, p.count, p.low, p.high,
             {_state_sql("p.value", protocol, cover)} AS state
         FROM ({inner}) p
         JOIN {Node._meta.db_table} s ON s.id = p.source_id
@@ -387,6 +390,16 @@ def link_observations(source: Node, destination: Node, protocol: str, bench: Ben
         qs = qs.filter(finished_at__gte=since)
     rows = qs.order_by("finished_at").values_list("streams", "concurrency", "throughput_gbps", "status")
     return [o for o in (Observation.of(*row) for row in rows) if o is not None]
+
+
+def pair_repeated_cells(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
+    """The pair's grid cells (both directions) whose value is a median of a run's repeats (spec.repeats)."""
+    qs = PairLatest.objects.filter(Q(source=a, destination=b) | Q(source=b, destination=a), repeats__gt=1)
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    return list(qs.order_by("protocol", "streams", "source__name").values(
+        "source__name", "destination__name", "protocol", "streams", "throughput_gbps", "low", "high", "repeats",
+        "finished_at"))
 
 
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:

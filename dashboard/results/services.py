@@ -7,6 +7,8 @@ import io
 import json
 import logging
 import operator
+import statistics
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from results import analysis, metrics, paths, scope
-from results.celljson import cell_json_sql
+from results.celljson import cell_json_sql, fill_sql
 from results.models import (
     DEFAULT_CLUSTER,
     ApiToken,
@@ -32,17 +34,19 @@ from results.models import (
     Problem,
     Run,
 )
+from results.stats.level import recent_level
 
 log = logging.getLogger(__name__)
 
 MEASUREMENT_FIELDS = [
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum",
-    "destination_kind", "auth", "started_at", "finished_at", "tcp", "congestion_control",
+    "destination_kind", "auth", "started_at", "finished_at", "tcp", "congestion_control", "repeat",
 ]
 STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits"]  # retransmits: tcp.retransmits in a column, for filtering
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
-LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error"]
+LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error", "repeats", "low",
+                 "high"]
 NODE_FIELDS = ["site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "external"]
 
 
@@ -161,12 +165,44 @@ def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
     prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in LATEST_COLUMNS]
     values = [
         [f(v, connection) for f, v in zip(prep, (bench.id, *key, m.id, m.finished_at, m.throughput_gbps, m.rtt_ms,
-                                                 m.status, (m.error or "")[:200] or None), strict=True)]
+                                                 m.status, (m.error or "")[:200] or None, 1, None, None),
+                                          strict=True)]
         for key, m in sorted(newest.items())
     ]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {PairLatest._meta.db_table} ({', '.join(LATEST_COLUMNS)}) VALUES "
                         f"({', '.join(['%s'] * len(LATEST_COLUMNS))}) {_latest_upsert()}", values)
+
+
+def _summarise_repeats(run: Run, rows: list[Row]) -> None:
+    """A benchmark with spec.repeats: each grid cell whose newest measurement is of this run shows the median of
+    the run's succeeded repeats of it (those stored so far: a run's repeats may come in several batches), with its
+    bootstrap interval (stats.level) once there are 3. A cell none of whose repeats succeeded keeps its newest
+    failure."""
+    cells = {(r.protocol, r.streams or 0, r.source_id, r.destination_id) for r in rows
+             if r.repeat is not None and r.protocol != "rtt"}
+    values_of: dict[tuple, list[float]] = defaultdict(list)
+    for protocol, streams, src, dst, gbps in Measurement.objects.filter(
+            run=run, protocol__in={c[0] for c in cells}, source_id__in={c[2] for c in cells},
+            destination_id__in={c[3] for c in cells}, status="succeeded", throughput_gbps__gt=0).values_list(
+            "protocol", "streams", "source_id", "destination_id", "throughput_gbps"):
+        values_of[(protocol, streams or 0, src, dst)].append(gbps)
+    changed = []
+    for cell in PairLatest.objects.filter(benchmark_id=run.benchmark_id, measurement__run=run,
+                                          protocol__in={c[0] for c in cells}):
+        key = (cell.protocol, cell.streams, cell.source_id, cell.destination_id)
+        values = values_of.get(key) if key in cells else None
+        if not values:
+            continue
+        level = recent_level(values)
+        cell.throughput_gbps = level.median if level else statistics.median(values)
+        cell.low, cell.high = (level.low, level.high) if level else (None, None)
+        cell.repeats, cell.status, cell.error = len(values), "succeeded", None
+        changed.append(cell)
+    PairLatest.objects.bulk_update(changed, ["throughput_gbps", "low", "high", "repeats", "status", "error"])
+    if changed and connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(fill_sql("p.id = ANY(%s)"), [[c.id for c in changed]])
 
 
 class Row(SimpleNamespace):
@@ -227,7 +263,8 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
                 ON CONFLICT (id) DO NOTHING RETURNING {cols}
             ), newest AS (
                 SELECT DISTINCT ON ({cell}) benchmark_id, protocol, COALESCE(streams, 0) AS streams, source_id,
-                       destination_id, id, finished_at, throughput_gbps, rtt_ms, status, left(error, 200) AS error
+                       destination_id, id, finished_at, throughput_gbps, rtt_ms, status, left(error, 200) AS error,
+                       1 AS repeats, NULL::float8 AS low, NULL::float8 AS high
                 FROM created ORDER BY {cell}, finished_at DESC
             ), cells AS (
                 INSERT INTO {PairLatest._meta.db_table} ({", ".join(LATEST_COLUMNS)}, cell_json)
@@ -303,6 +340,8 @@ def ingest(batch: dict[str, Any], token: object = None) -> IngestResult:
         _update_latest(bench, rows)
     paths.store([paths.path_row(r.id, bench.id, r.source_id, r.destination_id, r.finished_at, unique[str(r.id)]["path"])
                  for r in rows if unique[str(r.id)].get("path")])
+    if any(r.repeat is not None for r in rows):
+        _summarise_repeats(run, rows)
 
     if rows:
         transaction.on_commit(analysis.schedule)

@@ -266,6 +266,7 @@ def pair_page(request, source: str, destination: str):
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
+        "repeated": selectors.pair_repeated_cells(a, b, bench),
         "advice": _advice(history), "advice_terms": {"runs": LEVEL_RUNS, "min_runs": MIN_RUNS,
                                                      "margin": f"{KNEE_MARGIN:.0%}"},
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),

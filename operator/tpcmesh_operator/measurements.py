@@ -22,14 +22,18 @@ def now_iso() -> str:
 
 
 def measurement_from_record(
-    record: Mapping[str, Any], source: str, destination: str, rtt: Mapping[str, Any] | None = None
+    record: Mapping[str, Any], source: str, destination: str, rtt: Mapping[str, Any] | None = None,
+    repeat: int | None = None,
 ) -> dict[str, Any]:
-    """Contract `measurement` = the agent's `transferRecord` + the pair's node names + its RTT."""
+    """Contract `measurement` = the agent's `transferRecord` + the pair's node names + its RTT (+ which repeat of
+    its setting it is, when the benchmark repeats settings)."""
     m: dict[str, Any] = {"id": record["test_id"], "source": source, "destination": destination}
     for k in _MEASUREMENT_FIELDS:
         if k in record:
             m[k] = record[k]
     _add_rtt(m, rtt)
+    if repeat is not None:
+        m["repeat"] = repeat
     return m
 
 
@@ -47,6 +51,8 @@ def failed_measurement(
     if test.setting.congestion:
         m["congestion_control"] = test.setting.congestion
     if test.setting.protocol != RTT:
+        if spec.repeats > 1:
+            m["repeat"] = test.setting.repeat
         m["concurrency"] = spec.concurrency
         m["file_size"] = spec.file_set.size
         m["file_count"] = spec.file_set.count

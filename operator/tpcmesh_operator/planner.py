@@ -49,12 +49,15 @@ class Setting:
     streams: int | None = None  # None for rtt
     loopback: bool = False  # each agent against itself
     congestion: str | None = None  # the senders' TCP congestion control (spec.tcp); None: the nodes' default
+    repeat: int = 0  # which of spec.repeats measurements of the setting (0 = the first or only one)
 
     @property
     def key(self) -> str:
         key = self.protocol if self.streams is None else f"{self.protocol}/{self.streams}"
         if self.congestion:
             key += f"/{self.congestion}"
+        if self.repeat:
+            key += f"#{self.repeat}"
         return f"loopback/{key}" if self.loopback else key
 
 
@@ -146,9 +149,12 @@ def lower_bound(n: int) -> int:
 
 
 def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
-    """RTT first (it is quick and its result goes with every measurement of the pair), then protocol x streams."""
+    """RTT first (it is quick and its result goes with every measurement of the pair), then protocol x streams;
+    with spec.repeats = K, K passes over those settings one after another (repeat 0, 1, ...), so a setting's
+    repeats are spread over the run rather than back to back (a passing disturbance hits one of them)."""
     out = [Setting(RTT)] if spec.latency else []
-    out += [Setting(p, s, congestion=c) for p in spec.protocols for s in spec.streams
+    out += [Setting(p, s, congestion=c, repeat=r) for r in range(spec.repeats) for p in spec.protocols
+            for s in spec.streams
             for c in (spec.congestion_control if p in CONGESTION_PROTOCOLS and spec.congestion_control else (None,))]
     return tuple(out)
 

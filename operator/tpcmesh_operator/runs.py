@@ -656,7 +656,8 @@ class RunExecutor:
                     return
         record, error, tid = await self._attempts(test, dst, lambda tid: self._request(test, src, dst, tid))
         if record is not None:
-            m = measurement_from_record(record, test.source, test.destination, rtt)
+            m = measurement_from_record(record, test.source, test.destination, rtt,
+                                        test.setting.repeat if self.spec.repeats > 1 else None)
             if test.setting.protocol in TOKEN_PROTOCOLS:
                 m["auth"] = self.auth
             await self._record(test, m)

@@ -38,6 +38,7 @@ DEFAULT_FILE_SIZE = 1_000_000_000
 DEFAULT_PROTOCOLS = ("xrootd-https", "gridftp")
 DEFAULT_TIMEOUT_SECONDS = 1800
 DEFAULT_RETRIES = 1
+MAX_REPEATS = 20  # spec.repeats: each setting measured this many times in one run (the grid shows their median)
 DEFAULT_LATENCY_COUNT = 5
 DEFAULT_IPERF3_SECONDS = 10  # iperf3's own default -t
 MAX_IPERF3_SECONDS = 300
@@ -157,6 +158,7 @@ class BenchmarkSpec:
     destination: str = "store"
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     retries: int = DEFAULT_RETRIES
+    repeats: int = 1  # each transfer setting measured this many times per run (the RTT probe once)
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
@@ -236,7 +238,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
     known = {
         "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
         "streams", "tcp",
-        "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "thresholds", "results",
+        "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
         "auth", "externalEndpoints",
     }
@@ -402,6 +404,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         destination=destination,
         timeout_seconds=timeout_seconds,
         retries=_int(d, "retries", path, DEFAULT_RETRIES, 0, 10),
+        repeats=_int(d, "repeats", path, 1, 1, MAX_REPEATS),
         thresholds=thresholds,
         results=results,
         concurrency_policy=policy,
@@ -456,6 +459,7 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         "destination": s.destination,
         "timeoutSeconds": s.timeout_seconds,
         "retries": s.retries,
+        **({"repeats": s.repeats} if s.repeats != 1 else {}),
         "thresholds": dict(s.thresholds),
         "concurrencyPolicy": s.concurrency_policy,
         "roundPolicy": s.round_policy,

@@ -31,7 +31,7 @@ def test_defaults_are_applied(api) -> None:
     assert spec["schedule"] == "@every 12h"
     assert spec["streams"] == [8, 1] and spec["concurrency"] == 11
     assert spec["fileSet"] == {"count": 11, "size": "1GB"}
-    assert spec["latency"] == {"enabled": True, "count": 5}
+    assert spec["latency"] == {"enabled": True, "count": 5, "path": True}
     assert spec["protocols"] == ["xrootd-https", "gridftp"]
     assert spec["pairs"] == {"mode": "fullMesh", "direction": "both"}
     assert spec["concurrencyPolicy"] == "Forbid"

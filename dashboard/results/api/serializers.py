@@ -124,6 +124,8 @@ class MeasurementIn(serializers.Serializer):
     tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
     congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
     path = PathIn(required=False, help_text="rtt rows: the source's path to the destination (tracepath)")
+    repeat = serializers.IntegerField(min_value=0, max_value=19, allow_null=True, required=False,
+                                      help_text="which of the benchmark's repeats of this setting in the run")
 
     def validate(self, attrs):
         errors = {}
@@ -272,8 +274,9 @@ class MeasurementSerializer(serializers.ModelSerializer):
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
-                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "status", "error",
-                  "checksum", "destination_kind", "auth", "started_at", "finished_at", "ingested_at", "cluster"]
+                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "repeat", "status",
+                  "error", "checksum", "destination_kind", "auth", "started_at", "finished_at", "ingested_at",
+                  "cluster"]
 
 
 class MeasurementDetailSerializer(MeasurementSerializer):
@@ -294,7 +297,10 @@ class GridCellSerializer(serializers.Serializer):
     stale = serializers.BooleanField()
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="measurements the value summarises: a window's, or in the latest "
+                                                "mode the newest run's repeats of the setting (spec.repeats)")
+    low = serializers.FloatField(allow_null=True, help_text="latest mode, 3+ repeats: the median's 95 % interval")
+    high = serializers.FloatField(allow_null=True)
     state = serializers.ChoiceField(choices=thresholds.STATES, help_text=(
         "by the benchmark's thresholds, or maintenance (a window on its node or pair)"))
 

@@ -1,13 +1,9 @@
 from django.db import migrations, models
 
-from results.celljson import fill_sql
-
 
 def fill_cell_json(apps, schema_editor):
-    """PostgreSQL: write the stored JSON of the cells that exist (new ones get it on ingest)."""
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    schema_editor.execute(fill_sql())
+    """The stored JSON of the cells that exist is written by 0009_analysis_marks (the JSON's newest shape): this
+    migration called the live celljson.fill_sql, which reads columns added after it."""
 
 
 class Migration(migrations.Migration):

@@ -156,3 +156,27 @@ def test_a_node_without_results_in_two_runs_is_silent(client, write_key):
                                if "a2" not in (m["source"], m["destination"])], "s3")
     (p,) = client.get("/api/v1/problems/?kind=silent").json()["results"]
     assert p["key"] == "silent:a2" and "no result in the last 2 runs" in p["summary"]
+
+
+def test_analysis_marks_cells_apart_and_never_rewrites_a_grid_row(client, write_key):
+    """The analysed mark lives in AnalysisMark: analysing writes no PairLatest row (the rows ingest upserts keep
+    their row version), and a cell analysed up to its newest measurement is not analysed again."""
+    from django.db import connection
+    from results import analysis
+    from results.models import AnalysisMark, PairLatest
+
+    t = datetime.now(UTC) - timedelta(hours=3)
+    with connection.cursor() as cur:  # analysis "inline" runs in the ingest request: look before and after it
+        ingest(client, write_key, mesh_run(t, lambda s, d: 20.0), "m1")
+        cur.execute(f"SELECT id, xmin::text FROM {PairLatest._meta.db_table}")
+        versions = dict(cur.fetchall())
+        assert len(versions) == 12
+        AnalysisMark.objects.all().delete()  # as if the analysis had not run yet
+        assert analysis.detect_changes() == {PairLatest.objects.get(id=next(iter(versions))).benchmark_id}
+        cur.execute(f"SELECT id, xmin::text FROM {PairLatest._meta.db_table}")
+        assert dict(cur.fetchall()) == versions
+    marks = dict(AnalysisMark.objects.values_list("cell_id", "analysed_at"))
+    assert marks == dict(PairLatest.objects.values_list("id", "finished_at"))
+    assert analysis.detect_changes() == set()  # nothing left
+    ingest(client, write_key, mesh_run(t + timedelta(hours=1), lambda s, d: 20.0), "m2")
+    assert AnalysisMark.objects.filter(analysed_at=t + timedelta(hours=1)).count() == 12  # moved forward

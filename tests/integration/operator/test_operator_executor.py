@@ -372,3 +372,33 @@ async def test_congestion_control_settings_reach_the_agents_and_the_dashboard(me
                            headers={"Accept": "application/json"}).json()
         assert detail["tcp"]["sender"]["congestion"] == [r["congestion_control"]]
         assert all(f["tcp"]["sender"]["connections"] == 1 for f in detail["files"])
+
+
+async def test_repeats_measure_each_setting_k_times_and_the_grid_shows_their_median(mesh, shared_token,
+                                                                                   tpcmesh_pki, dashboard) -> None:
+    """spec.repeats 3: every builtin test of a pair runs three times in the run (RTT once), each row names its
+    repeat, and the dashboard's latest cell is the median of the three with its interval."""
+    handles, agents = mesh(2)
+    info = run_info()
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac, ResultsClient(dashboard.url,
+                                                                                      dashboard.token) as rc:
+        st = await executor({**SPEC, "repeats": 3}, agents, ac, rc, MemoryStatusStore(), run=info).execute()
+    assert st["phase"] == "Succeeded", st.get("message")
+    assert (st["planned"], st["succeeded"]) == (8, 8)  # 2 directions x (rtt + 3 x builtin/1)
+    rows = stored(dashboard, info)
+    detail = [httpx.get(f"{dashboard.url}/api/v1/measurements/{r['id']}/", timeout=10,
+                        headers={"Accept": "application/json"}).json() for r in rows]
+    assert sorted((d["source"], d["protocol"], d["repeat"]) for d in detail) == sorted(
+        [(h.name, "rtt", None) for h in handles] + [(h.name, "builtin", k) for h in handles for k in range(3)])
+    grid = httpx.get(f"{dashboard.url}/api/v1/grid/", timeout=10, headers={"Accept": "application/json"},
+                     params={"benchmark": f"{info.benchmark_namespace}/{info.benchmark_name}", "protocol": "builtin",
+                             "streams": 1}).json()
+    names = {h.name for h in handles}  # the benchmark is shared with the module's other tests
+    mine = [c for c in grid["cells"] if {c["source"], c["destination"]} <= names]
+    assert len(mine) == 2
+    for cell in mine:
+        runs = sorted(d["throughput_gbps"] for d in detail
+                      if (d["source"], d["destination"], d["protocol"]) == (cell["source"], cell["destination"],
+                                                                            "builtin"))
+        assert cell["count"] == 3 and cell["value"] == pytest.approx(runs[1])
+        assert runs[0] <= cell["low"] <= cell["value"] <= cell["high"] <= runs[2]

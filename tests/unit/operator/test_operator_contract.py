@@ -56,6 +56,18 @@ def test_record_to_measurement_keeps_every_contract_field() -> None:
     assert "progress" not in m
 
 
+def test_a_repeated_settings_rows_say_which_repeat_they_are() -> None:
+    m = measurement_from_record(record(), "node-a", "node-b", repeat=2)
+    validator("measurement").validate(m)
+    assert m["repeat"] == 2 and "repeat" not in measurement_from_record(record(), "node-a", "node-b")
+    t = Test(0, Setting("gridftp", 8, repeat=1), "a", "b")
+    failed = failed_measurement(str(uuid.uuid4()), t, parse_spec({"repeats": 2}), "agent b vanished", now_iso())
+    validator("measurement").validate(failed)
+    assert failed["repeat"] == 1
+    with pytest.raises(jsonschema.ValidationError):
+        validator("measurement").validate({**m, "repeat": -1})
+
+
 def test_the_records_tcp_view_is_passed_on_unchanged() -> None:
     side = {"retransmits": 42, "min_rtt_ms": 50.1, "srtt_ms": 61.0, "cwnd_max_bytes": 900_000, "connections": 2}
     rec = record(tcp={"retransmits": 42, "srtt_median_ms": 61.0, "sender": {**side, "congestion": ["cubic"]},

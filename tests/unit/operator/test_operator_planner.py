@@ -84,6 +84,19 @@ def test_congestion_control_is_a_setting_of_its_own_for_the_movers_that_set_it()
     assert len({t.key for t in tests}) == len(tests) == 10  # 5 settings x 2 directions, each its own key
 
 
+def test_repeats_measure_each_transfer_setting_k_times_in_passes_and_rtt_once() -> None:
+    spec = parse_spec({"protocols": ["builtin"], "streams": [1, 4], "repeats": 3, "loopback": {"enabled": False}})
+    assert [s.key for s in settings_for(spec)] == [RTT, "builtin/1", "builtin/4", "builtin/1#1", "builtin/4#1",
+                                                   "builtin/1#2", "builtin/4#2"]
+    p = plan(["a", "b", "c"], spec)
+    check_rounds(p)
+    tests = list(p.tests())
+    assert len({t.key for t in tests}) == len(tests) == 7 * 6  # every repeat of every pair has its own key
+    per_cell = Counter((t.setting.protocol, t.setting.streams, t.source, t.destination) for t in tests)
+    assert set(per_cell.values()) == {1, 3} and per_cell[(RTT, None, "a", "b")] == 1
+    assert [s.repeat for s in settings_for(parse_spec({"protocols": ["builtin"], "streams": [1]}))] == [0, 0]
+
+
 def test_small_meshes() -> None:
     assert full_mesh_rounds(0) == [] and full_mesh_rounds(1) == []
     assert sorted(p for r in full_mesh_rounds(2) for p in r) == [(0, 1), (1, 0)]

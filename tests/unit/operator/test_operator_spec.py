@@ -44,6 +44,8 @@ def test_round_trip() -> None:
     assert s.results.url == "http://dash:8000" and s.congestion_control == ("cubic", "bbr")
     assert s.path is False and parse_spec({}).path is True
     assert "tcp" not in to_dict(parse_spec({}))  # unset: the nodes' default, and a frozen spec says nothing
+    assert parse_spec({}).repeats == 1 and "repeats" not in to_dict(parse_spec({}))
+    assert parse_spec(to_dict(parse_spec({"repeats": 5}))).repeats == 5
 
 
 @pytest.mark.parametrize("raw,field", [
@@ -87,6 +89,9 @@ def test_round_trip() -> None:
     ({"tcp": {"congestionControl": "bbr"}}, "spec.tcp.congestionControl"),
     ({"tcp": {"congestion": ["bbr"]}}, "spec.tcp.congestion"),
     ({"tcp": ["bbr"]}, "spec.tcp"),
+    ({"repeats": 0}, "spec.repeats"),
+    ({"repeats": 21}, "spec.repeats"),
+    ({"repeats": "3"}, "spec.repeats"),
 ])
 def test_errors_name_the_field(raw, field) -> None:
     with pytest.raises(SpecError) as e:

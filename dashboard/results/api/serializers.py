@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from results import contract, rfc3339, thresholds
 from results.models import (
+    ADDRESS_FAMILIES,
     AUTH_MODES,
     PROTOCOLS,
     STATUSES,
@@ -111,6 +112,8 @@ class MeasurementIn(serializers.Serializer):
     files = FileResultIn(many=True, required=False)
     tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
     congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
+    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES, default="ipv4", required=False,
+                                             help_text="the IP version the test ran over (default ipv4)")
 
     def validate(self, attrs):
         errors = {}
@@ -244,7 +247,8 @@ class MeasurementSerializer(serializers.ModelSerializer):
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
-                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "status", "error",
+                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control",
+                  "address_family", "status", "error",
                   "checksum", "destination_kind", "auth", "started_at", "finished_at", "ingested_at"]
 
 
@@ -260,6 +264,8 @@ class GridCellSerializer(serializers.Serializer):
     source = serializers.CharField()
     destination = serializers.CharField()
     streams = serializers.IntegerField()
+    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
+    congestion_control = serializers.CharField(allow_blank=True, help_text="empty: the nodes' default")
     value = serializers.FloatField(allow_null=True)
     finished_at = serializers.DateTimeField()
     age_seconds = serializers.FloatField()

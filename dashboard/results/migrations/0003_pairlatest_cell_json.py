@@ -1,13 +1,10 @@
 from django.db import migrations, models
 
-from results.celljson import fill_sql
-
 
 def fill_cell_json(apps, schema_editor):
-    """PostgreSQL: write the stored JSON of the cells that exist (new ones get it on ingest)."""
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    schema_editor.execute(fill_sql())
+    """Nothing any more: today's fill_sql names columns added later (0008_address_family), and 0008, which changed
+    the JSON's fields, (re)writes every cell's JSON itself. A migration that changes those fields calls fill_sql;
+    earlier ones must not."""
 
 
 class Migration(migrations.Migration):

@@ -105,6 +105,7 @@ class Iperf3Mover(Mover):
         secs = int(job.duration) if job.duration else duration_for(job.timeout)
         argv = ["iperf3", "-c", job.source.host, "-p", str(job.source.port), "-B", self.settings.address,
                 "-R", "-P", str(job.streams), "-t", str(secs), "-J", "--get-server-output"]
+        argv += ["-6" if ":" in job.source.host else "-4"]  # the family asked for, never a resolver's choice
         if job.congestion:
             argv += ["-C", job.congestion]  # iperf3 passes it to the server, which sends with it
         progress.files_total = 1

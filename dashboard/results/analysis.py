@@ -155,15 +155,17 @@ def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
     names = dict(Node.objects.filter(benchmarks=bench).values_list("id", "name"))
     cover = maintenance.overlay(now)
     out = []
-    for src, dst, protocol, streams, tput, rtt, status in PairLatest.objects.filter(benchmark=bench).values_list(
-            "source_id", "destination_id", "protocol", "streams", "throughput_gbps", "rtt_ms", "status"):
+    for src, dst, protocol, streams, family, cc, tput, rtt, status in PairLatest.objects.filter(
+            benchmark=bench).values_list("source_id", "destination_id", "protocol", "streams", "address_family",
+                                         "congestion_control", "throughput_gbps", "rtt_ms", "status"):
         if cover.covers(src, dst):
             state = "maintenance"
         else:
             kind = kind_for(protocol)
             state = thresholds.classify(rtt if protocol == "rtt" else tput, status, kind, bounds[kind])
         if src in names and dst in names:
-            out.append(problems.Cell(names[src], names[dst], protocol, streams, state))
+            setting = " ".join(x for x in (family if family != "ipv4" else "", cc) if x)
+            out.append(problems.Cell(names[src], names[dst], protocol, streams, state, setting))
     return out
 
 

@@ -378,7 +378,8 @@ class ProblemSerializer(serializers.ModelSerializer):
     benchmark = serializers.StringRelatedField()
     acknowledged = serializers.BooleanField(read_only=True,
                                             help_text="acknowledged for its current cells and severity")
-    cells = serializers.ListField(child=serializers.ListField(), help_text="[source, destination, protocol, streams]")
+    cells = serializers.ListField(child=serializers.ListField(), help_text=(
+        '[source, destination, protocol, streams], plus the setting ("ipv6 bbr") when not IPv4 and the default'))
 
     class Meta:
         model = Problem

@@ -123,3 +123,28 @@ def test_an_ipv6_mesh_runs_end_to_end_with_cubic_and_bbr_rows_in_the_grid(lab6):
         assert len(bbr) == pairs and {c["address_family"] for c in bbr} == {"ipv6"}
         assert not client.get(f"/api/v1/grid/?benchmark=lab/ipv6&protocol={protocol}&address_family=ipv4",
                               HTTP_ACCEPT="application/json").json()["cells"]
+
+
+def test_a_family_an_agent_lacks_is_skipped_with_the_reason_in_the_runs_status(lab6):
+    """The lab's agents listen on IPv6 alone: asked for both families, the run measures IPv6 and says why each
+    IPv4 test was left out (not failed, not dropped)."""
+    lab, agents, token, certs = lab6
+    spec = parse_spec({**SPEC, "protocols": ["builtin"], "tcp": {}, "latency": {"enabled": False},
+                       "addressFamilies": ["ipv4", "ipv6"]})
+    info = RunInfo("lab", "dual", f"dual-{uuid.uuid4().hex[:6]}", str(uuid.uuid4()))
+
+    events: list[tuple[str, str, str]] = []
+
+    async def run() -> dict:
+        async with AgentsClient(token, certs.ca_file) as ac:
+            return await RunExecutor(spec, info, StaticDirectory([a.agent() for a in agents]), ac, None,
+                                     MemoryStatusStore(), options=FAST,
+                                     on_event=lambda *e: events.append(e)).execute()
+
+    st = asyncio.run(run())
+    pairs = len(NODES) * (len(NODES) - 1)
+    assert (st["planned"], st["succeeded"], st["failed"]) == (pairs, pairs, 0), st.get("recentFailures")
+    assert {m["address_family"] for m in st["outbox"]} == {"ipv6"}
+    assert st["familySkipped"] == "; ".join(f"node {n} has no IPv4 address (2 IPv4 tests)" for n in NODES)
+    started = [m for _, reason, m in events if reason == "Started"]
+    assert len(started) == 1 and f"skipped: {st['familySkipped']}" in started[0], events

@@ -143,16 +143,8 @@ class KubeAgentDirectory:
             notes = {k: v for k, v in ((node.metadata.annotations or {}) if node else {}).items()
                      if k.startswith("tpcmesh.io/maintenance-")}
             out[node_name] = Agent(node=node_name, address=pod.status.pod_ip, ports=_ports(pod), labels=labels,
-                                   name=pod.metadata.name, annotations=notes, address6=_second_ipv6(pod))
+                                   name=pod.metadata.name, annotations=notes)
         return list(out.values())
-
-
-def _second_ipv6(pod: Any) -> str | None:
-    """A dual-stack pod's IPv6 address besides its (IPv4) primary pod IP: status.podIPs (with hostNetwork, the
-    node's addresses of both families)."""
-    if ":" in (pod.status.pod_ip or ""):
-        return None
-    return next((p.ip for p in pod.status.pod_i_ps or [] if ":" in (p.ip or "")), None)
 
 
 def agent_directory(spec: BenchmarkSpec, namespace: str, settings: Settings) -> KubeAgentDirectory:

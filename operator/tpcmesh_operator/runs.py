@@ -665,7 +665,7 @@ class RunExecutor:
         if test.setting.protocol == RTT:
             tid = test_id(self.run.run_uid, key, 0)
             try:
-                probe = await self.agents_client.probe_rtt(dst, src.address, src.port("control"),
+                probe = await self.agents_client.probe_rtt(dst, src.host(test.setting.family), src.port("control"),
                                                            self.spec.latency_count)
             except (AgentUnavailable, AgentRejected) as e:
                 probe = {"error": e.message}
@@ -709,7 +709,8 @@ class RunExecutor:
         o = self.options
         proto = test.setting.protocol
         request = {
-            "test_id": tid, "protocol": proto, "source": {"host": src.address, "port": src.port(proto)},
+            "test_id": tid, "protocol": proto,
+            "source": {"host": src.host(test.setting.family), "port": src.port(proto)},
             "file_set": self.spec.file_set.request(), "concurrency": self.spec.concurrency,
             "streams": test.setting.streams, "timeout_seconds": self.spec.timeout_seconds,
             # an agent's own ceiling: its files are read and discarded, never written over themselves

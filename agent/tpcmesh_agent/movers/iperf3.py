@@ -114,7 +114,7 @@ class Iperf3Mover(Mover):
         if why:
             raise MoverUnavailable(why)
         secs = int(job.duration) if job.duration else duration_for(job.timeout)
-        argv = client_argv(job, self.settings.address, secs)
+        argv = client_argv(job, self.settings.local_address(job.source.host), secs)
         progress.files_total = 1
         progress.end_only = True  # the bytes arrive in one piece when iperf3 has ended
         start = now()

@@ -6,23 +6,16 @@ cubic rows per pair) is shown by the same run."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import secrets
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
-from tpcmesh_operator.agents import AgentsClient
-from tpcmesh_operator.local.mesh import Certificates, start_agents
-from tpcmesh_operator.local.netns import Lab, netns_unavailable_reason
-from tpcmesh_operator.local.profile import parse_profile
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.local.netns import netns_unavailable_reason
 
 from tests.support.dashboard import batch
+from tests.support.labmesh import lab_mesh
 
 pytestmark = [
     pytest.mark.netns,
@@ -36,7 +29,6 @@ CONGESTION = ("cubic", "bbr")
 SPEC = {"protocols": ["builtin", "iperf3"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "4MB"},
         "addressFamilies": ["ipv6"], "tcp": {"congestionControl": list(CONGESTION)},
         "iperf3": {"durationSeconds": 1}, "loopback": {"enabled": False}, "timeoutSeconds": 60, "retries": 0}
-FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=1.0)
 
 
 def _kernel_congestion() -> set[str]:
@@ -45,19 +37,13 @@ def _kernel_congestion() -> set[str]:
 
 @pytest.fixture(scope="module")
 def lab6(tmp_path_factory):
-    profile = parse_profile({"nodes": NODES, "defaultLink": {"delayMs": DELAY_MS}}, "ipv6")
-    state = tmp_path_factory.mktemp("ipv6-lab")
-    state.chmod(0o755)
-    with Lab(profile, mode="netns") as lab:
-        certs = Certificates.create(state / "pki", lab.nodes)
-        token = secrets.token_urlsafe(32)
-        agents = start_agents(lab, certs, token, state, budget_bytes=10**9, protocols=("builtin", "iperf3"),
-                              family="ipv6")
-        yield lab, agents, token, certs
+    with lab_mesh(NODES, DELAY_MS, tmp_path_factory.mktemp("ipv6-lab"), protocols=("builtin", "iperf3"),
+                  family="ipv6") as mesh:
+        yield mesh
 
 
 def test_namespaces_have_documentation_ipv6_addresses_and_the_delay_line_carries_them(lab6):
-    lab, agents, _, _ = lab6
+    lab, agents = lab6.lab, lab6.agents
     doc = ipaddress.IPv6Network("2001:db8::/32")
     assert all(ipaddress.IPv6Address(n.address6) in doc for n in lab.nodes)
     assert all(a.agent().address == a.node.address6 and a.agent().families == {"ipv6"} for a in agents)
@@ -79,19 +65,10 @@ def test_an_ipv6_mesh_runs_end_to_end_with_cubic_and_bbr_rows_in_the_grid(lab6):
 
     client = Client()
 
-    lab, agents, token, certs = lab6
     missing = set(CONGESTION) - _kernel_congestion()
     if missing:
         pytest.skip(f"this kernel lacks {', '.join(sorted(missing))}")
-    spec = parse_spec(SPEC)
-    info = RunInfo("lab", "ipv6", f"ipv6-{uuid.uuid4().hex[:6]}", str(uuid.uuid4()))
-
-    async def run() -> dict:
-        async with AgentsClient(token, certs.ca_file) as ac:
-            return await RunExecutor(spec, info, StaticDirectory([a.agent() for a in agents]), ac, None,
-                                     MemoryStatusStore(), options=FAST).execute()
-
-    st = asyncio.run(run())
+    st = lab6.run(SPEC, "ipv6")
     pairs = len(NODES) * (len(NODES) - 1)
     settings = 1 + 2 * len(CONGESTION)  # rtt, then builtin and iperf3 under each congestion control
     assert (st["planned"], st["succeeded"], st["failed"]) == (settings * pairs, settings * pairs, 0), \
@@ -128,20 +105,9 @@ def test_an_ipv6_mesh_runs_end_to_end_with_cubic_and_bbr_rows_in_the_grid(lab6):
 def test_a_family_an_agent_lacks_is_skipped_with_the_reason_in_the_runs_status(lab6):
     """The lab's agents listen on IPv6 alone: asked for both families, the run measures IPv6 and says why each
     IPv4 test was left out (not failed, not dropped)."""
-    lab, agents, token, certs = lab6
-    spec = parse_spec({**SPEC, "protocols": ["builtin"], "tcp": {}, "latency": {"enabled": False},
-                       "addressFamilies": ["ipv4", "ipv6"]})
-    info = RunInfo("lab", "dual", f"dual-{uuid.uuid4().hex[:6]}", str(uuid.uuid4()))
-
     events: list[tuple[str, str, str]] = []
-
-    async def run() -> dict:
-        async with AgentsClient(token, certs.ca_file) as ac:
-            return await RunExecutor(spec, info, StaticDirectory([a.agent() for a in agents]), ac, None,
-                                     MemoryStatusStore(), options=FAST,
-                                     on_event=lambda *e: events.append(e)).execute()
-
-    st = asyncio.run(run())
+    st = lab6.run({**SPEC, "protocols": ["builtin"], "tcp": {}, "latency": {"enabled": False},
+                   "addressFamilies": ["ipv4", "ipv6"]}, "dual", events)
     pairs = len(NODES) * (len(NODES) - 1)
     assert (st["planned"], st["succeeded"], st["failed"]) == (pairs, pairs, 0), st.get("recentFailures")
     assert {m["address_family"] for m in st["outbox"]} == {"ipv6"}

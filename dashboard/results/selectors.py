@@ -392,7 +392,8 @@ def pair_history(
     out = []
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
-        "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "status", "error", "finished_at",
+        "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "status", "error",
+        "finished_at",
     ):
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]

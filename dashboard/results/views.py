@@ -191,7 +191,9 @@ def pair_page(request, source: str, destination: str):
     retransmits: dict[str, list] = {}
     for p in history:
         t = int(p["finished_at"].timestamp() * 1000)
-        direction = f'{p["source"]} → {p["destination"]}'
+        # IPv6 is a setting of its own too: its series are named so (IPv4 ones as before IPv6)
+        family = " IPv6" if p["address_family"] == "ipv6" else ""
+        direction = f'{p["source"]} → {p["destination"]}{family}'
         if p["protocol"] == "rtt":
             if p["rtt_ms"] is not None:
                 rtt.setdefault(f"RTT {direction}", []).append([t, p["rtt_ms"]])

@@ -306,6 +306,8 @@ class HistoryPointSerializer(serializers.Serializer):
     throughput_gbps = serializers.FloatField(allow_null=True)
     aggregate_gbps = serializers.FloatField(allow_null=True)
     rtt_ms = serializers.FloatField(allow_null=True)
+    congestion_control = serializers.CharField(allow_null=True, help_text="null: the nodes' default")
+    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     finished_at = serializers.DateTimeField()

@@ -128,3 +128,18 @@ def test_changes_are_found_per_setting(client, write_key):
     analysis.detect_changes()
     found = list(Change.objects.filter(benchmark__name="settings"))
     assert [(c.congestion_control, c.address_family, c.worse) for c in found] == [("bbr", "ipv4", True)], found
+
+
+def test_the_pair_page_and_history_name_each_family_and_congestion_control(client, mesh):
+    import json
+    import re
+
+    page = client.get("/pair/a/b/?benchmark=mesh/settings").content.decode()
+    data = json.loads(re.search(r'<script id="pair-data" type="application/json">(.*?)</script>', page, re.S)[1])
+    assert sorted(k for k in data["throughput"] if "a → b" in k) == sorted(
+        f"builtin ×8{' ' + cc if cc else ''} a → b{' IPv6' if f == 'ipv6' else ''}" for f, cc, _ in SETTINGS)
+    r = client.get("/api/v1/pairs/history/?source=a&destination=b&benchmark=mesh/settings",
+                   HTTP_ACCEPT="application/json")
+    assert r.status_code == 200, r.content
+    seen = {(p["address_family"], p["congestion_control"]) for p in r.json() if p["source"] == "a"}
+    assert seen == {(f, cc) for f, cc, _ in SETTINGS}

@@ -38,6 +38,9 @@ def _parse_size(text: str) -> int:
 @dataclass
 class Settings:
     address: str = field(default="127.0.0.1", metadata={"help": "IP address every port binds to"})
+    address6: str = field(default="", metadata={
+        "help": "dual stack: an IPv6 address the control API, the built-in data server and iperf3 also listen on "
+                "(address being IPv4); empty: none"})
     node_name: str = field(default_factory=socket.gethostname, metadata={"help": "node name reported in /info"})
     data_dir: Path = field(default=Path("/dev/shm/tpcmesh-agent"),
                            metadata={"help": "memory-backed directory for test files (sets/, incoming/)"})
@@ -161,11 +164,28 @@ class Settings:
                                 "characters")
         return tok
 
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Every address it listens on: address, and address6 when dual stack."""
+        return (self.address, self.address6) if self.address6 else (self.address,)
+
+    def local_address(self, peer: str) -> str:
+        """Its address in the family of ``peer`` (an IP literal): what a client socket binds to."""
+        return self.address6 if self.address6 and ":" in peer else self.address
+
     def validate(self) -> Settings:
         try:
             ipaddress.ip_address(self.address)
         except ValueError as e:
             raise SettingsError(f"address {self.address!r} is not an IP address") from e
+        if self.address6:
+            try:
+                six = ipaddress.ip_address(self.address6)
+            except ValueError as e:
+                raise SettingsError(f"address6 {self.address6!r} is not an IP address") from e
+            if six.version != 6 or ":" in self.address:
+                raise SettingsError(f"address6 {self.address6!r} must be IPv6 besides an IPv4 address "
+                                    f"(address is {self.address!r})")
         unknown = [p for p in self.protocols if p not in ALL_PROTOCOLS]
         if unknown:
             raise SettingsError(f"protocols: unknown {', '.join(unknown)} (known: {', '.join(ALL_PROTOCOLS)})")

@@ -23,6 +23,7 @@ from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .files import FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import CONTENT_TYPE, AgentMetrics
 from .movers import load_movers
+from .movers.base import url_host
 from .probes import tcp_connect_rtt
 from .runner import ApiError, TransferRunner
 from .tracepath import trace_path
@@ -130,6 +131,7 @@ class Agent:
         self.supervisor: Any | None = None
         self.supervisor_error: str | None = None
         self.data_server: Any | None = None
+        self.data_server6: Any | None = None  # dual stack: the built-in data server on address6
         self.movers, self.problems = load_movers(settings)
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
         self.metrics = AgentMetrics(self.servers_status)
@@ -194,6 +196,9 @@ class Agent:
 
             self.data_server = DataServer(s, self.token)
             self.data_server.start()
+            if s.address6:  # dual stack: a second listener, over IPv6
+                self.data_server6 = DataServer(s, self.token, s.address6)
+                self.data_server6.start()
         try:
             self.supervisor = _load_supervisor(s)
             if self.supervisor is not None:
@@ -236,6 +241,9 @@ class Agent:
         if self.data_server is not None:
             await asyncio.to_thread(self.data_server.stop)
             self.data_server = None
+        if self.data_server6 is not None:
+            await asyncio.to_thread(self.data_server6.stop)
+            self.data_server6 = None
         for mover in self.movers.values():
             try:
                 mover.close()
@@ -276,6 +284,7 @@ class Agent:
         return web.json_response({
             "node": self.settings.node_name,
             "address": self.settings.address,
+            "address6": self.settings.address6 or None,
             "version": __version__,
             "protocols": self.protocols_info(),
             "congestion_control": congestion.kernel_algorithms(),
@@ -403,10 +412,11 @@ async def serve(settings: Settings) -> None:
     await api.setup()
     await met.setup()
     try:
-        await web.TCPSite(api, settings.address, settings.api_port, ssl_context=agent.api_ssl()).start()
-        await web.TCPSite(met, settings.address, settings.metrics_port).start()
-        log.info("Started control API on https://%s:%d and metrics on http://%s:%d/metrics", settings.address,
-                 settings.api_port, settings.address, settings.metrics_port)
+        for address in settings.addresses:
+            await web.TCPSite(api, address, settings.api_port, ssl_context=agent.api_ssl()).start()
+            await web.TCPSite(met, address, settings.metrics_port).start()
+            log.info("Started control API on https://%s:%d and metrics on http://%s:%d/metrics", url_host(address),
+                     settings.api_port, url_host(address), settings.metrics_port)
         await agent.start()
         watcher = asyncio.create_task(agent.watch_certificate(settings.cert_reload_interval))
         log.info("Agent %s is ready (protocols: %s)", settings.node_name,

@@ -19,10 +19,13 @@ def qualified(cluster: str, node: str) -> str:
 
 
 def combined_grid(benches: list[Benchmark], protocol: str, streams: int | None = None, mode: str = "latest",
-                  window: timedelta = timedelta(days=7), now: datetime | None = None) -> dict[str, Any]:
+                  window: timedelta = timedelta(days=7), now: datetime | None = None,
+                  address_family: str | None = None, congestion_control: str | None = None) -> dict[str, Any]:
     """selectors.grid's answer for several benchmarks at once (cells as a list: no database-built JSON)."""
     now = now or timezone.now()
-    parts = [(b, selectors.grid(b, protocol, streams=streams, mode=mode, window=window, now=now)) for b in benches]
+    parts = [(b, selectors.grid(b, protocol, streams=streams, mode=mode, window=window, now=now,
+                                address_family=address_family, congestion_control=congestion_control))
+             for b in benches]
     nodes: dict[str, dict[str, Any]] = {}
     cells: dict[tuple[str, str, int], dict[str, Any]] = {}
     for _bench, part in parts:

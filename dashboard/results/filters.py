@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 
 from results import problems, rfc3339
 from results.models import (
+    ADDRESS_FAMILIES,
     AUTH_MODES,
     METRICS,
     PROTOCOLS,
@@ -151,6 +152,8 @@ class MeasurementFilterSet(OfPair):
     min_throughput_gbps = FloatFilter(field_name="throughput_gbps", lookup_expr="gte")
     congestion_control = filters.CharFilter(field_name="congestion_control",
                                             help_text="the congestion control the test asked for (cubic, bbr)")
+    address_family = filters.ChoiceFilter(choices=[(f, f) for f in ADDRESS_FAMILIES],
+                                          help_text="the IP version the test ran over")
     retransmits_min = IntegerFilter(field_name="retransmits", lookup_expr="gte",
                                     help_text="at least this many TCP retransmits (senders' total)")
     auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],

@@ -25,6 +25,7 @@ TPC_PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp"]
 STATUSES = ["succeeded", "failed", "cancelled"]
 AUTH_MODES = ["token", "x509", "none"]
 TOKEN_PROTOCOLS = ["builtin", "xrootd-https"]  # the HTTP-based copies, which a benchmark may run with tokens
+ADDRESS_FAMILIES = ["ipv4", "ipv6"]
 METRICS = ["throughput_gbps", "rtt_ms", "path"]
 SEVERITIES = ["critical", "warning"]
 
@@ -141,6 +142,9 @@ class Measurement(models.Model):
                                           help_text="the congestion control the test asked for (null: default)")
     repeat = models.PositiveSmallIntegerField(null=True, blank=True,
                                               help_text="which repeat of its setting in the run (spec.repeats)")
+    # db_default too: bulk loads (the dashboard bench's COPY) that leave the column out ran over IPv4
+    address_family = models.CharField(max_length=4, choices=[(f, f) for f in ADDRESS_FAMILIES], default="ipv4",
+                                      db_default="ipv4", help_text="the IP version the test ran over (ipv4, ipv6)")
     status = models.CharField(max_length=12, choices=[(s, s) for s in STATUSES])
     error = models.TextField(null=True, blank=True)
     checksum = models.CharField(max_length=12, null=True, blank=True)
@@ -158,7 +162,8 @@ class Measurement(models.Model):
             models.Index(fields=["source", "destination", "-finished_at"], name="meas_pair_finished"),
             # Covering (PostgreSQL): a window's grid (mean/median per cell) reads this index alone, not the table.
             models.Index(fields=["benchmark", "protocol", "streams", "-finished_at"], name="meas_window",
-                         include=["source", "destination", "throughput_gbps", "rtt_ms", "status"]),
+                         include=["source", "destination", "throughput_gbps", "rtt_ms", "status", "address_family",
+                                  "congestion_control"]),
             models.Index(fields=["-finished_at"], name="meas_finished"),
         ]
         constraints = [
@@ -196,6 +201,10 @@ class PairLatest(models.Model):
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
     protocol = models.CharField(max_length=20)
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurement has no stream count")
+    # Settings of their own, like streams: an IPv6 or a bbr result never overwrites an IPv4 or cubic one.
+    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
+    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
+                                          help_text="empty: the nodes' default")
     source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+")
@@ -216,7 +225,8 @@ class PairLatest(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["benchmark", "protocol", "streams", "source", "destination"], name="pairlatest_cell"
+                fields=["benchmark", "protocol", "streams", "address_family", "congestion_control", "source",
+                        "destination"], name="pairlatest_setting_cell"
             )
         ]
         indexes = [
@@ -285,6 +295,9 @@ class Change(models.Model):
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     protocol = models.CharField(max_length=20)
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurements have no stream count")
+    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
+    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
+                                          help_text="empty: the nodes' default")
     metric = models.CharField(max_length=20, choices=[(m, m) for m in METRICS])
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+",
                                     help_text="the first measurement after the step")

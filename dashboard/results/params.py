@@ -59,6 +59,20 @@ def integer(param: str, value: str | None, default: int | None = None, lo: int =
     return number
 
 
+CONGESTION_PATTERN = r"^([a-z0-9_]{1,15})$"  # an algorithm's name; "default" names the nodes' own
+
+
+def congestion_control(param: str, value: str | None) -> str | None:
+    """A congestion-control setting: None when not given (every one), "" for `default` (the nodes' own)."""
+    if not value:
+        return None
+    if value == "default":
+        return ""
+    if not re.fullmatch(CONGESTION_PATTERN, value):
+        raise ParamError(param, f"{value!r} is not an algorithm name such as cubic or bbr, nor default")
+    return value
+
+
 def choice(param: str, value: str | None, choices: tuple[str, ...], default: str) -> str:
     if not value:
         return default

@@ -26,6 +26,10 @@ SILENT_RUNS = 2
 MIN_PEERS = 2  # a node rule needs this many pairs from (to) the node; fewer prove nothing about the node
 
 
+Ref = tuple[str | int, ...]  # a cell: Cell.ref
+Setting = tuple[str, int, str]  # (protocol, streams, Cell.setting): the cells a rule compares
+
+
 @dataclass(frozen=True)
 class Cell:
     source: str
@@ -33,10 +37,14 @@ class Cell:
     protocol: str
     streams: int
     state: str
+    setting: str = ""  # the address family and congestion control when not IPv4 and the default ("ipv6 bbr")
 
     @property
-    def ref(self) -> tuple[str, str, str, int]:
-        return (self.source, self.destination, self.protocol, self.streams)
+    def ref(self) -> Ref:
+        """(source, destination, protocol, streams[, setting]): the setting only when there is one, so a problem
+        of an IPv4, default cell keeps the fingerprint (and acknowledgement) it had before IPv6."""
+        base = (self.source, self.destination, self.protocol, self.streams)
+        return (*base, self.setting) if self.setting else base
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class Finding:
     kind: str
     severity: str
     summary: str
-    cells: tuple[tuple[str, str, str, int], ...]
+    cells: tuple[Ref, ...]
 
     @property
     def fingerprint(self) -> str:
@@ -54,7 +62,8 @@ class Finding:
 
 
 def _settings(cells: Iterable[Cell]) -> str:
-    names = sorted({f"{c.protocol}" + (f" ×{c.streams}" if c.streams else "") for c in cells})
+    names = sorted({f"{c.protocol}" + (f" ×{c.streams}" if c.streams else "") + (f" {c.setting}" if c.setting else "")
+                    for c in cells})
     return ", ".join(names)
 
 
@@ -63,7 +72,7 @@ def find(cells: Iterable[Cell], sites: Mapping[str, str], runs_without_result: M
     ``sites``: node -> site ("" when unknown); ``runs_without_result``: node -> how many of the newest runs had no
     measurement of it."""
     cells = [c for c in cells if c.state != "maintenance"]
-    explained: set[tuple[str, str, str, int]] = set()
+    explained: set[Ref] = set()
     out: list[Finding] = []
 
     def add(finding: Finding) -> None:
@@ -76,9 +85,9 @@ def find(cells: Iterable[Cell], sites: Mapping[str, str], runs_without_result: M
             add(Finding(f"silent:{node}", "silent", "critical",
                         f"{node} has no result in the last {runs} runs: is its agent running and Ready?", mine))
 
-    by_setting: dict[tuple[str, int], list[Cell]] = defaultdict(list)
+    by_setting: dict[Setting, list[Cell]] = defaultdict(list)
     for c in cells:
-        by_setting[(c.protocol, c.streams)].append(c)
+        by_setting[(c.protocol, c.streams, c.setting)].append(c)
     for finding in _node_findings(by_setting, explained):
         add(finding)
     for finding in _site_pair_findings(by_setting, sites, explained):
@@ -88,7 +97,7 @@ def find(cells: Iterable[Cell], sites: Mapping[str, str], runs_without_result: M
     return out
 
 
-def _node_findings(by_setting: Mapping[tuple[str, int], list[Cell]], explained: set) -> list[Finding]:
+def _node_findings(by_setting: Mapping[Setting, list[Cell]], explained: set) -> list[Finding]:
     found: dict[tuple[str, str], list[Cell]] = defaultdict(list)  # (node, side) -> its bad cells, every setting
     for group in by_setting.values():
         group = [c for c in group if c.ref not in explained]
@@ -122,7 +131,7 @@ def _node_findings(by_setting: Mapping[tuple[str, int], list[Cell]], explained: 
     return out
 
 
-def _site_pair_findings(by_setting: Mapping[tuple[str, int], list[Cell]], sites: Mapping[str, str],
+def _site_pair_findings(by_setting: Mapping[Setting, list[Cell]], sites: Mapping[str, str],
                         explained: set) -> list[Finding]:
     between: dict[tuple[str, str], list[Cell]] = defaultdict(list)
     healthy: dict[str, bool] = defaultdict(bool)  # site -> has a good cell not crossing to a degraded site pair
@@ -159,14 +168,15 @@ def _site_pair_findings(by_setting: Mapping[tuple[str, int], list[Cell]], sites:
     return out
 
 
-def _one_direction_findings(by_setting: Mapping[tuple[str, int], list[Cell]], explained: set) -> list[Finding]:
+def _one_direction_findings(by_setting: Mapping[Setting, list[Cell]], explained: set) -> list[Finding]:
     out = []
     for group in by_setting.values():
         state = {(c.source, c.destination): c for c in group if c.ref not in explained}
         for (s, d), c in sorted(state.items()):
             back = state.get((d, s))
             if c.state in BAD and back is not None and back.state == "ok":
-                out.append(Finding(f"one-direction:{s}|{d}|{c.protocol}|{c.streams}", "one-direction", "warning",
+                key = f"one-direction:{s}|{d}|{c.protocol}|{c.streams}" + (f"|{c.setting}" if c.setting else "")
+                out.append(Finding(key, "one-direction", "warning",
                                    f"{s} → {d} is {c.state} but {d} → {s} is fine ({_settings([c])}): one direction "
                                    f"only: an asymmetric path, or {s}'s sending or {d}'s receiving tuning",
                                    (c.ref,)))

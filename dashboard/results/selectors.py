@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,6 +29,45 @@ from results.models import (
 from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Which settings of a protocol a grid shows; None: every one. Like streams, the address family and the
+    congestion control ("" = the nodes' default) are settings of their own: each is a cell of its own."""
+
+    streams: int | None = None
+    address_family: str | None = None
+    congestion_control: str | None = None
+
+    def sql(self, alias: str) -> str:
+        """The condition on a PairLatest row ``alias`` (arguments: self.args())."""
+        return (f"(%(streams)s::int IS NULL OR {alias}.streams = %(streams)s::int)"
+                f" AND (%(family)s::text IS NULL OR {alias}.address_family = %(family)s::text)"
+                f" AND (%(cc)s::text IS NULL OR {alias}.congestion_control = %(cc)s::text)")
+
+    def args(self) -> dict[str, Any]:
+        return {"streams": self.streams, "family": self.address_family, "cc": self.congestion_control}
+
+    def filter_latest(self, qs: Any) -> Any:
+        if self.streams is not None:
+            qs = qs.filter(streams=self.streams)
+        if self.address_family is not None:
+            qs = qs.filter(address_family=self.address_family)
+        if self.congestion_control is not None:
+            qs = qs.filter(congestion_control=self.congestion_control)
+        return qs
+
+    def filter_measurements(self, qs: Any) -> Any:
+        if self.streams is not None:
+            qs = qs.filter(streams__isnull=True) if self.streams == 0 else qs.filter(streams=self.streams)
+        if self.address_family is not None:
+            qs = qs.filter(address_family=self.address_family)
+        if self.congestion_control:
+            qs = qs.filter(congestion_control=self.congestion_control)
+        elif self.congestion_control == "":
+            qs = qs.filter(Q(congestion_control__isnull=True) | Q(congestion_control=""))
+        return qs
 
 
 def metric_for(protocol: str) -> str:
@@ -79,6 +119,13 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
     return dict(out)
 
 
+def cell_settings(bench: Benchmark, protocol: str) -> dict[str, list[str]]:
+    """The address families and congestion controls ("" = the nodes' default) a protocol's cells have."""
+    rows = set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
+               .values_list("address_family", "congestion_control").distinct())
+    return {"address_family": sorted({f for f, _ in rows}), "congestion_control": sorted({c for _, c in rows})}
+
+
 def benchmark_nodes(bench: Benchmark) -> list[Node]:
     return list(bench.nodes.select_related("cluster").order_by("name"))
 
@@ -92,14 +139,17 @@ def grid(
     now: datetime | None = None,
     cells_json: bool = False,
     with_cells: bool = True,
+    address_family: str | None = None,
+    congestion_control: str | None = None,
 ) -> dict[str, Any]:
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
-    Each cell: source, destination, streams, value (Gbit/s or ms), finished_at, age_seconds, stale, status,
-    error, count (latest: the run's repeats the value is the median of), low/high (that median's 95 % interval,
-    3+ repeats; else null), state (ok / warning / critical / failed / none by the benchmark's thresholds;
-    maintenance for a node or pair in a maintenance window).
-    `streams=None` returns every stream setting. `cells_json` (PostgreSQL only): the cells as one JSON array built
+    Each cell: source, destination, streams, address_family, congestion_control ("" = the default), value
+    (Gbit/s or ms), finished_at, age_seconds, stale, status, error, count (latest: the run's repeats the value is
+    the median of), low/high (that median's 95 % interval, 3+ repeats; else null), state (ok / warning / critical /
+    failed / none by the benchmark's thresholds; maintenance for a node or pair in a maintenance window).
+    `streams=None` returns every stream setting (so do address_family and congestion_control). `cells_json`
+    (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
     """
     if mode not in GRID_MODES:
@@ -110,20 +160,21 @@ def grid(
     cover = maintenance.overlay(now)
     nodes = benchmark_nodes(bench)
     names = {n.id: n.name for n in nodes}
+    pick = Pick(streams, address_family, congestion_control)
     cells: list[dict[str, Any]] = []
     if cells_json:
-        cells_text = grid_cells_json(bench, protocol, streams, now, bounds, mode, window, cover) if with_cells else "[]"
+        cells_text = grid_cells_json(bench, protocol, pick, now, bounds, mode, window, cover) if with_cells else "[]"
     elif not with_cells:
         pass  # the page's latest grid: its cells come from drawn_cells
     elif connection.vendor == "postgresql" and mode != "latest":
         # aggregated by the database, with state, age and staleness (the JSON path's own query); the latest
         # cells are one narrow row each, which Python classifies faster than the database
-        sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, cover, iso_times=False)
+        sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover, iso_times=False)
         with connection.cursor() as cur:
             cur.execute(sql, args)
             cells = [dict(zip(CELL_COLUMNS, row, strict=True)) for row in cur.fetchall()]
     else:
-        cells = _cells_in_python(bench, protocol, streams, now, bounds, mode, window, names, cover)
+        cells = _cells_in_python(bench, protocol, pick, now, bounds, mode, window, names, cover)
     out = {
         "benchmark": str(bench),
         "clusters": [bench.cluster.name],
@@ -146,38 +197,38 @@ def grid(
     return out
 
 
-def _cells_in_python(bench: Benchmark, protocol: str, streams: int | None, now: datetime, bounds: dict[str, float],
+def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
                      mode: str, window: timedelta, names: dict[int, str],
                      cover: maintenance.Overlay) -> list[dict[str, Any]]:
     """The cells without PostgreSQL (SQLite, the zero-setup default): the same fields as _cells_sql's rows."""
     metric, kind = metric_for(protocol), kind_for(protocol)
     cells: list[dict[str, Any]] = []
     if mode == "latest":
-        qs = PairLatest.objects.filter(benchmark=bench, protocol=protocol)
-        if streams is not None:
-            qs = qs.filter(streams=streams)
-        for src, dst, st, finished, value, status, error, repeats, low, high in qs.values_list(
-                "source_id", "destination_id", "streams", "finished_at", metric, "status", "error", "repeats", "low",
-                "high"):
-            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
+        qs = pick.filter_latest(PairLatest.objects.filter(benchmark=bench, protocol=protocol))
+        for src, dst, st, family, cc, finished, value, status, error, repeats, low, high in qs.values_list(
+                "source_id", "destination_id", "streams", "address_family", "congestion_control", "finished_at",
+                metric, "status", "error", "repeats", "low", "high"):
+            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
+                          "address_family": family, "congestion_control": cc, "value": value,
                           "finished_at": finished, "status": status, "error": error, "count": repeats,
                           "low": low, "high": high, "maintenance": cover.covers(src, dst)})
     else:
-        qs = Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window)
-        if streams is not None:
-            qs = qs.filter(streams__isnull=True) if streams == 0 else qs.filter(streams=streams)
+        qs = pick.filter_measurements(
+            Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window))
         groups: dict[tuple, list] = defaultdict(list)
-        for src, dst, st, finished, value, status in qs.values_list(
-            "source_id", "destination_id", "streams", "finished_at", metric, "status"
+        for src, dst, st, family, cc, finished, value, status in qs.values_list(
+            "source_id", "destination_id", "streams", "address_family", "congestion_control", "finished_at", metric,
+            "status"
         ).iterator(chunk_size=20000):
-            groups[(src, dst, st or 0)].append((finished, value, status))
-        for (src, dst, st), items in groups.items():
+            groups[(src, dst, st or 0, family, cc or "")].append((finished, value, status))
+        for (src, dst, st, family, cc), items in groups.items():
             values = [v for _, v, s in items if s == "succeeded" and v is not None]
             last = max(items, key=lambda x: x[0])
             value = None
             if values:
                 value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
-            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st, "value": value,
+            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
+                          "address_family": family, "congestion_control": cc, "value": value,
                           "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
                           "count": len(items), "low": None, "high": None, "maintenance": cover.covers(src, dst)})
     stale_after = settings.STALE_SECONDS
@@ -191,19 +242,18 @@ def _cells_in_python(bench: Benchmark, protocol: str, streams: int | None, now: 
     return cells
 
 
-def _latest_cells_sql(bench: Benchmark, protocol: str, streams: int | None) -> tuple[str, dict[str, Any]]:
+def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str, dict[str, Any]]:
     """The grid's cells in the latest mode, from the PairLatest summary (one row per cell)."""
     metric = metric_for(protocol)
     return f"""
-        SELECT source_id, destination_id, streams, {metric} AS value, finished_at, status, error, repeats AS count,
-               low, high
-        FROM {PairLatest._meta.db_table}
-        WHERE benchmark_id = %(bench)s AND protocol = %(protocol)s
-          AND (%(streams)s::int IS NULL OR streams = %(streams)s::int)
-    """, {"bench": bench.id, "protocol": protocol, "streams": streams}
+        SELECT source_id, destination_id, streams, address_family, congestion_control, {metric} AS value,
+               finished_at, status, error, repeats AS count, low, high
+        FROM {PairLatest._meta.db_table} l
+        WHERE benchmark_id = %(bench)s AND protocol = %(protocol)s AND {pick.sql("l")}
+    """, {"bench": bench.id, "protocol": protocol, **pick.args()}
 
 
-def _window_cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime, mode: str,
+def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, mode: str,
                       window: timedelta) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: the grid's cells as a window's mean or median, aggregated by the database from the covering
     index meas_window (no table reads). One index range per stream setting (a condition on streams that the index
@@ -212,28 +262,33 @@ def _window_cells_sql(bench: Benchmark, protocol: str, streams: int | None, now:
     column = f"m.{metric_for(protocol)}"
     value = f"avg({column})" if mode == "mean" else f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {column})"
     ok = f"m.status = 'succeeded' AND {column} IS NOT NULL"
-    if streams is None:
+    if pick.streams is None:
         settings_ = sorted(set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
                                .values_list("streams", flat=True)))
     else:
-        settings_ = [streams]
+        settings_ = [pick.streams]
     ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
     return f"""
-        SELECT w.source_id, w.destination_id, w.streams, w.value, w.finished_at,
+        SELECT w.source_id, w.destination_id, w.streams, w.address_family, w.congestion_control, w.value,
+               w.finished_at,
                CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END AS status,
                NULL AS error, w.count, NULL::float8 AS low, NULL::float8 AS high
         FROM (
-            SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams,
+            SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
+                   coalesce(m.congestion_control, '') AS congestion_control,
                    {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
                    count(*) AS count, max(m.finished_at) AS finished_at
             FROM {Measurement._meta.db_table} m
             WHERE m.benchmark_id = %(bench)s AND m.protocol = %(protocol)s AND m.finished_at >= %(since)s
               AND ({ranges})
-            GROUP BY 1, 2, 3
+            GROUP BY 1, 2, 3, 4, 5
         ) w
         LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
-            AND l.streams = w.streams AND l.source_id = w.source_id AND l.destination_id = w.destination_id
-    """, {"bench": bench.id, "protocol": protocol, "since": now - window}
+            AND l.streams = w.streams AND l.address_family = w.address_family
+            AND l.congestion_control = w.congestion_control
+            AND l.source_id = w.source_id AND l.destination_id = w.destination_id
+        WHERE {pick.sql("w")}
+    """, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args()}
 
 
 def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
@@ -253,22 +308,23 @@ def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
             "ELSE 'critical' END")
 
 
-CELL_COLUMNS = ("source", "destination", "streams", "value", "finished_at", "age_seconds", "stale", "status", "error",
-                "count", "low", "high", "state")
+CELL_COLUMNS = ("source", "destination", "streams", "address_family", "congestion_control", "value", "finished_at",
+                "age_seconds", "stale", "status", "error", "count", "low", "high", "state")
 
 
-def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime, bounds: dict[str, float],
+def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
                mode: str, window: timedelta, cover: maintenance.Overlay, iso_times: bool) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: the grid's cells (CELL_COLUMNS) with their state, age and staleness; ``iso_times`` writes
     finished_at as RFC 3339 text (for JSON) instead of a timestamp."""
     if mode == "latest":
-        inner, args = _latest_cells_sql(bench, protocol, streams)
+        inner, args = _latest_cells_sql(bench, protocol, pick)
     else:
-        inner, args = _window_cells_sql(bench, protocol, streams, now, mode, window)
+        inner, args = _window_cells_sql(bench, protocol, pick, now, mode, window)
     finished = ("""to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')""" if iso_times
                 else "p.finished_at")
     sql = f"""
-        SELECT s.name AS source, d.name AS destination, p.streams, p.value, {finished} AS finished_at,
+        SELECT s.name AS source, d.name AS destination, p.streams, p.address_family, p.congestion_control, p.value,
+            {finished} AS finished_at,
             round(age.seconds * 10) / 10 AS age_seconds, age.seconds > %(stale)s AS stale,
             p.status, p.error, p.count, p.low, p.high,
             {_state_sql("p.value", protocol, cover)} AS state
@@ -281,7 +337,7 @@ def _cells_sql(bench: Benchmark, protocol: str, streams: int | None, now: dateti
                  "warning": bounds["warning"]}
 
 
-def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: datetime,
+def grid_cells_json(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
                     bounds: dict[str, float], mode: str = "latest", window: timedelta = timedelta(days=7),
                     cover: maintenance.Overlay | None = None) -> str:
     """PostgreSQL only: the grid's cells as one JSON array built by the database (same fields as
@@ -292,9 +348,9 @@ def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: d
     columns (not json_build_object per cell: the column names are looked up once).
     """
     if mode == "latest":
-        sql, args = _latest_json_sql(bench, protocol, streams, now, bounds, cover or maintenance.Overlay())
+        sql, args = _latest_json_sql(bench, protocol, pick, now, bounds, cover or maintenance.Overlay())
     else:
-        sql, args = _cells_sql(bench, protocol, streams, now, bounds, mode, window, cover or maintenance.Overlay(),
+        sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover or maintenance.Overlay(),
                                iso_times=True)
         sql = f"SELECT COALESCE(json_agg(c), '[]')::text FROM ({sql}) c"
     with connection.cursor() as cur:
@@ -302,7 +358,7 @@ def grid_cells_json(bench: Benchmark, protocol: str, streams: int | None, now: d
         return cur.fetchone()[0]
 
 
-def _latest_json_sql(bench: Benchmark, protocol: str, streams: int | None, now: datetime,
+def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
                      bounds: dict[str, float], cover: maintenance.Overlay) -> tuple[str, dict[str, Any]]:
     metric = metric_for(protocol)
     return f"""
@@ -312,15 +368,16 @@ def _latest_json_sql(bench: Benchmark, protocol: str, streams: int | None, now: 
             || '",' || p.cell_json || '}}', ','), '') || ']'
         FROM {PairLatest._meta.db_table} p
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
-        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s
-          AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
-    """, {"bench": bench.id, "protocol": protocol, "streams": streams, "now": now.timestamp(),
+        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s AND {pick.sql("p")}
+    """, {"bench": bench.id, "protocol": protocol, **pick.args(), "now": now.timestamp(),
           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]}
 
 
 def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: str, streams: int | None,
-                now: datetime) -> dict[tuple[str, str, int], tuple[str, bool, str]]:
-    """What the grid page draws per cell: (state, stale, tooltip JSON) by (source, destination, streams); the
+                now: datetime, address_family: str | None = None,
+                congestion_control: str | None = None) -> dict[tuple[str, str, int], tuple[str, bool, str]]:
+    """What the grid page draws per cell: (state, stale, tooltip JSON) by (source, destination, streams) of one
+    address family and congestion control (the page picks one of each); the
     tooltip is [value to 3 decimals, finished epoch] plus [status, error] when it did not succeed.
     ``grid_data`` (grid()'s output) gives them for any mode and database; without it (PostgreSQL, latest) the
     database writes them from PairLatest, sparing a dict, a classification and a JSON encoding per cell."""
@@ -334,6 +391,7 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
         return out
     metric, kind = metric_for(protocol), kind_for(protocol)
     bounds = bench.effective_thresholds()[kind]
+    pick = Pick(streams, address_family, congestion_control)
     sql = f"""
         SELECT s.name, d.name, p.streams,
             {_state_sql("p." + metric, protocol, maintenance.overlay(now))},
@@ -345,11 +403,10 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
                 || ']'
         FROM {PairLatest._meta.db_table} p
         JOIN {Node._meta.db_table} s ON s.id = p.source_id JOIN {Node._meta.db_table} d ON d.id = p.destination_id
-        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s
-          AND (%(streams)s::int IS NULL OR p.streams = %(streams)s::int)
+        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s AND {pick.sql("p")}
     """
     with connection.cursor() as cur:
-        cur.execute(sql, {"bench": bench.id, "protocol": protocol, "streams": streams, "now": now.timestamp(),
+        cur.execute(sql, {"bench": bench.id, "protocol": protocol, **pick.args(), "now": now.timestamp(),
                           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]})
         return {(src, dst, st): (state, stale, info) for src, dst, st, state, stale, info in cur.fetchall()}
 
@@ -371,7 +428,8 @@ def pair_history(
     out = []
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
-        "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "status", "error", "finished_at",
+        "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "status", "error",
+        "finished_at",
     ):
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]

@@ -43,7 +43,8 @@ MEASUREMENT_FIELDS = [
     "aggregate_gbps", "peak_gbps", "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum",
     "destination_kind", "auth", "started_at", "finished_at", "tcp", "congestion_control", "repeat",
 ]
-STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits"]  # retransmits: tcp.retransmits in a column, for filtering
+# retransmits: tcp.retransmits in a column, for filtering; address_family: "ipv4" when a batch leaves it out
+STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits", "address_family"]
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
 LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error", "repeats", "low",
                  "high"]
@@ -140,7 +141,9 @@ def _upsert_nodes(described_list: list[dict[str, Any]], names: set[str], cluster
     return existing
 
 
-LATEST_KEY = ["benchmark_id", "protocol", "streams", "source_id", "destination_id"]
+# A grid cell: a pair under one setting (protocol, streams, address family, congestion control; "" = the default).
+LATEST_KEY = ["benchmark_id", "protocol", "streams", "address_family", "congestion_control", "source_id",
+              "destination_id"]
 LATEST_COLUMNS = [*LATEST_KEY, *LATEST_FIELDS]
 
 
@@ -159,7 +162,7 @@ def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
     the same inside _copy_measurements' statement."""
     newest: dict[tuple, Row] = {}
     for m in rows:
-        key = (m.protocol, m.streams or 0, m.source_id, m.destination_id)
+        key = (m.protocol, m.streams or 0, m.address_family, m.congestion_control or "", m.source_id, m.destination_id)
         if key not in newest or m.finished_at > newest[key].finished_at:
             newest[key] = m
     prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in LATEST_COLUMNS]
@@ -253,7 +256,7 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
           ([r.id, run.id, run.benchmark_id, r.source_id, r.destination_id, *(f(r) for f in fields), now]
            for r in rows))
     cols = ", ".join(MEASUREMENT_COLUMNS)
-    cell = "protocol, COALESCE(streams, 0), source_id, destination_id"
+    cell = "protocol, COALESCE(streams, 0), address_family, COALESCE(congestion_control, ''), source_id, destination_id"
     with connection.cursor() as cur:
         # The newest created measurement per cell, from the rows this very statement inserted (no second
         # round trip of the batch): the SQL twin of _update_latest's loop.
@@ -262,8 +265,9 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
                 INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ORDER BY id
                 ON CONFLICT (id) DO NOTHING RETURNING {cols}
             ), newest AS (
-                SELECT DISTINCT ON ({cell}) benchmark_id, protocol, COALESCE(streams, 0) AS streams, source_id,
-                       destination_id, id, finished_at, throughput_gbps, rtt_ms, status, left(error, 200) AS error,
+                SELECT DISTINCT ON ({cell}) benchmark_id, protocol, COALESCE(streams, 0) AS streams, address_family,
+                       COALESCE(congestion_control, '') AS congestion_control, source_id, destination_id, id,
+                       finished_at, throughput_gbps, rtt_ms, status, left(error, 200) AS error,
                        1 AS repeats, NULL::float8 AS low, NULL::float8 AS high
                 FROM created ORDER BY {cell}, finished_at DESC
             ), cells AS (
@@ -271,7 +275,7 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
                 SELECT n.*, {cell_json_sql("n", "s.name", "d.name")}
                 FROM newest n JOIN {Node._meta.db_table} s ON s.id = n.source_id
                 JOIN {Node._meta.db_table} d ON d.id = n.destination_id
-                ORDER BY n.protocol, n.streams, n.source_id, n.destination_id
+                ORDER BY n.protocol, n.streams, n.address_family, n.congestion_control, n.source_id, n.destination_id
                 {_latest_upsert([*LATEST_FIELDS, "cell_json"])}
             )
             SELECT id FROM created""")
@@ -328,7 +332,8 @@ def ingest(batch: dict[str, Any], token: object = None) -> IngestResult:
         unique.setdefault(str(m["id"]), m)
     candidates = [
         Row(id=m["id"], source_id=nodes[m["source"]].id, destination_id=nodes[m["destination"]].id,
-            retransmits=_retransmits(m), **{k: m.get(k) for k in MEASUREMENT_FIELDS})
+            retransmits=_retransmits(m), **{k: m.get(k) for k in MEASUREMENT_FIELDS},
+            address_family=m.get("address_family") or "ipv4")  # a batch from before IPv6 ran over IPv4
         for m in unique.values()
     ]
     postgresql = connection.vendor == "postgresql"

@@ -20,7 +20,7 @@ from results import federation, params, selectors, services, thresholds
 from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
-from results.models import Benchmark, Maintenance, Node, Problem, Run
+from results.models import ADDRESS_FAMILIES, Benchmark, Maintenance, Node, Problem, Run
 from results.stats import changes as change_detection
 from results.stats.advice import KNEE_MARGIN, MIN_RUNS, Observation, advise
 from results.stats.level import LEVEL_RUNS, recent_level
@@ -102,6 +102,13 @@ def grid_page(request, namespace: str, name: str):
         window = params.duration("window", q.get("window"), timedelta(days=7))
         high = params.integer("streams", q.get("streams"), max(settings_, default=0), 0, 100)
         low = params.integer("low", q.get("low"), min(settings_, default=0), 0, 100)
+        # one address family and one congestion control at a time: each is a grid of its own, like a stream count
+        kinds = selectors.cell_settings(bench, protocol)
+        families, ccs = kinds["address_family"], kinds["congestion_control"]
+        family = params.choice("address_family", q.get("address_family"), tuple(ADDRESS_FAMILIES),
+                               "ipv4" if "ipv4" in families or not families else families[0])
+        asked = params.congestion_control("congestion_control", q.get("congestion_control"))
+        cc = asked if asked is not None else (ccs[0] if ccs else "")
     except params.ParamError as err:
         return HttpResponseBadRequest(str(err))
     if split == "streams" and low == high:
@@ -110,16 +117,18 @@ def grid_page(request, namespace: str, name: str):
     combined = len(benches) > 1
     lean = mode == "latest" and connection.vendor == "postgresql" and not combined
     if combined:
-        data = federation.combined_grid(benches, protocol, streams=wanted, mode=mode, window=window)
+        data = federation.combined_grid(benches, protocol, streams=wanted, mode=mode, window=window,
+                                        address_family=family, congestion_control=cc)
     else:
-        data = selectors.grid(bench, protocol, streams=wanted, mode=mode, window=window, with_cells=not lean)
+        data = selectors.grid(bench, protocol, streams=wanted, mode=mode, window=window, with_cells=not lean,
+                              address_family=family, congestion_control=cc)
     kind, unit, bounds = data["kind"], data["unit"], data["thresholds"]
     nodes = data["nodes"]
     if sort == "site":
         nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
     now = data["generated_at"]
     # each cell's half (state, stale, tooltip JSON) once; a cell is drawn twice (each direction's upper half)
-    drawn = selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now)
+    drawn = selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc)
     missing = ("none", False, None)
 
     rows_html = []
@@ -177,6 +186,10 @@ def grid_page(request, namespace: str, name: str):
         "window": q.get("window") or "7d",
         "high": high,
         "low": low,
+        "families": families,
+        "family": family,
+        "ccs": ccs,
+        "cc": cc,
         "halves": halves,
         "now": now,
         "node_count": len(nodes),
@@ -233,7 +246,9 @@ def pair_page(request, source: str, destination: str):
     retransmits: dict[str, list] = {}
     for p in history:
         t = int(p["finished_at"].timestamp() * 1000)
-        direction = f'{p["source"]} → {p["destination"]}'
+        # IPv6 is a setting of its own too: its series are named so (IPv4 ones as before IPv6)
+        family = " IPv6" if p["address_family"] == "ipv6" else ""
+        direction = f'{p["source"]} → {p["destination"]}{family}'
         if p["protocol"] == "rtt":
             if p["rtt_ms"] is not None:
                 rtt.setdefault(f"RTT {direction}", []).append([t, p["rtt_ms"]])

@@ -37,6 +37,18 @@ class Agent:
     name: str | None = None  # pod name in a cluster
     scheme: str = "https"
     annotations: Mapping[str, str] = field(default_factory=dict)  # the node's tpcmesh.io/maintenance-* ones
+    address6: str | None = None  # a dual-stack agent's IPv6 address besides its IPv4 `address` (its address6)
+
+    @property
+    def families(self) -> frozenset[str]:
+        """The address families it can be measured over (the planner's `families`)."""
+        return frozenset({"ipv6" if ":" in self.address else "ipv4"} | ({"ipv6"} if self.address6 else set()))
+
+    def host(self, family: str) -> str:
+        """Its address in ``family`` (ipv4, ipv6); the planner only pairs agents that have it."""
+        if family == "ipv6" and self.address6:
+            return self.address6
+        return self.address
 
     @property
     def control_url(self) -> str:
@@ -49,6 +61,8 @@ class Agent:
     def to_dict(self) -> dict[str, Any]:
         out = {"node": self.node, "address": self.address, "ports": dict(self.ports), "labels": dict(self.labels),
                "name": self.name, "scheme": self.scheme}
+        if self.address6:
+            out["address6"] = self.address6
         if self.annotations:
             out["annotations"] = dict(self.annotations)
         return out
@@ -57,7 +71,7 @@ class Agent:
     def from_dict(cls, d: Mapping[str, Any]) -> Agent:
         return cls(node=d["node"], address=d["address"], ports=dict(d.get("ports") or DEFAULT_PORTS),
                    labels=dict(d.get("labels") or {}), name=d.get("name"), scheme=d.get("scheme", "https"),
-                   annotations=dict(d.get("annotations") or {}))
+                   annotations=dict(d.get("annotations") or {}), address6=d.get("address6"))
 
 
 class AgentError(Exception):

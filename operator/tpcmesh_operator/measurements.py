@@ -24,17 +24,25 @@ def now_iso() -> str:
 def measurement_from_record(
     record: Mapping[str, Any], source: str, destination: str, rtt: Mapping[str, Any] | None = None,
     repeat: int | None = None,
+    family: str = "ipv4",
 ) -> dict[str, Any]:
     """Contract `measurement` = the agent's `transferRecord` + the pair's node names + its RTT (+ which repeat of
-    its setting it is, when the benchmark repeats settings)."""
+    its setting it is, when the benchmark repeats settings; + the address family the operator sent the test over,
+    when not IPv4: absent means IPv4, as before IPv6)."""
     m: dict[str, Any] = {"id": record["test_id"], "source": source, "destination": destination}
     for k in _MEASUREMENT_FIELDS:
         if k in record:
             m[k] = record[k]
+    _add_family(m, family)
     _add_rtt(m, rtt)
     if repeat is not None:
         m["repeat"] = repeat
     return m
+
+
+def _add_family(m: dict[str, Any], family: str) -> None:
+    if family != "ipv4":
+        m["address_family"] = family
 
 
 def failed_measurement(
@@ -50,6 +58,7 @@ def failed_measurement(
     }
     if test.setting.congestion:
         m["congestion_control"] = test.setting.congestion
+    _add_family(m, test.setting.family)
     if test.setting.protocol != RTT:
         if spec.repeats > 1:
             m["repeat"] = test.setting.repeat
@@ -70,6 +79,7 @@ def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: 
         "status": "succeeded" if ok else "failed", "error": probe.get("error"),
         "started_at": started_at, "finished_at": now_iso(),
     }
+    _add_family(m, test.setting.family)
     _add_rtt(m, probe if ok else None)
     if trace is not None:
         m["path"] = contract_path(trace)

@@ -3,8 +3,11 @@
 Rules:
 - In a round no agent takes part in more than one test of any kind (TPC, iperf3, RTT), so tests never disturb
   each other; the tests of a round run in parallel, rounds one after another.
-- A setting is one (protocol, streams) pair, or `rtt` for the latency probe. Every selected directed pair is
-  measured once in every setting.
+- A setting is one (protocol, streams, congestion control, address family), or `rtt` (per family) for the
+  latency probe. Every selected directed pair is measured once in every setting.
+- Address families (spec.addressFamilies): an IPv6 setting measures only the pairs whose two agents have IPv6
+  (`families`, from the agents' addresses); the others are listed in Plan.family_skipped with the reason, never
+  dropped silently. Such a family's rounds are the full rounds less those pairs (a round left empty goes).
 - A full directed mesh of N agents uses exactly the lower bound ceil(N(N-1)/floor(N/2)) rounds per setting:
   the circle method (1-factorization of K_N, a bye for odd N) gives N-1 (N even) or N (N odd) rounds of
   unordered pairs; each is played once in each direction. Other pair selections (explicit lists, groups) are
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 from .spec import BenchmarkSpec
 
 RTT = "rtt"
+FAMILY_NAMES = {"ipv4": "IPv4", "ipv6": "IPv6"}
 CONGESTION_PROTOCOLS = ("builtin", "iperf3")  # movers that set the congestion control; the others keep the default
 
 
@@ -50,12 +54,15 @@ class Setting:
     loopback: bool = False  # each agent against itself
     congestion: str | None = None  # the senders' TCP congestion control (spec.tcp); None: the nodes' default
     repeat: int = 0  # which of spec.repeats measurements of the setting (0 = the first or only one)
+    family: str = "ipv4"  # the IP version the test runs over (spec.addressFamilies)
 
     @property
     def key(self) -> str:
         key = self.protocol if self.streams is None else f"{self.protocol}/{self.streams}"
         if self.congestion:
             key += f"/{self.congestion}"
+        if self.family != "ipv4":  # IPv4 keys as before IPv6: a run resumed across the upgrade keeps its tests
+            key += f"/{self.family}"
         if self.repeat:
             key += f"#{self.repeat}"
         return f"loopback/{key}" if self.loopback else key
@@ -87,10 +94,21 @@ class Plan:
     externals: tuple[str, ...] = ()  # external endpoints' names: index len(agents) + i in external_rounds
     external_rounds: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()  # (settings index, pairs), last
     problems: tuple[str, ...] = ()  # what the plan left out and why (for an Event)
+    # families whose agents do not all have them: their own rounds (pair_rounds less the pairs lacking it), and
+    # the pairs left out of them: (source, destination, family, reason)
+    family_rounds: tuple[tuple[str, tuple[tuple[tuple[int, int], ...], ...]], ...] = ()
+    family_skipped: tuple[tuple[str, str, str, str], ...] = ()
 
     @property
     def rounds_per_setting(self) -> int:
         return len(self.pair_rounds)
+
+    def rounds_of(self, setting: Setting) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """The pair rounds a setting is measured in (its family's)."""
+        for family, rounds in self.family_rounds:
+            if family == setting.family:
+                return rounds
+        return self.pair_rounds
 
     @property
     def loopback_rounds(self) -> int:
@@ -98,7 +116,7 @@ class Plan:
 
     @property
     def mesh_rounds(self) -> int:
-        return self.loopback_rounds + len(self.settings) * len(self.pair_rounds)
+        return self.loopback_rounds + sum(len(self.rounds_of(s)) for s in self.settings)
 
     @property
     def num_rounds(self) -> int:
@@ -110,11 +128,27 @@ class Plan:
 
     @property
     def num_tests(self) -> int:
-        return (len(self.loopback_agents) * self.loopback_rounds + len(self.settings) * self.num_pairs
+        return (len(self.loopback_agents) * self.loopback_rounds
+                + sum(len(p) for s in self.settings for r in [self.rounds_of(s)] for p in r)
                 + sum(len(pairs) for _, pairs in self.external_rounds))
 
     def is_external(self, name: str) -> bool:
         return name in self.externals
+
+    def skipped_summary(self) -> str:
+        """The family skips in a line: which node lacks which family, and how many tests that leaves out."""
+        lacking: dict[tuple[str, str], int] = {}
+        for setting, _, _, reason in self.skipped_tests():
+            lacking[(setting.family, reason)] = lacking.get((setting.family, reason), 0) + 1
+        return "; ".join(f"{reason} ({n} {FAMILY_NAMES[family]} tests)"
+                         for (family, reason), n in sorted(lacking.items()))
+
+    def skipped_tests(self) -> Iterator[tuple[Setting, str, str, str]]:
+        """(setting, source, destination, reason) of every test the plan leaves out of a setting's family."""
+        for s, d, family, reason in self.family_skipped:
+            for setting in self.settings:
+                if setting.family == family:
+                    yield setting, s, d, reason
 
     def round(self, index: int) -> list[Test]:
         if not 0 <= index < self.num_rounds:
@@ -128,8 +162,12 @@ class Plan:
             everyone = names + self.externals
             return [Test(index, self.settings[si], everyone[s], everyone[d]) for s, d in pairs]
         i = index - self.loopback_rounds
-        setting = self.settings[i // len(self.pair_rounds)]
-        return [Test(index, setting, names[s], names[d]) for s, d in self.pair_rounds[i % len(self.pair_rounds)]]
+        for setting in self.settings:  # a handful of settings: a walk is as quick as an offset table
+            rounds = self.rounds_of(setting)
+            if i < len(rounds):
+                return [Test(index, setting, names[s], names[d]) for s, d in rounds[i]]
+            i -= len(rounds)
+        raise AssertionError("unreachable: index checked against num_rounds")
 
     def rounds(self) -> Iterator[list[Test]]:
         for i in range(self.num_rounds):
@@ -149,14 +187,41 @@ def lower_bound(n: int) -> int:
 
 
 def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
-    """RTT first (it is quick and its result goes with every measurement of the pair), then protocol x streams;
-    with spec.repeats = K, K passes over those settings one after another (repeat 0, 1, ...), so a setting's
-    repeats are spread over the run rather than back to back (a passing disturbance hits one of them)."""
-    out = [Setting(RTT)] if spec.latency else []
-    out += [Setting(p, s, congestion=c, repeat=r) for r in range(spec.repeats) for p in spec.protocols
-            for s in spec.streams
-            for c in (spec.congestion_control if p in CONGESTION_PROTOCOLS and spec.congestion_control else (None,))]
+    """Per address family: RTT first (it is quick and its result goes with every measurement of the pair), then
+    protocol x streams x congestion control; with spec.repeats = K, K passes over those settings one after another
+    (repeat 0, 1, ...), so a setting's repeats are spread over the run rather than back to back (a passing
+    disturbance hits one of them)."""
+    out = []
+    for f in spec.address_families:
+        out += [Setting(RTT, family=f)] if spec.latency else []
+        out += [Setting(p, s, congestion=c, repeat=r, family=f) for r in range(spec.repeats) for p in spec.protocols
+                for s in spec.streams
+                for c in (spec.congestion_control if p in CONGESTION_PROTOCOLS and spec.congestion_control
+                          else (None,))]
     return tuple(out)
+
+
+def _family_rounds(names: Sequence[str], rounds: Sequence[Sequence[tuple[int, int]]], spec: BenchmarkSpec,
+                   families: Mapping[str, Collection[str]] | None):
+    """Per family some agents lack: its rounds (without the pairs touching them) and those pairs with a reason."""
+    out_rounds, skipped = [], []
+    for family in spec.address_families:
+        lacking = {i for i, n in enumerate(names) if families is not None and family not in families.get(n, ())}
+        if not lacking:
+            continue
+        kept_rounds = []
+        for r in rounds:
+            kept = []
+            for s, d in r:
+                if s in lacking or d in lacking:
+                    who = names[s] if s in lacking else names[d]
+                    skipped.append((names[s], names[d], family, f"node {who} has no {FAMILY_NAMES[family]} address"))
+                else:
+                    kept.append((s, d))
+            if kept:
+                kept_rounds.append(tuple(kept))
+        out_rounds.append((family, tuple(kept_rounds)))
+    return tuple(out_rounds), tuple(skipped)
 
 
 def full_mesh_rounds(n: int) -> list[list[tuple[int, int]]]:
@@ -330,9 +395,11 @@ def plan(
     agents: Iterable[str] | Mapping[str, Mapping[str, str]],
     spec: BenchmarkSpec,
     exclude_pairs: Collection[tuple[str, str]] = (),
+    families: Mapping[str, Collection[str]] | None = None,
 ) -> Plan:
     """Plan a run. `agents`: node names, or node name -> labels (needed for `pairs.mode: groups`).
-    `exclude_pairs`: (source, destination) pairs left out (in maintenance)."""
+    `exclude_pairs`: (source, destination) pairs left out (in maintenance). `families`: node name -> the address
+    families its agent has (ipv4, ipv6); None: every agent has every family."""
     labels: Mapping[str, Mapping[str, str]] = agents if isinstance(agents, Mapping) else {a: {} for a in agents}
     names = tuple(sorted(set(labels)))
     index = {n: i for i, n in enumerate(names)}
@@ -378,6 +445,7 @@ def plan(
         loopback = Setting(spec.loopback.protocol, max(spec.streams), loopback=True)
     involved = range(len(names)) if mode == "fullMesh" else sorted({i for r in rounds for p in r for i in p})
     externals, external_rounds, problems = _external_rounds(spec, names, labels, settings)
+    family_rounds, family_skipped = _family_rounds(names, rounds, spec, families)
     return Plan(
         agents=names,
         settings=settings,
@@ -388,6 +456,8 @@ def plan(
         externals=externals,
         external_rounds=external_rounds,
         problems=problems,
+        family_rounds=family_rounds,
+        family_skipped=family_skipped,
     )
 
 

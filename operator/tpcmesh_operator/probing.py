@@ -21,21 +21,22 @@ async def probe_pair(agents: ProbeAPI, src: Agent, dst: Agent, test: Test, tid: 
                      count: int, trace: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """(measurement, the RTT probe's answer). An agent that does not answer makes a failed row (or a path with its
     error), never an exception. Both probes run at once: the round gives this pair both agents."""
-    rtt, path = await asyncio.gather(_rtt(agents, src, dst, count),
-                                     _path(agents, src, dst) if trace else _nothing())
+    family = test.setting.family  # the addresses of the test's IP version
+    rtt, path = await asyncio.gather(_rtt(agents, src, dst, count, family),
+                                     _path(agents, src, dst, family) if trace else _nothing())
     return rtt_measurement(tid, test, rtt, started, path), rtt
 
 
-async def _rtt(agents: ProbeAPI, src: Agent, dst: Agent, count: int) -> dict[str, Any]:
+async def _rtt(agents: ProbeAPI, src: Agent, dst: Agent, count: int, family: str) -> dict[str, Any]:
     try:
-        return await agents.probe_rtt(dst, src.address, src.port("control"), count)
+        return await agents.probe_rtt(dst, src.host(family), src.port("control"), count)
     except (AgentUnavailable, AgentRejected) as e:
         return {"error": e.message}
 
 
-async def _path(agents: ProbeAPI, src: Agent, dst: Agent) -> dict[str, Any]:
+async def _path(agents: ProbeAPI, src: Agent, dst: Agent, family: str) -> dict[str, Any]:
     try:
-        return await agents.probe_path(src, dst.address)
+        return await agents.probe_path(src, dst.host(family))
     except (AgentUnavailable, AgentRejected) as e:
         return {"hops": [], "error": f"path probe on {src.node}: {e.message}"}
 

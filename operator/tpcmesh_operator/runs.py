@@ -318,7 +318,8 @@ class RunExecutor:
             self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
         _, out_pairs = maintenance.excluded(map(maintenance.Window.from_dict, st.get("maintenance") or []),
                                             self._frozen)
-        self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec, exclude_pairs=out_pairs)
+        self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec, exclude_pairs=out_pairs,
+                         families={n: a.families for n, a in self._frozen.items()})
         p = self.plan
         if resumed and st.get("totalRounds", p.num_rounds) != p.num_rounds:
             # currentRound counts the rounds planned at the start: another plan would redo or skip some
@@ -330,6 +331,9 @@ class RunExecutor:
         st["totalRounds"] = p.num_rounds
         self._recount()
         left_out = f"; left out, in maintenance: {st['inMaintenance']}" if st.get("inMaintenance") else ""
+        if p.family_skipped:  # not failures: a node without IPv6 is no fault of the pair; said, never dropped
+            st["familySkipped"] = p.skipped_summary()
+            left_out += f"; skipped: {st['familySkipped']}"
         set_condition(st, "Progressing", True, "Resumed" if resumed else "Started",
                       f"{st['planned']} tests of {len(self._frozen)} agents in {p.num_rounds} rounds{left_out}")
         await self._save(force=True)
@@ -657,7 +661,7 @@ class RunExecutor:
         record, error, tid = await self._attempts(test, dst, lambda tid: self._request(test, src, dst, tid))
         if record is not None:
             m = measurement_from_record(record, test.source, test.destination, rtt,
-                                        test.setting.repeat if self.spec.repeats > 1 else None)
+                                        test.setting.repeat if self.spec.repeats > 1 else None, test.setting.family)
             if test.setting.protocol in TOKEN_PROTOCOLS:
                 m["auth"] = self.auth
             await self._record(test, m)
@@ -693,7 +697,8 @@ class RunExecutor:
         """The POST /api/v1/transfers body of a test between two agents, sent to the destination (or why none)."""
         proto = test.setting.protocol
         request: dict[str, Any] = {
-            "test_id": tid, "protocol": proto, "source": {"host": src.address, "port": src.port(proto)},
+            "test_id": tid, "protocol": proto,
+            "source": {"host": src.host(test.setting.family), "port": src.port(proto)},
             "file_set": self.spec.file_set.request(), "concurrency": self.spec.concurrency,
             "streams": test.setting.streams, "timeout_seconds": self.spec.timeout_seconds,
             # an agent's own ceiling: its files are read and discarded, never written over themselves

@@ -153,6 +153,7 @@ class BenchmarkSpec:
     iperf3_seconds: int = DEFAULT_IPERF3_SECONDS  # how long each iperf3 test (and an iperf3 loopback) sends
     streams: tuple[int, ...] = DEFAULT_STREAMS
     congestion_control: tuple[str, ...] = ()  # spec.tcp.congestionControl; empty: the nodes' default
+    address_families: tuple[str, ...] = ("ipv4",)  # spec.addressFamilies: each a setting of its own (planner.py)
     concurrency: int = DEFAULT_CONCURRENCY
     file_set: FileSet = field(default_factory=FileSet)
     destination: str = "store"
@@ -240,7 +241,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         "streams", "tcp",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
-        "auth", "externalEndpoints",
+        "auth", "externalEndpoints", "addressFamilies",
     }
     unknown = sorted(set(d) - known)
     if unknown:
@@ -399,6 +400,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         iperf3_seconds=iperf3_seconds,
         streams=tuple(streams),
         congestion_control=_congestion_control(d.get("tcp"), f"{path}.tcp"),
+        address_families=_address_families(d.get("addressFamilies"), f"{path}.addressFamilies"),
         concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
         file_set=file_set,
         destination=destination,
@@ -416,6 +418,24 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
+
+
+ADDRESS_FAMILIES = ("ipv4", "ipv6")
+
+
+def _address_families(d: Any, path: str) -> tuple[str, ...]:
+    """spec.addressFamilies: ipv4 and/or ipv6, default [ipv4] (a cluster gaining IPv6 does not double a run's
+    length unasked; dual-stack testing is one line in the spec)."""
+    if d is None:
+        return ("ipv4",)
+    if not isinstance(d, list) or not d:
+        raise SpecError(path, f"expected a non-empty list of {' and/or '.join(ADDRESS_FAMILIES)}, got {d!r}")
+    for i, f in enumerate(d):
+        if f not in ADDRESS_FAMILIES:
+            raise SpecError(f"{path}[{i}]", f"must be one of {', '.join(ADDRESS_FAMILIES)}, got {f!r}")
+    if len(set(d)) != len(d):
+        raise SpecError(path, "must not repeat a family")
+    return tuple(d)
 
 
 CONGESTION_NAME = re.compile(r"^[a-z0-9_]{1,15}$")
@@ -472,6 +492,8 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         out["externalEndpoints"] = [e.to_dict() for e in s.external_endpoints]
     if s.congestion_control:
         out["tcp"] = {"congestionControl": list(s.congestion_control)}
+    if s.address_families != ("ipv4",):
+        out["addressFamilies"] = list(s.address_families)
     if s.agent_selector:
         out["agentSelector"] = {"matchLabels": dict(s.agent_selector)}
     if s.node_selector:

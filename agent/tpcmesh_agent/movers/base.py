@@ -26,6 +26,11 @@ class FileSpec:
     checksum: str | None = None  # "adler32:<8 hex>" when the source published it
 
 
+def url_host(host: str) -> str:
+    """A host as URLs and Host headers write it: an IPv6 literal in brackets (RFC 3986), else as it is."""
+    return f"[{host}]" if ":" in host else host
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where the source serves the protocol: host (an IP address or name), port, and the directory holding the
@@ -41,7 +46,7 @@ class Endpoint:
         return self.path == "/sets"
 
     def hostport(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return f"{url_host(self.host)}:{self.port}"
 
 
 @dataclass(frozen=True)

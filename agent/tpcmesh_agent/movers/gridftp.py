@@ -22,7 +22,7 @@ from typing import Any
 
 from ..atomic import write_atomically
 from ..servers.configs import gridftp_env
-from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
+from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently, url_host
 from .external import copy_one_file, missing, now, prepare_destination, run_program, short
 
 
@@ -58,9 +58,7 @@ class GridftpMover(Mover):
         return ["-nodcau"], gridftp_env(cert, key, Path(s.ca_dir))
 
     def local_hostport(self) -> str:
-        host = self.settings.address
-        host = f"[{host}]" if ":" in host else host
-        return f"{host}:{self.settings.gridftp_port}"
+        return f"{url_host(self.settings.address)}:{self.settings.gridftp_port}"
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
         why = self.available()

@@ -24,6 +24,17 @@ from .external import missing, now, run_program, short
 MAX_DURATION = 10.0
 
 
+def client_argv(job: TransferJob, bind: str, seconds: int) -> list[str]:
+    """The iperf3 client's command: receive (-R) from the source for ``seconds``, bound to this agent's address,
+    over the source address's family (-4/-6: the family asked for, never a resolver's choice)."""
+    argv = ["iperf3", "-c", job.source.host, "-p", str(job.source.port), "-B", bind,
+            "-R", "-P", str(job.streams), "-t", str(seconds), "-J", "--get-server-output",
+            "-6" if ":" in job.source.host else "-4"]
+    if job.congestion:
+        argv += ["-C", job.congestion]  # iperf3 passes it to the server, which sends with it
+    return argv
+
+
 def duration_for(timeout: float) -> int:
     return int(max(1, min(MAX_DURATION, timeout / 2)))
 
@@ -103,10 +114,7 @@ class Iperf3Mover(Mover):
         if why:
             raise MoverUnavailable(why)
         secs = int(job.duration) if job.duration else duration_for(job.timeout)
-        argv = ["iperf3", "-c", job.source.host, "-p", str(job.source.port), "-B", self.settings.address,
-                "-R", "-P", str(job.streams), "-t", str(secs), "-J", "--get-server-output"]
-        if job.congestion:
-            argv += ["-C", job.congestion]  # iperf3 passes it to the server, which sends with it
+        argv = client_argv(job, self.settings.local_address(job.source.host), secs)
         progress.files_total = 1
         progress.end_only = True  # the bytes arrive in one piece when iperf3 has ended
         start = now()

@@ -29,6 +29,7 @@ from .base import (
     Progress,
     TransferJob,
     run_files_concurrently,
+    url_host,
 )
 from .external import FileWatch, finish_file, now, prepare_destination, short
 from .remote_push import push_file
@@ -76,9 +77,7 @@ class XrootdHttpsMover(Mover):
         return ctx
 
     def local_url(self, path: str) -> str:
-        host = self.settings.address
-        host = f"[{host}]" if ":" in host else host
-        return f"https://{host}:{self.settings.xrootd_tpc_port}{path}"
+        return f"https://{url_host(self.settings.address)}:{self.settings.xrootd_tpc_port}{path}"
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
         why = self.available()

@@ -314,9 +314,9 @@ def gridftp_env(cert: Path, key: Path, ca_dir: Path) -> dict[str, str]:
     return {"X509_USER_CERT": str(cert), "X509_USER_KEY": str(key), "X509_CERT_DIR": str(ca_dir)}
 
 
-def iperf3_argv(settings: Any) -> list[str]:
+def iperf3_argv(settings: Any, address: str | None = None) -> list[str]:
     # -J: a client's --get-server-output then carries the sender's JSON (retransmits, cwnd, RTT of a -R test)
-    return ["iperf3", "-s", "-J", "-B", settings.address, "-p", str(settings.iperf3_port)]
+    return ["iperf3", "-s", "-J", "-B", address or settings.address, "-p", str(settings.iperf3_port)]
 
 
 def supervised_argv(argv: list[str], switch_user: str | None, switch_group: str | None,

@@ -310,6 +310,14 @@ class ServerSupervisor:
             rt = self.runtime_dir / "iperf3"
             out.append(ServerSpec("iperf3", s.iperf3_port, s.address, ("iperf3",), prep_iperf3,
                                   rt / "stdout.log", rt))
+            if s.address6:  # dual stack: iperf3 -s binds one address; a second server on the IPv6 one
+                def prep_iperf3_v6() -> list[str]:
+                    self._runtime("iperf3-ipv6")
+                    return self._wrap(configs.iperf3_argv(s, s.address6))
+
+                rt6 = self.runtime_dir / "iperf3-ipv6"
+                out.append(ServerSpec("iperf3-ipv6", s.iperf3_port, s.address6, ("iperf3",), prep_iperf3_v6,
+                                      rt6 / "stdout.log", rt6))
         return out
 
     # ---- lifecycle -------------------------------------------------------------------------------------------

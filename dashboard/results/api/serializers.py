@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from results import contract, rfc3339, selectors, thresholds
 from results.models import (
+    ADDRESS_FAMILIES,
     AUTH_MODES,
     PROTOCOLS,
     STATUSES,
@@ -126,6 +127,8 @@ class MeasurementIn(serializers.Serializer):
     path = PathIn(required=False, help_text="rtt rows: the source's path to the destination (tracepath)")
     repeat = serializers.IntegerField(min_value=0, max_value=19, allow_null=True, required=False,
                                       help_text="which of the benchmark's repeats of this setting in the run")
+    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES, default="ipv4", required=False,
+                                             help_text="the IP version the test ran over (default ipv4)")
 
     def validate(self, attrs):
         errors = {}
@@ -274,9 +277,9 @@ class MeasurementSerializer(serializers.ModelSerializer):
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
-                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "repeat", "status",
-                  "error", "checksum", "destination_kind", "auth", "started_at", "finished_at", "ingested_at",
-                  "cluster"]
+                  "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "address_family",
+                  "repeat", "status", "error", "checksum", "destination_kind", "auth", "started_at", "finished_at",
+                  "ingested_at", "cluster"]
 
 
 class MeasurementDetailSerializer(MeasurementSerializer):
@@ -291,6 +294,8 @@ class GridCellSerializer(serializers.Serializer):
     source = serializers.CharField()
     destination = serializers.CharField()
     streams = serializers.IntegerField()
+    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
+    congestion_control = serializers.CharField(allow_blank=True, help_text="empty: the nodes' default")
     value = serializers.FloatField(allow_null=True)
     finished_at = serializers.DateTimeField()
     age_seconds = serializers.FloatField()
@@ -338,6 +343,8 @@ class HistoryPointSerializer(serializers.Serializer):
     throughput_gbps = serializers.FloatField(allow_null=True)
     aggregate_gbps = serializers.FloatField(allow_null=True)
     rtt_ms = serializers.FloatField(allow_null=True)
+    congestion_control = serializers.CharField(allow_null=True, help_text="null: the nodes' default")
+    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     finished_at = serializers.DateTimeField()
@@ -428,7 +435,8 @@ class ProblemSerializer(serializers.ModelSerializer):
     benchmark = serializers.StringRelatedField()
     acknowledged = serializers.BooleanField(read_only=True,
                                             help_text="acknowledged for its current cells and severity")
-    cells = serializers.ListField(child=serializers.ListField(), help_text="[source, destination, protocol, streams]")
+    cells = serializers.ListField(child=serializers.ListField(), help_text=(
+        '[source, destination, protocol, streams], plus the setting ("ipv6 bbr") when not IPv4 and the default'))
 
     class Meta:
         model = Problem

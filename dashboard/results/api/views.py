@@ -26,7 +26,18 @@ from results.api.pagination import LARGEST
 from results.api.permissions import ActAccess, WriteAccess, actor
 from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
-from results.models import PROTOCOLS, Benchmark, Change, Maintenance, Measurement, Node, Path, Problem, Run
+from results.models import (
+    ADDRESS_FAMILIES,
+    PROTOCOLS,
+    Benchmark,
+    Change,
+    Maintenance,
+    Measurement,
+    Node,
+    Path,
+    Problem,
+    Run,
+)
 from results.stats import advice
 
 LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
@@ -35,6 +46,8 @@ LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
 NAME = {"type": "string", "minLength": 1}
 PROTOCOL = {"type": "string", "enum": list(PROTOCOLS)}
 DURATION = {"type": "string", "pattern": params.DURATION_PATTERN}
+FAMILY = {"type": "string", "enum": list(ADDRESS_FAMILIES)}
+CONGESTION = {"type": "string", "pattern": params.CONGESTION_PATTERN}
 
 
 def _streams(lo: int) -> dict:
@@ -203,6 +216,9 @@ class GridView(APIView):
                              "several"),
             OpenApiParameter("protocol", PROTOCOL, required=True),
             OpenApiParameter("streams", _streams(0), description="one stream setting (default: all)"),
+            OpenApiParameter("address_family", FAMILY, description="one address family (default: both)"),
+            OpenApiParameter("congestion_control", CONGESTION,
+                             description="one congestion control; default: the nodes' own (default: all)"),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
             OpenApiParameter("window", DURATION, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
         ],
@@ -213,14 +229,18 @@ class GridView(APIView):
         q = request.query_params
         protocol = _params(params.protocol, "protocol", q.get("protocol"))
         streams = _params(params.integer, "streams", q.get("streams"), None, 0, 100)
+        family = _params(params.choice, "address_family", q.get("address_family"), tuple(ADDRESS_FAMILIES), None)
+        cc = _params(params.congestion_control, "congestion_control", q.get("congestion_control"))
         mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
         if len(benches) > 1:
             return Response(grid_json(federation.combined_grid(benches, protocol, streams=streams, mode=mode,
-                                                               window=window)))
+                                                               window=window, address_family=family,
+                                                               congestion_control=cc)))
         bench = benches[0]
         fast = connection.vendor == "postgresql" and request.accepted_renderer.format == "json"
-        data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast)
+        data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast,
+                              address_family=family, congestion_control=cc)
         if fast:
             # The database built the cells' JSON; splice it into the envelope without re-parsing.
             head = json.dumps({k: v for k, v in grid_json({**data, "cells": []}).items() if k != "cells"})

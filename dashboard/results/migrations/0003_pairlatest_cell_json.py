@@ -2,8 +2,9 @@ from django.db import migrations, models
 
 
 def fill_cell_json(apps, schema_editor):
-    """The stored JSON of the cells that exist is written by 0009_analysis_marks (the JSON's newest shape): this
-    migration called the live celljson.fill_sql, which reads columns added after it."""
+    """Nothing any more: today's fill_sql names columns added later, and the newest migration that changed the JSON's
+    fields (0010_address_family) (re)writes every cell's JSON itself. A migration that changes those fields calls
+    fill_sql and makes the one before it a no-op; earlier ones must not."""
 
 
 class Migration(migrations.Migration):

@@ -15,12 +15,8 @@ def copy_marks(apps, schema_editor):
 
 
 def fill_cell_json(apps, schema_editor):
-    """PostgreSQL: rewrite the cells' stored JSON in its newest shape (count, low, high). The live fill_sql, so
-    a later change of the JSON's shape makes this a no-op (as 0003) and refills in its own migration."""
-    if schema_editor.connection.vendor == "postgresql":
-        from results.celljson import fill_sql
-
-        schema_editor.execute(fill_sql())
+    """Nothing any more: the cells' JSON gained count/low/high here, and 0010_address_family, which changed its
+    fields again, rewrites every cell's JSON with the live fill_sql (which names columns 0010 adds)."""
 
 
 def copy_back(apps, schema_editor):

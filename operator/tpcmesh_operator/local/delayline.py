@@ -2,8 +2,8 @@
 
 This kernel has no ``sch_netem``, so WAN links are emulated here. The process opens one TUN device per node
 (created in the root network namespace; the lab then moves each into its node's namespace, the open file keeps
-working), reads IPv4 packets, looks up the destination node by address (or by a /24 network the node routes, such
-as the pod network of a `tpcmesh-local cluster` node) and releases the packet on that node's
+working), reads IPv4 and IPv6 packets, looks up the destination node by address (or by a /24 network the node
+routes, such as the pod network of a `tpcmesh-local cluster` node) and releases the packet on that node's
 device once the directed link's one-way delay has passed. A link may also have a rate (a serialisation clock with
 a bounded queue, so TCP sees drops instead of an endless queue) and a random loss. A group of nodes may share an
 uplink (a site's one shaped connection, the WAN profile's ``uplinks``): a packet between a member and a node
@@ -90,9 +90,12 @@ def routed_networks(nodes: list[dict]) -> dict[bytes, int]:
 
 
 def build_links(config: dict) -> tuple[list[str], dict[bytes, int], list[list[Link | None]]]:
+    """Devices, node by address (4 bytes IPv4, 16 bytes IPv6: one map, the lengths never collide), links."""
     nodes = config["nodes"]
     names = [n["device"] for n in nodes]
     by_addr = {socket.inet_aton(n["address"]): i for i, n in enumerate(nodes)}
+    by_addr.update({socket.inet_pton(socket.AF_INET6, n["address6"]): i for i, n in enumerate(nodes)
+                    if n.get("address6")})
     index = {n["name"]: i for i, n in enumerate(nodes)}
     links: list[list[Link | None]] = [[None] * len(nodes) for _ in nodes]
     for spec in config["links"]:
@@ -169,11 +172,15 @@ def run(config: dict) -> None:
                     packet = os.read(fd, MAX_PACKET)
                 except BlockingIOError:
                     break
-                if len(packet) < 20 or packet[0] >> 4 != 4:
-                    continue  # only IPv4 is routed
-                dst = by_addr.get(packet[16:20])
-                if dst is None:
-                    dst = by_net.get(packet[16:19])
+                version = packet[0] >> 4 if packet else 0
+                if version == 4 and len(packet) >= 20:
+                    dst = by_addr.get(packet[16:20])
+                    if dst is None:
+                        dst = by_net.get(packet[16:19])
+                elif version == 6 and len(packet) >= 40:
+                    dst = by_addr.get(packet[24:40])  # the destination address of the fixed header
+                else:
+                    continue
                 if dst is None or dst == src:
                     continue
                 stages = row[dst]

@@ -64,9 +64,10 @@ class Certificates:
         ca_file = directory / "ca.crt"
         ca_file.write_bytes(ca.cert_pem)
         certs = cls(directory=directory, ca_file=ca_file)
-        hosts = [(n.name, n.address) for n in nodes] + sorted((extra or {}).items())
-        for name, address in hosts:
-            kp = pki.issue_host_cert(ca, name, [address, name])
+        hosts = ([(n.name, [n.address, *([n.address6] if n.address6 else [])]) for n in nodes]
+                 + [(name, [address]) for name, address in sorted((extra or {}).items())])
+        for name, addresses in hosts:
+            kp = pki.issue_host_cert(ca, name, [*addresses, name])
             cert, key = directory / f"{name}.crt", directory / f"{name}.key"
             kp.write(cert, key)
             # Servers the agent runs as its unprivileged run_user (xrootd refuses root) must read the key; the
@@ -84,9 +85,18 @@ class LocalAgent:
     log_file: Path
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
     info: dict = field(default_factory=dict)
+    address: str = ""  # what it listens on: its node's IPv4 or (family ipv6) IPv6 address
+    address6: str | None = None  # family dual: its IPv6 address besides the IPv4 one
+
+    def __post_init__(self) -> None:
+        self.address = self.address or self.node.address
+
+    @property
+    def control_url(self) -> str:
+        return self.agent().control_url
 
     def agent(self) -> Agent:
-        return Agent(node=self.node.name, address=self.node.address, ports=dict(self.ports),
+        return Agent(node=self.node.name, address=self.address, address6=self.address6, ports=dict(self.ports),
                      labels={"tpcmesh.io/site": self.node.name.rsplit("-", 1)[0] if self.node.name[-1].isdigit()
                              else self.node.name}, name=self.node.name)
 
@@ -96,7 +106,8 @@ class LocalAgent:
 
 def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budget_bytes: int,
                  protocols: tuple[str, ...] = ALL_PROTOCOLS, wait: float = 60.0,
-                 token_issuer: str = "") -> list[LocalAgent]:
+                 token_issuer: str = "", family: str = "ipv4",
+                 single_stack: tuple[str, ...] = ()) -> list[LocalAgent]:
     """One real ``tpcmesh-agent`` per lab node (in its namespace), waited for until /readyz answers; with
     ``token_issuer`` (its URL) in token mode: XRootD and the built-in endpoint take that issuer's bearer tokens."""
     token_file = state / "agent-token"
@@ -107,16 +118,23 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
     os.chmod(data_root, 0o755)
     agents = []
     for node in lab.nodes:
+        # family ipv4 or ipv6: every agent on that address; dual: IPv4 and IPv6 (but the single_stack nodes)
+        address = node.address6 if family == "ipv6" else node.address
+        address6 = node.address6 if family == "dual" and node.name not in single_stack else None
+        if not address or (family == "dual" and node.name not in single_stack and not address6):
+            raise MeshError(f"node {node.name} has no {family} address (IPv6 needs the netns lab, not loopback)")
         cert, key = certs.hosts[node.name]
         data_dir = data_root / node.name
         data_dir.mkdir(exist_ok=True)
         os.chmod(data_dir, 0o755)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TPCMESH_AGENT_")}
         settings = {
-            "address": node.address, "node_name": node.name, "data_dir": data_dir, "token_file": token_file,
+            "address": address, "node_name": node.name, "data_dir": data_dir, "token_file": token_file,
             "tls_cert": cert, "tls_key": key, "ca_file": certs.ca_file, "budget_bytes": budget_bytes,
             "protocols": ",".join(protocols), "log_level": "INFO",
         }
+        if address6:
+            settings["address6"] = address6
         if token_issuer:
             settings["xrootd_token_issuer"] = token_issuer  # checked against ca_file, the lab's CA
         ports = dict(DEFAULT_PORTS)
@@ -131,13 +149,14 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
         with open(log_file, "wb") as out:
             proc = lab.popen(node, [venv_command("tpcmesh-agent")], env=env, stdout=out, stderr=subprocess.STDOUT,
                              critical=True)
-        agents.append(LocalAgent(node=node, process=proc, data_dir=data_dir, log_file=log_file, ports=ports))
+        agents.append(LocalAgent(node=node, process=proc, data_dir=data_dir, log_file=log_file, ports=ports,
+                                 address=address, address6=address6))
     lab.add_cleanup(lambda: shutil.rmtree(data_root, ignore_errors=True))
     ctx = ssl.create_default_context(cafile=str(certs.ca_file))
     deadline = time.monotonic() + wait
     with httpx.Client(verify=ctx, timeout=3, headers={"Authorization": f"Bearer {token}"}) as client:
         for a in agents:
-            url = f"https://{a.node.address}:{a.ports['control']}"
+            url = a.control_url
             while True:
                 if a.process.poll() is not None:
                     raise MeshError(f"the agent on {a.node.name} exited with {a.process.returncode}:\n"

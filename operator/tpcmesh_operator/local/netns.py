@@ -1,10 +1,12 @@
 """The WAN emulation lab: one network namespace per node, joined by the delay line.
 
 Topology: every node gets a namespace ``tpcm-<pid>-<node>`` holding one TUN device ``wan0`` with an address from a
-documentation range that collides with no route on the machine. The other end of every TUN device is the delay line
-process (``delayline.py``), which routes packets between the namespaces and holds each one for its link's one-way
-delay (and rate and loss) from the WAN profile. The root namespace is one more endpoint of the delay line (address
-``.1``, no delay), so the local operator reaches every agent's control API.
+documentation range that collides with no route on the machine, and an IPv6 address from the documentation
+prefix 2001:db8::/32 (a /64 named after the IPv4 range, so two labs never share one: ``ipv6_prefix``). The other
+end of every TUN device is the delay line process (``delayline.py``), which routes packets between the namespaces
+and holds each one for its link's one-way delay (and rate and loss) from the WAN profile. The root namespace is one
+more endpoint of the delay line (address ``.1`` and ``::1`` of the /64, no delay), so the local operator reaches
+every agent's control API.
 
 Without root, ``ip netns`` or ``/dev/net/tun`` the lab falls back to loopback addresses ``127.0.1.x`` (no delays)
 and says so. Everything created is removed by :meth:`Lab.close` - called on exit, on SIGTERM/Ctrl-C, when the delay
@@ -62,6 +64,7 @@ class Node:
     address: str
     netns: str | None = None  # None: loopback mode, processes run in the root namespace
     device: str | None = None
+    address6: str | None = None  # netns mode: its IPv6 address (the delay line carries both families)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Lab:
     on_failure: Callable[[str], None] | None = None
     nodes: list[Node] = field(default_factory=list)
     host_address: str = "127.0.0.1"
+    host_address6: str | None = None  # netns mode: the root namespace's IPv6 end of the delay line
     subnet: str | None = None
     # node name -> /24 networks the delay line routes to that node besides its address (a cluster's pod networks)
     networks: dict[str, list[str]] = field(default_factory=dict)
@@ -171,16 +175,20 @@ class Lab:
             subnet = pick_subnet()
             self.subnet = str(subnet)
             hosts = list(subnet.hosts())
+            prefix6 = ipv6_prefix(subnet)
             self.host_address = str(hosts[0])
+            self.host_address6 = str(prefix6[1])
             self.nodes = [
                 Node(name=name, address=str(hosts[9 + i]), netns=f"{PREFIX}{pid}-{name}",
-                     device=f"{DEVICE_PREFIX}{pid}-{i}")
+                     device=f"{DEVICE_PREFIX}{pid}-{i}", address6=str(prefix6[10 + i]))
                 for i, name in enumerate(self.profile.nodes)
             ]
             host_device = self.host_device = f"{DEVICE_PREFIX}{pid}-h"
             self._start_delayline(host_device)
             _ip("link", "set", "dev", host_device, "mtu", str(MTU), "up")
             _ip("addr", "add", f"{self.host_address}/{subnet.prefixlen}", "dev", host_device)
+            # nodad: usable at once (duplicate address detection would hold it "tentative" for a second or more)
+            _ip("-6", "addr", "add", f"{self.host_address6}/64", "dev", host_device, "nodad")
         for node in self.nodes:
             assert node.netns and node.device
             _ip("netns", "add", node.netns)
@@ -190,6 +198,7 @@ class Lab:
             node.device = "wan0"
             _ip("-n", node.netns, "link", "set", "dev", "wan0", "mtu", str(MTU), "up")
             _ip("-n", node.netns, "addr", "add", f"{node.address}/{subnet.prefixlen}", "dev", "wan0")
+            _ip("-n", node.netns, "-6", "addr", "add", f"{node.address6}/64", "dev", "wan0", "nodad")
             self._write_hosts(node)
         self.emulated = True
         log.info(
@@ -212,8 +221,9 @@ class Lab:
 
     def _start_delayline(self, host_device: str) -> None:
         assert self._tmp
-        endpoints: list[dict[str, Any]] = [{"name": "@host", "address": self.host_address, "device": host_device}]
-        endpoints += [{"name": n.name, "address": n.address, "device": n.device,
+        endpoints: list[dict[str, Any]] = [{"name": "@host", "address": self.host_address,
+                                            "address6": self.host_address6, "device": host_device}]
+        endpoints += [{"name": n.name, "address": n.address, "address6": n.address6, "device": n.device,
                        "networks": self.networks.get(n.name, [])} for n in self.nodes]
         links: list[dict[str, Any]] = []
         for a in endpoints:
@@ -388,6 +398,13 @@ def used_networks() -> list[ipaddress.IPv4Network]:
             with contextlib.suppress(ValueError, KeyError):
                 nets.append(ipaddress.IPv4Network(f"{a['local']}/{a['prefixlen']}", strict=False))
     return nets
+
+
+def ipv6_prefix(subnet: ipaddress.IPv4Network) -> ipaddress.IPv6Network:
+    """The lab's IPv6 /64 in the documentation prefix, named after its IPv4 range (unique per lab, like it):
+    198.18.5.0/24 -> 2001:db8:c612:500::/64."""
+    a, b, c, _ = subnet.network_address.packed
+    return ipaddress.IPv6Network(f"2001:db8:{a:02x}{b:02x}:{c:02x}00::/64")
 
 
 def pick_subnet(used: Sequence[ipaddress.IPv4Network] | None = None) -> ipaddress.IPv4Network:

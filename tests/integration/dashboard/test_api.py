@@ -424,7 +424,7 @@ def test_every_grid_mode_built_by_postgresql_matches_the_portable_path(client, w
                     rows = selectors.grid(bench, protocol, streams=streams, mode=mode)
                     at = rows["generated_at"]
                     names = {n.id: n.name for n in selectors.benchmark_nodes(bench)}
-                    portable = selectors._cells_in_python(bench, protocol, streams, at, bounds, mode,
+                    portable = selectors._cells_in_python(bench, protocol, selectors.Pick(streams), at, bounds, mode,
                                                           timedelta(days=7), names, maintenance.overlay(at))
                     want = sorted(grid_json({**rows, "cells": portable})["cells"], key=key)
                     assert len(want) == 12 * (2 if streams is None and protocol == "builtin" else 1)

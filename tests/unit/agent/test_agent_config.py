@@ -35,6 +35,9 @@ def test_env_and_flags(token):
     ({"TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "false"}, "tls_cert/tls_key are required"),
     ({"TPCMESH_AGENT_TOKEN_FILE": "/nonexistent/token"}, "token_file /nonexistent/token"),
     ({"TPCMESH_AGENT_GRIDFTP_SECURITY": "kerberos"}, "gridftp_security 'kerberos' must be one of gsi, anonymous"),
+    ({"TPCMESH_AGENT_ADDRESS6": "v6"}, "address6 'v6' is not an IP address"),
+    ({"TPCMESH_AGENT_ADDRESS6": "192.0.2.9"}, "address6 '192.0.2.9' must be IPv6 besides an IPv4 address"),
+    ({"TPCMESH_AGENT_ADDRESS": "2001:db8::1", "TPCMESH_AGENT_ADDRESS6": "2001:db8::2"}, "must be IPv6 besides an IPv4"),
 ])
 def test_bad_settings_fail_fast_naming_the_setting(token, env, words):
     base = {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1"}
@@ -49,3 +52,12 @@ def test_help_and_bad_setting_exit_code(token):
     bad = subprocess.run([str(VENV_BIN / "tpcmesh-agent"), "--address", "x", "--token-file", str(token)],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "invalid setting: address 'x'" in bad.stderr
+
+
+def test_dual_stack_listens_on_both_and_binds_clients_by_the_peers_family(token):
+    s = load_settings([], {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1",
+                           "TPCMESH_AGENT_ADDRESS": "198.51.100.9", "TPCMESH_AGENT_ADDRESS6": "2001:db8::9"})
+    assert s.addresses == ("198.51.100.9", "2001:db8::9")
+    assert (s.local_address("2001:db8::a"), s.local_address("198.51.100.10")) == ("2001:db8::9", "198.51.100.9")
+    single = load_settings([], {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1"})
+    assert single.addresses == ("127.0.0.1",) and single.local_address("2001:db8::a") == "127.0.0.1"

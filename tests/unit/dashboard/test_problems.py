@@ -77,3 +77,16 @@ def test_the_fingerprint_changes_with_the_cells_or_the_severity_only():
     assert one.fingerprint == again.fingerprint  # same cells, same severity: still acknowledged
     fewer = find(grid(lambda s, d, p: "critical" if s == "b1" else "ok", settings=(("builtin", 8),)), SITES, {})[0]
     assert fewer.fingerprint != one.fingerprint
+
+
+def test_congestion_controls_and_families_are_compared_within_their_own_setting():
+    """bbr bad one way while cubic is fine both ways: one finding, on the bbr cells only; a default IPv4 cell's
+    reference (and so a stored problem's fingerprint) is what it was before the settings existed."""
+    cells = [Cell(s, d, "builtin", 8, "ok", setting) for s, d in itertools.permutations(NODES, 2)
+             for setting in ("", "bbr", "ipv6 bbr")]
+    cells = [Cell(c.source, c.destination, c.protocol, c.streams, "critical", c.setting)
+             if (c.source, c.destination, c.setting) == ("a1", "c2", "ipv6 bbr") else c for c in cells]
+    found = find(cells, SITES, {})
+    assert kinds(found) == [("one-direction", "one-direction:a1|c2|builtin|8|ipv6 bbr")]
+    assert found[0].cells == (("a1", "c2", "builtin", 8, "ipv6 bbr"),) and "builtin ×8 ipv6 bbr" in found[0].summary
+    assert Cell("a1", "c2", "builtin", 8, "ok").ref == ("a1", "c2", "builtin", 8)

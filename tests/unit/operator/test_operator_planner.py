@@ -95,6 +95,38 @@ def test_repeats_measure_each_transfer_setting_k_times_in_passes_and_rtt_once() 
     per_cell = Counter((t.setting.protocol, t.setting.streams, t.source, t.destination) for t in tests)
     assert set(per_cell.values()) == {1, 3} and per_cell[(RTT, None, "a", "b")] == 1
     assert [s.repeat for s in settings_for(parse_spec({"protocols": ["builtin"], "streams": [1]}))] == [0, 0]
+def test_address_families_are_settings_of_their_own_and_ipv4_keys_stay() -> None:
+    spec = parse_spec({"protocols": ["builtin"], "streams": [1], "loopback": {"enabled": False},
+                       "addressFamilies": ["ipv4", "ipv6"]})
+    assert [s.key for s in settings_for(spec)] == ["rtt", "builtin/1", "rtt/ipv6", "builtin/1/ipv6"]
+    assert parse_spec({}).address_families == ("ipv4",)  # the default: IPv4 alone
+    p = plan(["a", "b", "c"], spec)  # families=None: every agent has both
+    assert p.num_tests == 4 * 6 and not p.family_skipped and p.num_rounds == 4 * lower_bound(3)
+
+
+def test_a_pair_without_ipv6_at_one_end_is_skipped_with_a_reason_not_dropped() -> None:
+    spec = parse_spec({"protocols": ["builtin"], "streams": [1, 8], "latency": False,
+                       "loopback": {"enabled": False}, "addressFamilies": ["ipv4", "ipv6"]})
+    families = {"a": {"ipv4", "ipv6"}, "b": {"ipv4", "ipv6"}, "c": {"ipv4", "ipv6"}, "v4only": {"ipv4"}}
+    p = plan(list(families), spec, families=families)
+    check_rounds(p)
+    tests = list(p.tests())
+    v6 = {(t.source, t.destination) for t in tests if t.setting.family == "ipv6"}
+    v4 = {(t.source, t.destination) for t in tests if t.setting.family == "ipv4"}
+    assert len(v4) == 12 and v6 == {(s, d) for s in "abc" for d in "abc" if s != d}
+    skipped = list(p.skipped_tests())
+    assert len(skipped) == 6 * 2  # 6 directed pairs touching v4only, in both IPv6 stream settings
+    assert {(s, d) for _, s, d, _ in skipped} == {(x, "v4only") for x in "abc"} | {("v4only", x) for x in "abc"}
+    assert all(reason == "node v4only has no IPv6 address" and st.family == "ipv6" for st, _, _, reason in skipped)
+    assert p.skipped_summary() == "node v4only has no IPv6 address (12 IPv6 tests)"
+    # planned = measured + skipped: nothing silently dropped
+    assert p.num_tests + len(skipped) == 2 * 2 * 12
+    assert len({t.key for t in tests}) == len(tests)
+    assert [t.round for t in tests] == sorted(t.round for t in tests) and tests[-1].round == p.num_rounds - 1
+    # an IPv6-only node is left out of IPv4 the same way
+    only6 = plan(["a", "b", "c"], spec, families={"a": {"ipv6"}, "b": {"ipv4", "ipv6"}, "c": {"ipv4", "ipv6"}})
+    assert {(st.family, s, d) for st, s, d, _ in only6.skipped_tests()} == {
+        ("ipv4", "a", "b"), ("ipv4", "b", "a"), ("ipv4", "a", "c"), ("ipv4", "c", "a")}
 
 
 def test_small_meshes() -> None:

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from ... import congestion
 from ...tcpsampler import SAMPLER
-from ..base import Progress
+from ..base import Progress, url_host
 
 log = logging.getLogger(__name__)
 
@@ -218,9 +218,9 @@ def fetch(
     summary kept there."""
     sock = _connect(host, port, registry, ssl_ctx, idle_timeout)
     watch = SAMPLER.watch(sock) if telemetry is not None and method != "HEAD" else None
-    what = f"{'https' if ssl_ctx else 'http'}://{host}:{port}{path}"
+    what = f"{'https' if ssl_ctx else 'http'}://{url_host(host)}:{port}{path}"
     try:
-        hosthdr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        hosthdr = f"{url_host(host)}:{port}"
         req = f"{method} {path} HTTP/1.1\r\nHost: {hosthdr}\r\nUser-Agent: tpcmesh-agent\r\nConnection: close\r\n"
         if want_digest:
             req += "Want-Digest: adler32\r\n"

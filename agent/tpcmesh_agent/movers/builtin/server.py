@@ -16,6 +16,7 @@ from typing import Any
 
 from ...files import MANIFEST
 from ...token_check import TokenValidator, builtin_validator
+from ..base import url_host
 from .copy import CopyHandler
 from .landed import LandedChecksums
 from .telemetry import SenderViews
@@ -28,14 +29,15 @@ class DataServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, settings: Any, token: Callable[[], str]) -> None:
+    def __init__(self, settings: Any, token: Callable[[], str], address: str | None = None) -> None:
         self.settings = settings
+        self.address = address or settings.address  # dual stack: one server per address
         self.token = token
         self.validator: TokenValidator | None = builtin_validator(settings)
         self.landed = LandedChecksums()
-        family = socket.AF_INET6 if ":" in settings.address else socket.AF_INET
+        family = socket.AF_INET6 if ":" in self.address else socket.AF_INET
         self.address_family = family
-        super().__init__((settings.address, settings.builtin_port), CopyHandler)
+        super().__init__((self.address, settings.builtin_port), CopyHandler)
         if settings.builtin_tls:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
@@ -84,13 +86,13 @@ class DataServer(ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the FQDN of the address (a DNS query); not needed here.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.settings.address, self.settings.builtin_port
+        self.server_name, self.server_port = self.address, self.settings.builtin_port
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
                                         name="builtin-data")
         self._thread.start()
-        log.info("Started built-in data server on %s:%d (%s%s)", self.settings.address, self.settings.builtin_port,
+        log.info("Started built-in data server on %s:%d (%s%s)", url_host(self.address), self.settings.builtin_port,
                  "TLS" if self.settings.builtin_tls else "plain TCP",
                  f"; bearer tokens of {self.validator.issuer} for {self.validator.audience}" if self.validator else "")
 

@@ -1,0 +1,21 @@
+"""An agent's address families (issue #15): the planner's families come from its addresses (address, and a dual-stack
+agent's address6), IPv6 control URLs are bracketed."""
+
+from __future__ import annotations
+
+from tpcmesh_operator.agents import Agent
+
+
+def test_an_agents_family_is_its_addresss_and_ipv6_control_urls_are_bracketed() -> None:
+    v4 = Agent(node="a", address="198.51.100.10")
+    v6 = Agent(node="c", address="2001:db8::12")
+    assert (v4.families, v6.families) == ({"ipv4"}, {"ipv6"})
+    assert v6.control_url == "https://[2001:db8::12]:9443" and v4.control_url == "https://198.51.100.10:9443"
+    assert Agent.from_dict(v6.to_dict()) == v6
+
+
+def test_a_dual_stack_agent_has_both_families_and_an_address_for_each() -> None:
+    dual = Agent(node="b", address="198.51.100.11", address6="2001:db8::11")
+    assert dual.families == {"ipv4", "ipv6"}
+    assert (dual.host("ipv4"), dual.host("ipv6")) == ("198.51.100.11", "2001:db8::11")
+    assert Agent.from_dict(dual.to_dict()) == dual and "address6" not in Agent(node="a", address="192.0.2.1").to_dict()

@@ -95,8 +95,11 @@ def test_helm_install_to_measurements_in_the_dashboard(control_plane, tmp_path):
     for node, address in nodes.items():
         control_plane.create_node(node, address, {"tpcmesh.io/fast-network": "true"})
     control_plane.create_node("e2e-worker", "127.0.40.9")
+    # tokens.mode off: the agents here run outside pods, where the issuer's Service name does not resolve; the
+    # chart's token path (its default) runs on real nodes in test_real_cluster_e2e.py.
     sets = ["--set", "agent.token.existingSecret=e2e-agent-token", "--set",
-            "resultsToken.existingSecret=e2e-results-token", "--set", "image.registry=example.invalid/tpcmesh"]
+            "resultsToken.existingSecret=e2e-results-token", "--set", "image.registry=example.invalid/tpcmesh",
+            "--set", "tokens.mode=off"]
     procs: list[subprocess.Popen] = []
     agents: list = []
     logs = {}

@@ -19,6 +19,7 @@ from typing import Any
 from .agents import Agent
 from .external_io import Access, http_url
 from .externals import ExternalEndpoint
+from .measurements import planned_setting
 from .planner import Test
 from .spec import BenchmarkSpec
 from .tokens.minting import Minter, pull_tokens
@@ -30,8 +31,9 @@ def bench_dir(namespace: str, name: str) -> str:
 
 
 def base_request(spec: BenchmarkSpec, test: Test, tid: str) -> dict[str, Any]:
+    streams, concurrency = planned_setting(spec, test)  # spec.optimize does not tune external endpoints
     return {"test_id": tid, "protocol": test.setting.protocol, "file_set": spec.file_set.request(),
-            "concurrency": spec.concurrency, "streams": test.setting.streams, "timeout_seconds": spec.timeout_seconds}
+            "concurrency": concurrency, "streams": streams, "timeout_seconds": spec.timeout_seconds}
 
 
 def pull_from_external(spec: BenchmarkSpec, test: Test, tid: str, acc: Access, directory: str, dst: Agent,
@@ -53,9 +55,14 @@ def push_to_external(spec: BenchmarkSpec, test: Test | None, tid: str, acc: Acce
     """The request to the source agent of a test into an external destination (or of the set's upload, `test`
     None): the endpoint pulls from the agent's public instance into `directory`."""
     protocol = "xrootd-https"
+    if test is not None:
+        planned, concurrency = planned_setting(spec, test)
+        streams = planned or streams
+    else:
+        concurrency = spec.concurrency
     request: dict[str, Any] = {
-        "test_id": tid, "protocol": protocol, "file_set": spec.file_set.request(), "concurrency": spec.concurrency,
-        "streams": test.setting.streams if test else streams, "timeout_seconds": spec.timeout_seconds,
+        "test_id": tid, "protocol": protocol, "file_set": spec.file_set.request(), "concurrency": concurrency,
+        "streams": streams, "timeout_seconds": spec.timeout_seconds,
         "source": {"host": src.address, "port": src.port(protocol)},
         "remote_destination": {"url": http_url(acc.endpoint, directory), "token": acc.token, "remove": remove},
     }

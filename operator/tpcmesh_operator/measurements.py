@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from .optimizer import Tuning, fallback
 from .planner import RTT, Test
 from .spec import BenchmarkSpec
 
@@ -47,13 +48,14 @@ def _add_family(m: dict[str, Any], family: str) -> None:
 
 def failed_measurement(
     mid: str, test: Test, spec: BenchmarkSpec, error: str, started_at: str, rtt: Mapping[str, Any] | None = None,
-    status: str = "failed",
+    status: str = "failed", tuning: Tuning | None = None,
 ) -> dict[str, Any]:
     """A test that produced no agent record (agent vanished, unreachable, file set missing, cancelled before the
-    agent had one): a failed (or cancelled) row."""
+    agent had one): a failed (or cancelled) row, of the setting the test was to run (`tuning`: spec.optimize's)."""
+    streams, concurrency = planned_setting(spec, test, tuning)
     m: dict[str, Any] = {
         "id": mid, "source": test.source, "destination": test.destination, "protocol": test.setting.protocol,
-        "streams": test.setting.streams, "status": status, "error": error,
+        "streams": streams, "status": status, "error": error,
         "started_at": started_at, "finished_at": now_iso(),
     }
     if test.setting.congestion:
@@ -62,12 +64,24 @@ def failed_measurement(
     if test.setting.protocol != RTT:
         if spec.repeats > 1:
             m["repeat"] = test.setting.repeat
-        m["concurrency"] = spec.concurrency
+        m["concurrency"] = concurrency
         m["file_size"] = spec.file_set.size
         m["file_count"] = spec.file_set.count
         m["destination_kind"] = spec.destination
     _add_rtt(m, rtt)
     return m
+
+
+def planned_setting(spec: BenchmarkSpec, test: Test, tuning: Tuning | None = None) -> tuple[int | None, int]:
+    """(streams, files at once) a test runs: its link's tuning, else its setting's streams and spec.concurrency;
+    an optimized test without a tuning (an external endpoint's, or one that failed before it was tuned) runs the
+    spec's own setting (optimizer.fallback)."""
+    if tuning is not None:
+        return tuning.streams, tuning.concurrency
+    if test.setting.optimized and spec.optimize is not None:
+        f = fallback(spec, spec.optimize)
+        return f.streams, f.concurrency
+    return test.setting.streams, spec.concurrency
 
 
 def rtt_measurement(mid: str, test: Test, probe: Mapping[str, Any], started_at: str,

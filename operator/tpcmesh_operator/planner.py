@@ -4,7 +4,8 @@ Rules:
 - In a round no agent takes part in more than one test of any kind (TPC, iperf3, RTT), so tests never disturb
   each other; the tests of a round run in parallel, rounds one after another.
 - A setting is one (protocol, streams, congestion control, address family), or `rtt` (per family) for the
-  latency probe. Every selected directed pair is measured once in every setting.
+  latency probe. Every selected directed pair is measured once in every setting. With spec.optimize a file
+  mover's streams are one `optimized` setting: the executor picks each link's streams x files (its advice).
 - Address families (spec.addressFamilies): an IPv6 setting measures only the pairs whose two agents have IPv6
   (`families`, from the agents' addresses); the others are listed in Plan.family_skipped with the reason, never
   dropped silently. Such a family's rounds are the full rounds less those pairs (a round left empty goes).
@@ -40,7 +41,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .spec import BenchmarkSpec
+from .spec import TPC_PROTOCOLS, BenchmarkSpec
 
 RTT = "rtt"
 FAMILY_NAMES = {"ipv4": "IPv4", "ipv6": "IPv6"}
@@ -55,10 +56,12 @@ class Setting:
     congestion: str | None = None  # the senders' TCP congestion control (spec.tcp); None: the nodes' default
     repeat: int = 0  # which of spec.repeats measurements of the setting (0 = the first or only one)
     family: str = "ipv4"  # the IP version the test runs over (spec.addressFamilies)
+    optimized: bool = False  # spec.optimize: each link's streams x files come from its advice (streams None)
 
     @property
     def key(self) -> str:
-        key = self.protocol if self.streams is None else f"{self.protocol}/{self.streams}"
+        key = f"{self.protocol}/auto" if self.optimized else (
+            self.protocol if self.streams is None else f"{self.protocol}/{self.streams}")
         if self.congestion:
             key += f"/{self.congestion}"
         if self.family != "ipv4":  # IPv4 keys as before IPv6: a run resumed across the upgrade keeps its tests
@@ -190,12 +193,14 @@ def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
     """Per address family: RTT first (it is quick and its result goes with every measurement of the pair), then
     protocol x streams x congestion control; with spec.repeats = K, K passes over those settings one after another
     (repeat 0, 1, ...), so a setting's repeats are spread over the run rather than back to back (a passing
-    disturbance hits one of them)."""
+    disturbance hits one of them). With spec.optimize a file mover has one setting, `optimized` (key
+    `<protocol>/auto`): each link's streams x files are chosen when its test starts (runs.py, the advice)."""
     out = []
     for f in spec.address_families:
         out += [Setting(RTT, family=f)] if spec.latency else []
-        out += [Setting(p, s, congestion=c, repeat=r, family=f) for r in range(spec.repeats) for p in spec.protocols
-                for s in spec.streams
+        out += [Setting(p, s, congestion=c, repeat=r, family=f, optimized=s is None)
+                for r in range(spec.repeats) for p in spec.protocols
+                for s in ((None,) if spec.optimize is not None and p in TPC_PROTOCOLS else spec.streams)
                 for c in (spec.congestion_control if p in CONGESTION_PROTOCOLS and spec.congestion_control
                           else (None,))]
     return tuple(out)

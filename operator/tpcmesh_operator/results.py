@@ -25,6 +25,8 @@ from urllib.parse import urlencode
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from .optimizer import AdviceNotFound, AdviceUnavailable
+
 log = logging.getLogger(__name__)
 
 INGEST_PATH = "/api/v1/ingest/"
@@ -140,6 +142,32 @@ class ResultsClient:
             out += body.get("results") or []
             url = body.get("next")
         return out
+
+    async def advice(self, source: str, destination: str, protocol: str, *, benchmark: str, cluster: str | None,
+                     bounds: Mapping[str, int]) -> dict[str, Any]:
+        """GET /api/v1/advice/ for one link of a benchmark (spec.optimize, optimizer.py): the answer, or
+        AdviceNotFound (the dashboard knows neither node or the benchmark yet) / AdviceUnavailable (why not)."""
+        def ref(node: str) -> str:  # federation: another cluster may have a node of the same name
+            return f"{cluster}:{node}" if cluster else node
+
+        query = {"source": ref(source), "destination": ref(destination), "protocol": protocol,
+                 "benchmark": benchmark, **({"cluster": cluster} if cluster else {}), **bounds}
+        url = self.url.removesuffix(INGEST_PATH) + "/api/v1/advice/?" + urlencode(query)
+        try:
+            r = await self._client.get(url, headers={"Accept": "application/json"})
+        except httpx.HTTPError as e:
+            raise AdviceUnavailable(f"GET {url} failed: {type(e).__name__}: {e}") from e
+        if r.status_code == 404:
+            raise AdviceNotFound(r.text[:200])
+        if r.status_code != 200:
+            raise AdviceUnavailable(f"GET {url}: HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            body = r.json()
+        except ValueError as e:
+            raise AdviceUnavailable(f"GET {url}: not JSON: {e}") from e
+        if not isinstance(body, dict):
+            raise AdviceUnavailable(f"GET {url}: expected an object, got {str(body)[:100]}")
+        return body
 
     async def _post(self, batch: Mapping[str, Any]) -> httpx.Response:
         try:

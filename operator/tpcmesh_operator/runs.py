@@ -73,6 +73,7 @@ from .external_tests import (
     set_files,
 )
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
+from .optimizer import LinkTuner, Tuning
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
@@ -261,6 +262,11 @@ class RunExecutor:
         self._stopping = asyncio.Event()
         self._stop_reason = ("", "")
         self._room = Room(self.options.status_budget_bytes, min_test_bytes(spec))
+        self._tuner = None if spec.optimize is None else LinkTuner(
+            spec, getattr(results_client, "advice", None), self._bench_key, run.cluster,
+            on_unavailable=lambda why: self._event(
+                "Warning", "AdviceUnavailable", f"Run {run.run_name}: spec.optimize: no advice from the dashboard "
+                f"({why}); links without it run the spec's setting"))
 
     @property
     def _bench_key(self) -> str:
@@ -641,6 +647,10 @@ class RunExecutor:
                                        f"agent {gone[0]} vanished (no longer Ready)", started, rtt)
             return
         src, dst = self._current[test.source], self._current[test.destination]
+        tuning = None
+        if test.setting.optimized and self._tuner is not None:
+            tuning = await self._tuner.tuning(test.source, test.destination, test.setting.protocol)
+            self.status["optimizer"] = self._tuner.summary()
         if test.setting.protocol == RTT:
             m, probe = await probe_pair(self.agents_client, src, dst, test, test_id(self.run.run_uid, key, 0),
                                         started, self.spec.latency_count, self.spec.path)
@@ -656,9 +666,9 @@ class RunExecutor:
                 if fs != "ready":
                     await self._record_failure(test, test_id(self.run.run_uid, key, 0),
                                                f"file set {self.spec.file_set.name} not ready on {node}: {fs}",
-                                               started, rtt)
+                                               started, rtt, tuning=tuning)
                     return
-        record, error, tid = await self._attempts(test, dst, lambda tid: self._request(test, src, dst, tid))
+        record, error, tid = await self._attempts(test, dst, lambda tid: self._request(test, src, dst, tid, tuning))
         if record is not None:
             m = measurement_from_record(record, test.source, test.destination, rtt,
                                         test.setting.repeat if self.spec.repeats > 1 else None, test.setting.family)
@@ -666,7 +676,8 @@ class RunExecutor:
                 m["auth"] = self.auth
             await self._record(test, m)
         else:
-            await self._record_failure(test, tid, error, started, rtt, "cancelled" if self.stopping else "failed")
+            await self._record_failure(test, tid, error, started, rtt, "cancelled" if self.stopping else "failed",
+                                       tuning=tuning)
 
     async def _attempts(self, test: Test, agent: Agent, build: Callable[[str], Request | Awaitable[Request]]
                         ) -> tuple[dict[str, Any] | None, str, str]:
@@ -693,14 +704,18 @@ class RunExecutor:
                 self._event("Normal", "Retrying", f"Retrying {test.key} (attempt {attempt + 2}): {error}")
         return record, error, tid
 
-    async def _request(self, test: Test, src: Agent, dst: Agent, tid: str) -> dict[str, Any] | str:
-        """The POST /api/v1/transfers body of a test between two agents, sent to the destination (or why none)."""
+    async def _request(self, test: Test, src: Agent, dst: Agent, tid: str,
+                       tuning: Tuning | None = None) -> dict[str, Any] | str:
+        """The POST /api/v1/transfers body of a test between two agents, sent to the destination (or why none);
+        `tuning`: the link's streams x files (spec.optimize)."""
         proto = test.setting.protocol
         request: dict[str, Any] = {
             "test_id": tid, "protocol": proto,
             "source": {"host": src.host(test.setting.family), "port": src.port(proto)},
-            "file_set": self.spec.file_set.request(), "concurrency": self.spec.concurrency,
-            "streams": test.setting.streams, "timeout_seconds": self.spec.timeout_seconds,
+            "file_set": self.spec.file_set.request(),
+            "concurrency": tuning.concurrency if tuning else self.spec.concurrency,
+            "streams": tuning.streams if tuning else test.setting.streams,
+            "timeout_seconds": self.spec.timeout_seconds,
             # an agent's own ceiling: its files are read and discarded, never written over themselves
             "destination": "sink" if test.setting.loopback else self.spec.destination,
         }
@@ -778,8 +793,9 @@ class RunExecutor:
     # -- bookkeeping
 
     async def _record_failure(self, test: Test, tid: str, error: str, started: str,
-                              rtt: Mapping[str, Any] | None = None, status: str = "failed") -> None:
-        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt, status))
+                              rtt: Mapping[str, Any] | None = None, status: str = "failed",
+                              tuning: Tuning | None = None) -> None:
+        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt, status, tuning))
 
     async def _record(self, test: Test, m: dict[str, Any]) -> None:
         async with self._lock:
@@ -797,7 +813,7 @@ class RunExecutor:
                                    self._bench_key, gbps * 1e9)
             elif gbps is not None and test.setting.protocol != RTT:
                 metrics.set_series(metrics.LAST_THROUGHPUT, (test.source, test.destination, test.setting.protocol,
-                                                             str(test.setting.streams)),
+                                                             str(m.get("streams") or test.setting.streams)),
                                    (test.source, test.destination), self._bench_key, gbps * 1e9)
             if m["status"] != "succeeded":
                 self._event("Warning", "TestFailed", f"Test {test.key} failed: {m.get('error')}")

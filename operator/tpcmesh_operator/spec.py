@@ -109,6 +109,21 @@ class FileSet:
 
 
 @dataclass(frozen=True)
+class Optimize:
+    """spec.optimizeBounds: where `optimize: true` may take a link (the dashboard's advice API's bounds)."""
+
+    streams_max: int = 16
+    concurrency_max: int = 16
+    concurrency_step: int = 1
+    connections_max: int = 1024  # streams x files at once; the agents' default limit (max_streams_x_concurrency)
+
+    def query(self) -> dict[str, int]:
+        """The advice API's parameters for these bounds."""
+        return {"streams_max": self.streams_max, "concurrency_max": self.concurrency_max,
+                "concurrency_step": self.concurrency_step, "connections_max": self.connections_max}
+
+
+@dataclass(frozen=True)
 class Pairs:
     mode: str = "fullMesh"
     explicit: tuple[tuple[str, str], ...] = ()
@@ -160,6 +175,8 @@ class BenchmarkSpec:
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     retries: int = DEFAULT_RETRIES
     repeats: int = 1  # each transfer setting measured this many times per run (the RTT probe once)
+    # spec.optimize: each link's streams x files for the file movers come from the dashboard's advice (None: off)
+    optimize: Optimize | None = None
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
@@ -241,7 +258,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         "streams", "tcp",
         "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds", "results",
         "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
-        "auth", "externalEndpoints", "addressFamilies",
+        "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds",
     }
     unknown = sorted(set(d) - known)
     if unknown:
@@ -407,6 +424,7 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
         timeout_seconds=timeout_seconds,
         retries=_int(d, "retries", path, DEFAULT_RETRIES, 0, 10),
         repeats=_int(d, "repeats", path, 1, 1, MAX_REPEATS),
+        optimize=_optimize(d, path, protocols, file_set),
         thresholds=thresholds,
         results=results,
         concurrency_policy=policy,
@@ -421,6 +439,40 @@ def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkS
 
 
 ADDRESS_FAMILIES = ("ipv4", "ipv6")
+OPTIMIZE_BOUNDS = {"streamsMax": (1, 100), "concurrencyMax": (1, 1000), "concurrencyStep": (1, 1000),
+                   "connectionsMax": (1, 100_000)}
+
+
+def _optimize(d: Mapping[str, Any], path: str, protocols: list[str], file_set: FileSet) -> Optimize | None:
+    """spec.optimize (boolean) and spec.optimizeBounds {streamsMax, concurrencyMax, concurrencyStep,
+    connectionsMax}. Files at once default to (and may not exceed) the file set's count, capped at 16."""
+    on = _get(d, "optimize", path, bool, False)
+    bounds = _get(d, "optimizeBounds", path, dict, None)
+    bpath = f"{path}.optimizeBounds"
+    if not on:
+        if bounds is not None:
+            raise SpecError(bpath, f"bounds without {path}.optimize: true (set it, or remove the bounds)")
+        return None
+    if not any(p in TPC_PROTOCOLS for p in protocols):
+        raise SpecError(f"{path}.optimize", f"tunes the file movers' streams and files ({', '.join(TPC_PROTOCOLS)}): "
+                                            f"{path}.protocols has none of them")
+    bounds = bounds or {}
+    unknown = sorted(set(bounds) - set(OPTIMIZE_BOUNDS))
+    if unknown:
+        raise SpecError(f"{bpath}.{unknown[0]}", f"unknown field (known: {', '.join(OPTIMIZE_BOUNDS)})")
+    count = file_set.count
+    default_files = min(16, count) if count else 16
+    lo_hi = OPTIMIZE_BOUNDS
+    out = Optimize(
+        streams_max=_int(bounds, "streamsMax", bpath, 16, *lo_hi["streamsMax"]),
+        concurrency_max=_int(bounds, "concurrencyMax", bpath, default_files, *lo_hi["concurrencyMax"]),
+        concurrency_step=_int(bounds, "concurrencyStep", bpath, 1, *lo_hi["concurrencyStep"]),
+        connections_max=_int(bounds, "connectionsMax", bpath, 1024, *lo_hi["connectionsMax"]),
+    )
+    if count and out.concurrency_max > count:
+        raise SpecError(f"{bpath}.concurrencyMax", f"{out.concurrency_max} files at once, but the file set has "
+                                                   f"{count} files ({path}.fileSet.count)")
+    return out
 
 
 def _address_families(d: Any, path: str) -> tuple[str, ...]:
@@ -490,6 +542,11 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
     }
     if s.external_endpoints:
         out["externalEndpoints"] = [e.to_dict() for e in s.external_endpoints]
+    if s.optimize is not None:
+        o = s.optimize
+        out["optimize"] = True
+        out["optimizeBounds"] = {"streamsMax": o.streams_max, "concurrencyMax": o.concurrency_max,
+                                 "concurrencyStep": o.concurrency_step, "connectionsMax": o.connections_max}
     if s.congestion_control:
         out["tcp"] = {"congestionControl": list(s.congestion_control)}
     if s.address_families != ("ipv4",):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pytest
@@ -33,24 +32,6 @@ pytestmark = pytest.mark.integration
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=5.0)
 SPEC = {"protocols": ["builtin"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "1MB"},
         "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": False}, "timeoutSeconds": 30, "retries": 0}
-
-
-@pytest.fixture
-def shared_token(tmp_path: Path) -> tuple[str, Path]:
-    token = "mesh-" + uuid.uuid4().hex
-    f = tmp_path / "token"
-    f.write_text(token + "\n")
-    return token, f
-
-
-@pytest.fixture
-def mesh(agent_factory, shared_token):
-    def start(n: int, **settings) -> tuple[list, list[Agent]]:
-        handles = [agent_factory(token_file=shared_token[1], **settings) for _ in range(n)]
-        agents = [Agent(node=h.name, address=h.address, ports={"control": h.api_port, "builtin": h.builtin_port})
-                  for h in handles]
-        return handles, agents
-    return start
 
 
 def stored(dashboard: LiveDashboard, run: RunInfo) -> list[dict]:

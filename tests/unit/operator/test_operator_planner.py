@@ -95,6 +95,20 @@ def test_repeats_measure_each_transfer_setting_k_times_in_passes_and_rtt_once() 
     per_cell = Counter((t.setting.protocol, t.setting.streams, t.source, t.destination) for t in tests)
     assert set(per_cell.values()) == {1, 3} and per_cell[(RTT, None, "a", "b")] == 1
     assert [s.repeat for s in settings_for(parse_spec({"protocols": ["builtin"], "streams": [1]}))] == [0, 0]
+def test_optimize_gives_each_file_mover_one_setting_whose_links_are_tuned_at_run_time() -> None:
+    """spec.optimize: the streams of a file mover are no longer settings; each link runs once per repeat and family
+    in `<protocol>/auto` (the executor picks its streams x files); iperf3 and the loopback keep spec.streams."""
+    spec = parse_spec({"protocols": ["builtin", "iperf3"], "streams": [1, 8], "optimize": True, "repeats": 2,
+                       "fileSet": {"count": 4, "size": "1MB"}, "loopback": {"enabled": True, "protocol": "builtin"}})
+    assert [s.key for s in settings_for(spec)] == [RTT, "builtin/auto", "iperf3/1", "iperf3/8", "builtin/auto#1",
+                                                   "iperf3/1#1", "iperf3/8#1"]
+    p = plan(["a", "b", "c"], spec)
+    check_rounds(p)
+    assert p.loopback is not None and p.loopback.streams == 8 and not p.loopback.optimized
+    auto = [t for t in p.tests() if t.setting.optimized]
+    assert len(auto) == 2 * 6 and all(t.setting.streams is None and t.key.startswith("builtin/auto") for t in auto)
+
+
 def test_address_families_are_settings_of_their_own_and_ipv4_keys_stay() -> None:
     spec = parse_spec({"protocols": ["builtin"], "streams": [1], "loopback": {"enabled": False},
                        "addressFamilies": ["ipv4", "ipv6"]})

@@ -48,6 +48,18 @@ def test_round_trip() -> None:
     assert parse_spec(to_dict(parse_spec({"repeats": 5}))).repeats == 5
 
 
+def test_optimize_bounds_default_to_the_file_set_and_round_trip() -> None:
+    assert parse_spec({}).optimize is None and "optimize" not in to_dict(parse_spec({}))
+    o = parse_spec({"optimize": True}).optimize  # the paper's 11 files: at most 11 at once
+    assert (o.streams_max, o.concurrency_max, o.concurrency_step, o.connections_max) == (16, 11, 1, 1024)
+    assert parse_spec({"optimize": True, "fileSet": {"dataset": "small"}}).optimize.concurrency_max == 16
+    s = parse_spec({"optimize": True, "fileSet": {"count": 64, "size": "1MB"},
+                    "optimizeBounds": {"streamsMax": 32, "concurrencyStep": 4, "connectionsMax": 256}})
+    assert s.optimize.query() == {"streams_max": 32, "concurrency_max": 16, "concurrency_step": 4,
+                                  "connections_max": 256}
+    assert parse_spec(to_dict(s)) == s
+
+
 @pytest.mark.parametrize("raw,field", [
     ({"schedule": "every day"}, "spec.schedule"),
     ({"protocols": ["ftp"]}, "spec.protocols[0]"),
@@ -92,6 +104,13 @@ def test_round_trip() -> None:
     ({"repeats": 0}, "spec.repeats"),
     ({"repeats": 21}, "spec.repeats"),
     ({"repeats": "3"}, "spec.repeats"),
+    ({"optimize": "yes"}, "spec.optimize"),
+    ({"optimizeBounds": {"streamsMax": 8}}, "spec.optimizeBounds"),  # bounds without optimize: a mistake
+    ({"optimize": True, "protocols": ["iperf3"]}, "spec.optimize"),  # nothing it tunes
+    ({"optimize": True, "optimizeBounds": {"streamsMax": 0}}, "spec.optimizeBounds.streamsMax"),
+    ({"optimize": True, "optimizeBounds": {"streams": 4}}, "spec.optimizeBounds.streams"),
+    ({"optimize": True, "fileSet": {"count": 4, "size": "1MB"}, "optimizeBounds": {"concurrencyMax": 8}},
+     "spec.optimizeBounds.concurrencyMax"),  # more files at once than the set has
 ])
 def test_errors_name_the_field(raw, field) -> None:
     with pytest.raises(SpecError) as e:

@@ -47,7 +47,7 @@ async def test_each_run_runs_what_the_dashboards_advice_names_for_each_link(mesh
             info = RunInfo("default", name, f"{name}-{i}", str(uuid.uuid4()))
             events: list = []
             st = await RunExecutor(parse_spec(SPEC), info, StaticDirectory(agents), ac, rc, MemoryStatusStore(),
-                                   options=FAST, on_event=lambda *e: events.append(e)).execute()
+                                   options=FAST, on_event=lambda *e, seen=events: seen.append(e)).execute()
             assert st["phase"] == "Succeeded", st.get("message")
             assert st["outbox"] == [] and st["planned"] == 2, st
             rows = [m for m in dashboard.measurements() if m["run"] == info.run_uid]

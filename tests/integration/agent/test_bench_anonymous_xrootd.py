@@ -1,6 +1,6 @@
 """The bench's "none" pair (tests/support/anonymous_xrootd.py), with real XRootD: nothing is asked of a client on
 either side (no certificate, no token), the source stays read-only, and an HTTP-TPC COPY from the source into the
-landing works, checked byte for byte."""
+landing works, sent as the bench sends it (movers_auth.AuthBench.by_hand) and checked byte for byte."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from tpcmesh_agent.files import FileSets, spec_from_name
 
 from tests.support.anonymous_xrootd import anonymous_xrootd_pair
+from tests.unit.agent.test_bench_movers_text import _auth
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +80,13 @@ def test_a_copy_between_them_works_without_any_credential(served):
     assert _adler32(target.read_bytes()) == files[1].checksum
     target.unlink()
 
+
+def test_the_bench_sends_its_none_copies_to_the_pair(served):
+    """The bench's own by-hand COPYs on the none route, 8 streams x 11 files at once: a figure, not a failure."""
+    pair, files = served
+    auth = _auth()
+    logged: list[str] = []
+    bench = auth.AuthBench(SIZE, 1, logged.append, api=None)
+    gbps = bench.by_hand(auth.anonymous_route(pair, SIZE), [f.as_dict() for f in files], 8, 11, None)
+    assert isinstance(gbps, float) and gbps > 0, logged
+    assert list(pair.incoming.iterdir()) == []  # the bench cleans its landing directory up

@@ -6,8 +6,8 @@ store), XRootD HTTP-TPC over HTTPS and over plain HTTP, XRootD root:// TPC and G
 and 11 files at once and 1 and 8 streams per file. Gbit/s are SI (1e9 bit/s) and wall-clock aggregates: bytes
 moved / (last byte in - start). Median of 3 repeats (``--quick``: small files, one repeat); cp is timed at the start
 and at the end of every repeat. Then the authorization rows (movers_auth.py): XRootD HTTP-TPC with tokens vs with
-X509 host certificates, each driven by the agent and sent by hand with curl, in a section of their own
-(``--only movers|auth`` runs one of the two).
+X509 host certificates vs with no authentication, driven by the agent and sent by hand with curl, in a section of
+their own (``--only movers|auth`` runs one of the two).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ START, END = "<!-- bench-movers:start -->", "<!-- bench-movers:end -->"
 CONCURRENCY = (1, 11)
 STREAMS = (1, 8)
 GB = 10**9
-AUTH_MAX_SIZE = 250 * 10**6  # the authorization rows' files: 2 sets + 8 streams x 11 in flight fit in 24 GB
+AUTH_MAX_SIZE = 250 * 10**6  # auth rows' files: 2 sets (none serves x509's) + 8 streams x 11 in flight fit in 24 GB
 
 
 @dataclass
@@ -367,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md")
     ap.add_argument("--only", choices=("movers", "auth"), default=None,
-                    help="only the movers table, or only the authorization rows (token vs x509, agent vs curl)")
+                    help="only the movers table, or only the authorization rows (token vs x509 vs none, agent vs "
+                         "curl)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the agents and free their memory on kill
     wanted = args.size or (10**8 if args.quick else GB)
@@ -461,12 +462,14 @@ def run_movers(args: Any, agents: list, start: Any, stop: Any, new_destination: 
 
 
 def run_auth(args: Any, test_pki: Any, agents: list, stop: Any, size: int, repeats: int, log: Any) -> None:
-    """The authorization rows (movers_auth.py): a token pair and an x509 pair of agents, the issuer in-process."""
+    """The authorization rows (movers_auth.py): a token pair and an x509 pair of agents, the issuer in-process, and
+    the none pair of plain XRootD instances, serving the x509 source's files."""
     from movers_auth import END as AUTH_END  # beside this script (agent/bench is not a package)
     from movers_auth import START as AUTH_START
     from movers_auth import AuthBench
 
     from tests.support.agents import start_agent
+    from tests.support.anonymous_xrootd import anonymous_xrootd_pair
     from tests.support.tokens import running_issuer
 
     t0 = time.monotonic()
@@ -484,16 +487,18 @@ def run_auth(args: Any, test_pki: Any, agents: list, stop: Any, size: int, repea
                 pairs[mode] = (pair[0], pair[1])
                 log(f"Creating 11 x {size} bytes on the {mode} source agent {pair[0].address}")
                 files[mode] = pair[0].file_set(count=11, size=size)["files"]
-            bench.run(pairs, issuer, files)
+            files["none"] = files["x509"]
+            with anonymous_xrootd_pair(test_pki, pairs["x509"][0].data_dir / "data") as anonymous:
+                bench.run(pairs, issuer, files, anonymous)
         finally:
             for a in list(agents):
                 stop(a)
     when, size_text = _stamp(size)
     header = (f"{(movers_auth_doc())} {'Quick run: f' if args.quick else 'F'}iles of {size_text} (SI); "
               f"{'one run' if repeats == 1 else f'median of {repeats}'} (the spread column: lowest-highest sample "
-              "of the agent-driven and the by-hand copies). No \"none\" rows: XRootD HTTP-TPC has no "
-              "unauthenticated mode in the agents (the x509 rows already read the source anonymously; only the "
-              "destination's local instance checks the agent's certificate, once per connection). "
+              "of the agent-driven and the by-hand copies). The x509 rows already read the source anonymously: only "
+              "the destination's local instance checks the agent's certificate, once per connection; the none rows "
+              "check nothing on either side. "
               f"{when}, {platform.node()}, {os.cpu_count()} cores, run took {time.monotonic() - t0:.0f} s, "
               f"1-minute load average {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end.")
     write_section(args.output, bench.section(header), AUTH_START, AUTH_END)

@@ -78,18 +78,19 @@ def _config(x: ExternalXrootd, admin: Path, cert: Path, key: Path, ca_dir: Path,
     ])
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], timeout: float = 30.0) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], timeout: float = 30.0,
+                    what: str = "the external xrootd") -> None:
     import socket
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             said = " | ".join(p.read_text(errors="replace")[-1500:] for p in logs if p.exists())
-            raise RuntimeError(f"the external xrootd exited with {proc.returncode}: {said}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {said}")
         with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"the external xrootd did not listen on {HOST}:{port} within {timeout:g} s")
+    raise RuntimeError(f"{what} did not listen on {HOST}:{port} within {timeout:g} s")
 
 
 @contextlib.contextmanager

@@ -40,16 +40,31 @@ def _auth():
     return movers_auth
 
 
-def test_the_authorization_rows_give_agent_over_by_hand_and_token_over_x509():
+def test_the_authorization_rows_give_agent_over_by_hand_token_over_x509_and_each_over_none():
     auth = _auth()
     bench = auth.AuthBench(10**8, 1, print, api=None)
     case = bench.cases.setdefault((8, 1), auth.AuthCase(8, 1))
     case.samples = {("token", "agent"): [2.0, 1.8, None], ("token", "curl"): [2.0], ("x509", "agent"): [2.5],
-                    ("x509", "curl"): [2.4]}
+                    ("x509", "curl"): [2.4], ("none", "curl"): [2.5, 2.4, 2.6]}
     bench.cases[(8, 11)] = auth.AuthCase(8, 11, refused="this test needs up to 22.1 GB")
     text = bench.section("header")
-    assert "| token | 8 | 1 | 1.90 | 2.00 | 0.95 | 0.76 | 1.80-2.00; – |" in text  # median of the finished samples
-    assert "| x509 | 8 | 1 | 2.50 | 2.40 | 1.04 | – | –; – |" in text
-    assert "| token and x509 | 8 | 11 | refused¹ |" in text and "“this test needs up to 22.1 GB”" in text
+    assert "| token | 8 | 1 | 1.90 | 2.00 | 0.95 | 0.76 | 0.80 | 1.80-2.00; – |" in text  # median of the finished
+    assert "| x509 | 8 | 1 | 2.50 | 2.40 | 1.04 | – | 0.96 | –; – |" in text
+    # none: no agent-driven figure (no agent runs an anonymous landing), by hand only
+    assert "| none | 8 | 1 | – | 2.50 | – | – | – | –; 2.40-2.60 |" in text
+    assert "| token, x509 and none | 8 | 11 | refused¹ |" in text and "“this test needs up to 22.1 GB”" in text
     assert "met in 2 of 2 cases (token 8×1: 0.95; x509 8×1: 1.04)" in text
+    # 0.8 Gbit by hand: 0.4 s at 2.0 Gbit/s, 0.32 s at 2.5: token adds 80 ms; x509 at 2.4: 13 ms
+    assert "token 8×1: 0.80 (+80 ms); x509 8×1: 0.96 (+13 ms)." in text
     assert text.startswith(auth.START) and text.endswith(auth.END)
+
+
+def test_without_none_figures_no_cost_of_authorization_is_claimed():
+    auth = _auth()
+    bench = auth.AuthBench(10**8, 1, print, api=None)
+    bench.cases[(1, 1)] = auth.AuthCase(1, 1, samples={("token", "agent"): [2.0], ("token", "curl"): [2.0],
+                                                       ("none", "curl"): [None]})
+    text = bench.section("header")
+    assert "| none | 1 | 1 | – | failed | – | – | – | –; – |" in text
+    assert "| token | 1 | 1 | 2.00 | 2.00 | 1.00 | – | – |" in text
+    assert "no cost of authorization" in text and "Cost of authorization per case" not in text

@@ -8,7 +8,8 @@ Rules:
   mover's streams are one `optimized` setting: the executor picks each link's streams x files (its advice).
 - Address families (spec.addressFamilies): an IPv6 setting measures only the pairs whose two agents have IPv6
   (`families`, from the agents' addresses); the others are listed in Plan.family_skipped with the reason, never
-  dropped silently. Such a family's rounds are the full rounds less those pairs (a round left empty goes).
+  dropped silently. Such a family's rounds are planned anew among the agents that have it (same pair selection,
+  maintenance and policy), so they meet the bound for those agents, not the whole mesh's rounds with holes.
 - A full directed mesh of N agents uses exactly the lower bound ceil(N(N-1)/floor(N/2)) rounds per setting:
   the circle method (1-factorization of K_N, a bye for odd N) gives N-1 (N even) or N (N odd) rounds of
   unordered pairs; each is played once in each direction. Other pair selections (explicit lists, groups) are
@@ -38,7 +39,7 @@ materialised per round, so 1000 agents plan in well under a second.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .spec import TPC_PROTOCOLS, BenchmarkSpec
@@ -207,26 +208,67 @@ def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
 
 
 def _family_rounds(names: Sequence[str], rounds: Sequence[Sequence[tuple[int, int]]], spec: BenchmarkSpec,
-                   families: Mapping[str, Collection[str]] | None):
-    """Per family some agents lack: its rounds (without the pairs touching them) and those pairs with a reason."""
+                   families: Mapping[str, Collection[str]] | None,
+                   rounds_among: Callable[[Sequence[int]], list[list[tuple[int, int]]]]):
+    """Per family some agents lack: its rounds, planned anew among the agents that have it (so a family of a few
+    agents takes their rounds, not the whole mesh's with holes), and the pairs of the full plan it leaves out,
+    each with a reason."""
     out_rounds, skipped = [], []
     for family in spec.address_families:
         lacking = {i for i, n in enumerate(names) if families is not None and family not in families.get(n, ())}
         if not lacking:
             continue
-        kept_rounds = []
         for r in rounds:
-            kept = []
             for s, d in r:
                 if s in lacking or d in lacking:
                     who = names[s] if s in lacking else names[d]
                     skipped.append((names[s], names[d], family, f"node {who} has no {FAMILY_NAMES[family]} address"))
-                else:
-                    kept.append((s, d))
-            if kept:
-                kept_rounds.append(tuple(kept))
-        out_rounds.append((family, tuple(kept_rounds)))
+        members = [i for i in range(len(names)) if i not in lacking]
+        out_rounds.append((family, tuple(tuple(r) for r in rounds_among(members))))
     return tuple(out_rounds), tuple(skipped)
+
+
+def _selected_rounds(members: Sequence[int], names: Sequence[str], labels: Mapping[str, Mapping[str, str]],
+                     spec: BenchmarkSpec, explicit: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """The node-exclusive rounds of the pairs spec.pairs selects among `members` (agent indices): the circle
+    method for a full mesh, first-fit colouring otherwise."""
+    if spec.pairs.mode == "fullMesh":
+        return [[(members[a], members[b]) for a, b in r] for r in full_mesh_rounds(len(members))]
+    among = set(members)
+    if spec.pairs.mode == "explicit":
+        return color_pairs(sorted(p for p in explicit if p[0] in among and p[1] in among))
+    a = [i for i in members if _matches(labels[names[i]], spec.pairs.group_a)]
+    b = [i for i in members if _matches(labels[names[i]], spec.pairs.group_b)]
+    pairs_set: set[tuple[int, int]] = set()
+    for x in a:
+        for y in b:
+            if x == y:
+                continue
+            if spec.pairs.direction in ("both", "aToB"):
+                pairs_set.add((x, y))
+            if spec.pairs.direction in ("both", "bToA"):
+                pairs_set.add((y, x))
+    # interleave by offset so the greedy colouring spreads load (deterministic)
+    return color_pairs(sorted(pairs_set, key=lambda p: ((p[1] - p[0]) % max(len(names), 1), p)))
+
+
+def _policy_rounds(rounds: list[list[tuple[int, int]]], members: Sequence[int], spec: BenchmarkSpec,
+                   excluded: Collection[tuple[int, int]], site_of: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """Node-exclusive rounds among `members` less the excluded pairs, reshaped by spec.roundPolicy."""
+    if excluded:
+        rounds = [kept for r in rounds if (kept := [p for p in r if p not in excluded])]
+    if spec.round_policy == "serial":
+        return serial_rounds(p for r in rounds for p in r)
+    if spec.round_policy == "siteExclusive":
+        # the node-exclusive order is kept within each site pair: directions alternate, agents take turns; the
+        # schedule sees only the members' sites (a site none of them is in is no site of this mesh)
+        local = {m: i for i, m in enumerate(members)}
+        sites = {site_of[m]: None for m in members}
+        renumber = {site: i for i, site in enumerate(sites)}
+        scheduled = site_exclusive_rounds([renumber[site_of[m]] for m in members],
+                                          [(local[a], local[b]) for r in rounds for a, b in r])
+        return [[(members[a], members[b]) for a, b in r] for r in scheduled]
+    return rounds
 
 
 def full_mesh_rounds(n: int) -> list[list[tuple[int, int]]]:
@@ -411,46 +453,28 @@ def plan(
     settings = settings_for(spec)
     skipped: list[tuple[str, str, str]] = []
     mode = spec.pairs.mode
-    if mode == "fullMesh":
-        rounds = full_mesh_rounds(len(names))
-    elif mode == "explicit":
-        pairs = []
+    explicit: list[tuple[int, int]] = []
+    if mode == "explicit":
         for s, d in spec.pairs.explicit:
             missing = [x for x in (s, d) if x not in index]
             if missing:
                 skipped.append((s, d, f"no Ready agent on node {missing[0]}"))
             else:
-                pairs.append((index[s], index[d]))
-        rounds = color_pairs(sorted(pairs))
-    else:
-        a = [index[n] for n in names if _matches(labels[n], spec.pairs.group_a)]
-        b = [index[n] for n in names if _matches(labels[n], spec.pairs.group_b)]
-        pairs_set: set[tuple[int, int]] = set()
-        for x in a:
-            for y in b:
-                if x == y:
-                    continue
-                if spec.pairs.direction in ("both", "aToB"):
-                    pairs_set.add((x, y))
-                if spec.pairs.direction in ("both", "bToA"):
-                    pairs_set.add((y, x))
-        # interleave by offset so the greedy colouring spreads load (deterministic)
-        ordered = sorted(pairs_set, key=lambda p: ((p[1] - p[0]) % max(len(names), 1), p))
-        rounds = color_pairs(ordered)
-    if exclude_pairs:
-        out = {(index[s], index[d]) for s, d in exclude_pairs if s in index and d in index}
-        rounds = [kept for r in rounds if (kept := [p for p in r if p not in out])]
-    if spec.round_policy == "serial":
-        rounds = serial_rounds(p for r in rounds for p in r)
-    elif spec.round_policy == "siteExclusive":
-        # the node-exclusive order is kept within each site pair: directions alternate, agents take turns
-        rounds = site_exclusive_rounds(_site_indices(names, labels, spec.site_label), [p for r in rounds for p in r])
+                explicit.append((index[s], index[d]))
+    excluded = {(index[s], index[d]) for s, d in exclude_pairs if s in index and d in index}
+    site_of = _site_indices(names, labels, spec.site_label) if spec.round_policy == "siteExclusive" else []
+
+    def rounds_among(members: Sequence[int]) -> list[list[tuple[int, int]]]:
+        return _policy_rounds(_selected_rounds(members, names, labels, spec, explicit), members, spec, excluded,
+                              site_of)
+
+    rounds = rounds_among(list(range(len(names))))
     loopback = None
     if spec.loopback.enabled:
         loopback = Setting(spec.loopback.protocol, max(spec.streams), loopback=True)
     involved = range(len(names)) if mode == "fullMesh" else sorted({i for r in rounds for p in r for i in p})
     externals, external_rounds, problems = _external_rounds(spec, names, labels, settings)
-    family_rounds, family_skipped = _family_rounds(names, rounds, spec, families)
+    family_rounds, family_skipped = _family_rounds(names, rounds, spec, families, rounds_among)
     return Plan(
         agents=names,
         settings=settings,

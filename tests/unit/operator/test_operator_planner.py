@@ -143,6 +143,24 @@ def test_a_pair_without_ipv6_at_one_end_is_skipped_with_a_reason_not_dropped() -
         ("ipv4", "a", "b"), ("ipv4", "b", "a"), ("ipv4", "a", "c"), ("ipv4", "c", "a")}
 
 
+@pytest.mark.parametrize("policy", ["nodeExclusive", "siteExclusive"])
+def test_a_family_few_agents_have_is_planned_among_them_at_their_bound(policy) -> None:
+    """10 agents, 4 with IPv6: the IPv6 setting takes the 4-agent mesh's rounds (the bound for 4), not the
+    10-agent mesh's rounds emptied of the other pairs; nothing else changes."""
+    spec = parse_spec({"protocols": ["builtin"], "streams": [1], "latency": False, "roundPolicy": policy,
+                       "loopback": {"enabled": False}, "addressFamilies": ["ipv4", "ipv6"]})
+    names = [f"n{i:02d}" for i in range(10)]
+    # n00-n03 (the 10-agent circle spreads their 12 directed pairs over 10 rounds)
+    families = {n: {"ipv4", "ipv6"} if i < 4 else {"ipv4"} for i, n in enumerate(names)}
+    p = plan({n: {} for n in names}, spec, families=families)  # no site labels: every node a site of its own
+    check_rounds(p)
+    v6 = [r for f, r in p.family_rounds if f == "ipv6"][0]
+    assert len(v6) == lower_bound(4) == 6 and len(p.pair_rounds) == lower_bound(10)
+    assert sorted(pair for r in v6 for pair in r) == [(a, b) for a in range(4) for b in range(4) if a != b]
+    assert p.num_rounds == lower_bound(10) + lower_bound(4)
+    assert p.num_tests + len(p.family_skipped) == 2 * 90  # planned = measured + skipped
+
+
 def test_small_meshes() -> None:
     assert full_mesh_rounds(0) == [] and full_mesh_rounds(1) == []
     assert sorted(p for r in full_mesh_rounds(2) for p in r) == [(0, 1), (1, 0)]

@@ -37,7 +37,12 @@ sys.path[:0] = [str(REPO), str(DASHBOARD)]
 
 from tpcmesh_operator.local.postgres import free_port, start_postgres  # noqa: E402
 
-NODES = 100
+NODES = 100  # per cluster
+
+
+def cluster_name(c: int, clusters: int) -> str:
+    """One cluster: the dashboard's default cluster (as an unfederated install has); several: c00, c01, ..."""
+    return "default" if clusters == 1 else f"c{c:02d}"
 SETTINGS = [("xrootd-https", 1), ("xrootd-https", 8), ("iperf3", 1), ("rtt", None)]
 GRID_GOAL_MS, MEDIAN_GOAL_MS, INGEST_GOAL = 100.0, 250.0, 5000.0
 BASELINE = "11c049e"  # the grid before the covering index, the database-side window aggregates and the page's loop
@@ -49,33 +54,41 @@ GRID_MEDIAN = "grid API, median over 7 days"
 PROBLEMS_PAGE = "problems page, HTML"
 CHANGES_API = "changes API, a benchmark's newest 100"
 CHANGES_NODE = "changes API, one node's"
+COMBINED = "combined grid API, every cluster ({n} nodes, one setting)"
 WATCH_GOAL_MS = 300.0
 START, END = "<!-- bench-dashboard:start -->", "<!-- bench-dashboard:end -->"
+FEDERATION_START = "<!-- bench-dashboard-federation:start -->"
+FEDERATION_END = "<!-- bench-dashboard-federation:end -->"
 
 
 def log(msg: str) -> None:
     print(f"{datetime.now():%H:%M:%S} {msg}", flush=True)
 
 
-def generate(days: int) -> int:
-    """Fill the archive in the database itself; returns the number of measurements."""
+def generate(days: int, clusters: int = 1) -> int:
+    """Fill the archive in the database itself; returns the number of measurements. With clusters > 1 (a
+    federation) every cluster has the benchmark bench/mesh of its own NODES nodes, named alike in each."""
     from django.db import connection
     from results.celljson import fill_sql
-    from results.models import Benchmark, Node, Run
+    from results.models import Benchmark, Cluster, Node, Run
 
-    bench = Benchmark.objects.create(namespace="bench", name="mesh", uid="bench-uid",
-                                     thresholds={"goodGbps": 30, "warnGbps": 10})
-    Node.objects.bulk_create([
-        Node(name=f"dtn{i:03d}", site=f"site{i % 17:02d}", address=f"10.0.{i // 250}.{i % 250}",
-             nic_speed_gbps=100, loopback_gbps=40 + i % 20) for i in range(NODES)
-    ])
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    runs = [Run(benchmark=bench, uid=f"run-{k}", name=f"mesh-{k}", state="Succeeded",
+    benches = []
+    for c in range(clusters):
+        cluster = Cluster.objects.get_or_create(name=cluster_name(c, clusters))[0]
+        bench = Benchmark.objects.create(cluster=cluster, namespace="bench", name="mesh", uid=f"bench-uid-{c}",
+                                         thresholds={"goodGbps": 30, "warnGbps": 10})
+        nodes = Node.objects.bulk_create([
+            Node(cluster=cluster, name=f"dtn{i:03d}", site=f"site{i % 17:02d}", address=f"10.{c}.{i // 250}.{i % 250}",
+                 nic_speed_gbps=100, loopback_gbps=40 + i % 20) for i in range(NODES)
+        ])
+        Run.objects.bulk_create([
+            Run(benchmark=bench, uid=f"run-{c}-{k}", name=f"mesh-{k}", state="Succeeded",
                 started_at=end - timedelta(hours=12 * (2 * days - k)),
                 finished_at=end - timedelta(hours=12 * (2 * days - k)) + timedelta(minutes=50))
-            for k in range(2 * days)]
-    Run.objects.bulk_create(runs)
-    bench.nodes.set(Node.objects.all())
+            for k in range(2 * days)])
+        bench.nodes.set(nodes)
+        benches.append(bench)
     settings_sql = ", ".join(f"('{p}', {s if s is not None else 'NULL'}::smallint)" for p, s in SETTINGS)
     with connection.cursor() as cur:
         # Secondary indexes are rebuilt after the load (much faster than maintaining them row by row).
@@ -85,7 +98,8 @@ def generate(days: int) -> int:
         for name, _ in indexes:
             cur.execute(f'DROP INDEX "{name}"')
         t0 = time.perf_counter()
-        for k, run in enumerate(Run.objects.filter(benchmark=bench).order_by("started_at")):
+        for k, run in enumerate(Run.objects.filter(benchmark__in=benches).select_related("benchmark")
+                                .order_by("started_at", "uid")):
             cur.execute(
                 f"""
                 INSERT INTO results_measurement (id, run_id, benchmark_id, source_id, destination_id, protocol,
@@ -100,17 +114,19 @@ def generate(days: int) -> int:
                     CASE WHEN f.failed THEN 'failed' ELSE 'succeeded' END,
                     CASE WHEN f.failed THEN 'connection reset by peer' ELSE NULL END,
                     %(t)s, %(t)s + interval '5 minutes', now()
-                FROM results_node s CROSS JOIN results_node d CROSS JOIN (VALUES {settings_sql}) st(protocol, streams)
+                FROM results_node s JOIN results_node d ON d.cluster_id = s.cluster_id
+                CROSS JOIN (VALUES {settings_sql}) st(protocol, streams)
                 CROSS JOIN LATERAL (SELECT random() + 0 * s.id * d.id < 0.01 AS failed) f  -- correlated: once per row
                 CROSS JOIN LATERAL (SELECT CASE WHEN st.protocol = 'rtt' OR f.failed THEN NULL
                     ELSE (2 + (s.id * 7 + d.id * 13) %% 45) * (CASE WHEN st.streams = 8 THEN 1.3 ELSE 1 END)
                          + random() * 4 END AS gbps) g
-                WHERE s.id <> d.id
+                WHERE s.id <> d.id AND s.cluster_id = %(cluster)s
                 """,
-                {"run": run.id, "bench": bench.id, "t": run.started_at},
+                {"run": run.id, "bench": run.benchmark_id, "t": run.started_at,
+                 "cluster": run.benchmark.cluster_id},
             )
-            if k % 20 == 0:
-                log(f"Generated run {k + 1}/{2 * days}")
+            if k % (20 * clusters) == 0:
+                log(f"Generated run {k + 1}/{2 * days * clusters}")
         log(f"Loaded measurements in {time.perf_counter() - t0:.0f} s; rebuilding {len(indexes)} indexes")
         for _, definition in indexes:
             cur.execute(definition)
@@ -156,7 +172,7 @@ def analysis_costs(cells: int = 300) -> tuple[float, float, int]:
         analysis.detect_cell(cell, timezone.now(), histories[cell.id])
     per_cell = (time.perf_counter() - t0) / len(sample) * 1000
     t0 = time.perf_counter()
-    found = analysis.evaluate_problems(Benchmark.objects.get(namespace="bench", name="mesh"))
+    found = analysis.evaluate_problems(Benchmark.objects.filter(namespace="bench", name="mesh").order_by("uid")[0])
     return per_cell, time.perf_counter() - t0, len(found)
 
 
@@ -299,15 +315,15 @@ def ingest_rate(base: str, key: str, batches: int, size: int, clients: int) -> t
     return rate, total, total / max(1e-9, tree_cpu_seconds(*SERVER_PIDS) - cpu0)
 
 
-def write_section(text: str) -> None:
+def write_section(text: str, start: str = START, end: str = END) -> None:
     path = REPO / "BENCHMARKS.md"
     current = "# Benchmarks\n\nWritten by `make bench-*`; each owns its section.\n"
     if path.exists():
         current = path.read_text()
-    block = f"{START}\n{text.rstrip()}\n{END}"
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        current = head + block + rest.split(END, 1)[1]
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in current and end in current:
+        head, rest = current.split(start, 1)
+        current = head + block + rest.split(end, 1)[1]
     else:
         current = current.rstrip() + "\n\n" + block + "\n"
     path.write_text(current)
@@ -320,7 +336,12 @@ def main() -> int:
     ap.add_argument("--ingest-batches", type=int, default=8, help="ingest batches of 5 000 measurements per run")
     ap.add_argument("--baseline", default=BASELINE, help="commit to time side by side ('' for none)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--clusters", type=int, default=1,
+                    help="a federation: this many clusters of NODES nodes each in one archive (reads ask for one "
+                         "cluster's, plus the combined grid); written to its own section")
     args = ap.parse_args()
+    if args.clusters > 1 and args.baseline:
+        ap.error("--clusters needs --baseline '' (the baseline predates federation)")
     days = max(1, round(90 * args.scale))
 
     server, base_dir = start_postgres({"shared_buffers": "512MB", "maintenance_work_mem": "512MB",
@@ -339,7 +360,7 @@ def main() -> int:
         call_command("migrate", verbosity=0)
         log(f"Generating {days} days × 2 runs × {len(SETTINGS)} settings × {NODES * (NODES - 1)} pairs")
         t0 = time.perf_counter()
-        count = generate(days)
+        count = generate(days, args.clusters)
         gen_s = time.perf_counter() - t0
         log(f"Generated {count:,} measurements in {gen_s:.0f} s")
         _, key = services.create_api_token("bench", write=True)
@@ -359,18 +380,26 @@ def main() -> int:
             servers.append(old_server)
             old = (old_base, [old_server.pid, postmaster])
             log(f"Baseline {args.baseline} serving from {old_tree}")
-        grid = "/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https&streams=8"
+        # a federation's reads: one cluster's benchmark (?cluster=) and nodes (cluster:node), and the combined grid
+        one = cluster_name(3 % args.clusters, args.clusters)
+        of = f"&cluster={one}" if args.clusters > 1 else ""
+        ref = f"{one}:" if args.clusters > 1 else ""
+        grid = f"/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https&streams=8{of}"
         reads = {
             GRID_ONE: (grid, args.requests),
-            GRID_EVERY: ("/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https", args.requests),
+            GRID_EVERY: (f"/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https{of}", args.requests),
             GRID_MEDIAN: (grid + "&mode=median&window=7d", max(12, args.requests // 4)),
-            GRID_PAGE: ("/grid/bench/mesh/?protocol=xrootd-https", args.requests // 2),
-            PROBLEMS_PAGE: ("/problems/bench/mesh/", args.requests // 2),
-            CHANGES_API: ("/api/v1/changes/?benchmark=bench/mesh", args.requests),
-            CHANGES_NODE: ("/api/v1/changes/?benchmark=bench/mesh&node=dtn003", args.requests),
+            GRID_PAGE: (f"/grid/bench/mesh/?protocol=xrootd-https{of}", args.requests // 2),
+            PROBLEMS_PAGE: (f"/problems/bench/mesh/?{of[1:]}", args.requests // 2),
+            CHANGES_API: (f"/api/v1/changes/?benchmark=bench/mesh{of}", args.requests),
+            CHANGES_NODE: (f"/api/v1/changes/?benchmark=bench/mesh&node=dtn003{of}", args.requests),
             f"pair history API ({days} days, both directions)":
-                ("/api/v1/pairs/history/?source=dtn003&destination=dtn042&benchmark=bench/mesh", args.requests),
+                (f"/api/v1/pairs/history/?source={ref}dtn003&destination={ref}dtn042&benchmark=bench/mesh{of}",
+                 args.requests),
         }
+        if args.clusters > 1:
+            reads[COMBINED.format(n=args.clusters * NODES)] = (
+                "/api/v1/grid/?benchmark=bench/mesh&protocol=xrootd-https&streams=8", max(6, args.requests // 10))
         results: dict[str, dict[str, float]] = {}
         baseline: dict[str, dict[str, float]] = {}
         new_only = {PROBLEMS_PAGE, CHANGES_API, CHANGES_NODE}  # the baseline has no such pages
@@ -425,12 +454,19 @@ def main() -> int:
                   for name, r in results.items()]
         how = "No baseline (--baseline '')."
     lines = [
-        "## Dashboard (`make bench-dashboard`)",
+        "## Dashboard (`make bench-dashboard`)" if args.clusters == 1 else
+        f"## Dashboard for a federation: {args.clusters} clusters × {NODES} nodes (`make bench-dashboard "
+        f"CLUSTERS={args.clusters}`)",
         "",
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() and 'this machine'}: {os.cpu_count()} cores, "
         f"PostgreSQL from Debian started by the script, gunicorn with 2 workers on loopback, timed over HTTP. "
-        f"Scale {args.scale:g}: {NODES} nodes, {days} days, 2 runs/day, {len(SETTINGS)} protocol/stream settings "
-        f"= **{count:,} measurements** (generated in {gen_s:.0f} s). {how}",
+        f"Scale {args.scale:g}: {NODES} nodes{f' in each of {args.clusters} clusters' if args.clusters > 1 else ''}"
+        f", {days} days, 2 runs/day, {len(SETTINGS)} protocol/stream settings "
+        f"= **{count:,} measurements** (generated in {gen_s:.0f} s). {how}"
+        + (f" Each cluster has its own benchmark bench/mesh and nodes dtn000-dtn{NODES - 1:03d} (the names repeat "
+           f"across clusters, as they do in a federation); the reads ask for cluster {one}'s (?cluster=, nodes as "
+           "cluster:node) except the combined grid, every cluster's nodes in one grid (no goal: it is "
+           f"{args.clusters} times the cells)." if args.clusters > 1 else ""),
         "",
         *table,
         "",
@@ -462,7 +498,10 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        write_section(text)
+        if args.clusters > 1:
+            write_section(text, FEDERATION_START, FEDERATION_END)
+        else:
+            write_section(text)
         log("Wrote BENCHMARKS.md")
     return 0
 

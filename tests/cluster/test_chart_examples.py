@@ -104,15 +104,19 @@ def values() -> dict:
 
 
 def jobs_of(doc: dict) -> list[TransferJob]:
-    """The destination-side jobs the operator sends for this benchmark (one per file-moving protocol x streams)."""
+    """The destination-side jobs the operator sends for this benchmark (one per file-moving protocol x streams;
+    with spec.optimize the largest settings its bounds allow: the most streams with the most files that fit)."""
     _, spec = load_manifest(doc)
     set_spec = agent_files.spec_from_request(spec.file_set.request())
     file_specs = tuple(FileSpec(n, s) for n, s in set_spec.files)
     store = Path("/data/incoming/test") if spec.destination == "store" else None
+    settings = [(s, spec.concurrency) for s in spec.streams]
+    if (o := spec.optimize) is not None:
+        settings = [(s, min(o.concurrency_max, o.connections_max // s)) for s in range(1, o.streams_max + 1)
+                    if o.connections_max // s >= 1]
     return [TransferJob(test_id="t", protocol=p, source=Endpoint("192.0.2.1", 1), files=file_specs,
-                        file_set=set_spec.name, concurrency=spec.concurrency, streams=s, timeout=60.0,
-                        destination_dir=store)
-            for p in spec.protocols if p in FILE_MOVERS for s in spec.streams]
+                        file_set=set_spec.name, concurrency=c, streams=s, timeout=60.0, destination_dir=store)
+            for p in spec.protocols if p in FILE_MOVERS for s, c in settings]
 
 
 def refusal(job: TransferJob, room: int, monkeypatch) -> str | None:

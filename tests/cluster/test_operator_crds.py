@@ -89,6 +89,11 @@ BAD = [
     ({"externalEndpoints": [{"name": "x", "url": "davs://x.example", "path": "/s", "role": "sink"}]},
      "spec.externalEndpoints[0].role: Unsupported value"),
     ({"externalEndpoints": [{"name": "x", "url": "davs://x.example"}]}, "spec.externalEndpoints[0].path: Required"),
+    ({"optimizeBounds": {"streamsMax": 4}}, "spec.optimizeBounds: bounds without spec.optimize: true"),
+    ({"optimize": True, "protocols": ["iperf3"]}, "spec.optimize: tunes the file movers' streams and files"),
+    ({"optimize": True, "optimizeBounds": {"streamsMax": 0}}, "spec.optimizeBounds.streamsMax"),
+    ({"optimize": True, "fileSet": {"count": 4, "size": "1MB"}, "optimizeBounds": {"concurrencyMax": 8}},
+     "spec.optimizeBounds.concurrencyMax: more files at once than the file set has"),
 ]
 
 

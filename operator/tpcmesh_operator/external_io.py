@@ -1,6 +1,7 @@
 """The operator's own I/O with external endpoints (spec.externalEndpoints): reading their credentials, asking a
 copy's size and adler32, and removing what a benchmark put there. The copies themselves are third-party copies the
-agents run (runs.py asks them); only davs/https endpoints are driven so far (HTTP-TPC).
+agents run (runs.py asks them). davs/https endpoints are reached over HTTPS (aiohttp, WebDAV), root:// endpoints
+with Debian's xrdfs (xrootd-client; the site's token in a private file, sent with the ztn protocol over TLS).
 
 Every path comes from `ExternalEndpoint.path_of`, so nothing outside an endpoint's `path` is ever touched.
 Credentials (a Secret's `token`, `ca.crt`) are never logged and never put in a status or a record.
@@ -8,11 +9,19 @@ Credentials (a Secret's `token`, `ca.crt`) are never logged and never put in a s
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
+import re
+import shutil
+import signal
 import ssl
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -21,6 +30,9 @@ from .externals import ExternalEndpoint
 log = logging.getLogger(__name__)
 
 HTTP_SCHEMES = ("davs", "https")
+Client = Any  # EndpointClient | RootEndpointClient: the same methods
+# what each scheme's credentials Secret must hold (a key of externals.SECRET_KEYS)
+NEEDS = {"davs": "token", "https": "token", "root": "token"}
 
 
 class ExternalError(RuntimeError):
@@ -68,10 +80,18 @@ async def access(endpoint: ExternalEndpoint, credentials: CredentialSource | Non
     except ExternalError as e:
         raise ExternalError(f"external endpoint {endpoint.name}: {e}") from None
     token = (data.get("token") or "").strip() or None
-    if endpoint.scheme in HTTP_SCHEMES and token is None:
+    if NEEDS.get(endpoint.scheme) == "token" and token is None:
+        how = "over ztn" if endpoint.scheme == "root" else "in the Authorization header"
         raise ExternalError(f"external endpoint {endpoint.name}: Secret {endpoint.credentials} has no key token "
-                            f"(a bearer token for {endpoint.scheme}://)")
+                            f"(a bearer token for {endpoint.scheme}://, sent {how})")
     return Access(endpoint, token, data.get("ca.crt") or None)
+
+
+def endpoint_client(acc: Access, ca_file: str | None = None) -> EndpointClient | RootEndpointClient:
+    """The operator's client for the endpoint's scheme (same methods for each)."""
+    if acc.endpoint.scheme == "root":
+        return RootEndpointClient(acc, ca_file)
+    return EndpointClient(acc, ca_file)
 
 
 def http_url(endpoint: ExternalEndpoint, path: str) -> str:
@@ -155,26 +175,33 @@ class EndpointClient:
         return _listing(body, directory)
 
     async def remove_tree(self, directory: str, problems: list[str]) -> None:
-        """Delete `directory` and all below it (never above: every entry must lie below it); refusals go to
-        `problems`, the walk goes on."""
-        for path, is_dir in await self.children(directory):
-            if is_dir:
-                await self.remove_tree(path, problems)
-            else:
-                try:
-                    await self.delete(path)
-                except ExternalError as e:
-                    problems.append(str(e))
-        try:
-            await self.delete(directory)
-        except ExternalError as e:
-            problems.append(str(e))
+        await remove_tree(self, directory, problems)
+
+    async def remove_dir(self, path: str) -> None:
+        await self.delete(path)
 
     async def delete(self, path: str) -> None:
         """Remove a file or an empty directory; gone already is fine."""
         status, body, _ = await self._request("DELETE", path)
         if status not in (200, 202, 204, 404):
             raise ExternalError(f"{self.acc.describe()} refused to delete {path}: {status} {body.strip()[:200]}")
+
+
+async def remove_tree(client: Client, directory: str, problems: list[str]) -> None:
+    """Delete `directory` and all below it (never above: every entry listed lies below it); refusals go to
+    `problems`, the walk goes on."""
+    for path, is_dir in await client.children(directory):
+        if is_dir:
+            await remove_tree(client, path, problems)
+        else:
+            try:
+                await client.delete(path)
+            except ExternalError as e:
+                problems.append(str(e))
+    try:
+        await client.remove_dir(directory)
+    except ExternalError as e:
+        problems.append(str(e))
 
 
 def _listing(xml: str, directory: str) -> list[tuple[str, bool]]:
@@ -198,7 +225,161 @@ def _listing(xml: str, directory: str) -> list[tuple[str, bool]]:
     return out
 
 
-async def missing_files(client: EndpointClient, directory: str, files: Sequence[Mapping[str, object]]) -> list[str]:
+XRDFS_ENV = {"XRD_CONNECTIONRETRY": "1", "XRD_CONNECTIONWINDOW": "10", "XRD_REQUESTTIMEOUT": "60"}
+XRDFS_SECONDS = 120
+_XRD_ERROR = re.compile(r"\[(\d+)\]")
+
+
+class RootEndpointClient:
+    """root:// to one endpoint with Debian's xrdfs: a file's size and adler32, directories, deletions. The token goes
+    in a file only this process's user reads (BEARER_TOKEN_FILE), never on a command line; the endpoint is verified
+    with its CA (Secret key ca.crt) and the operator's CA file, as an OpenSSL CA directory (X509_CERT_DIR)."""
+
+    def __init__(self, acc: Access, ca_file: str | None = None) -> None:
+        if shutil.which("xrdfs") is None:
+            raise ExternalError(f"{acc.describe()}: xrdfs is not installed where the operator runs (Debian package "
+                                "xrootd-client), so root:// endpoints cannot be prepared or cleaned up here")
+        self.acc = acc
+        self._ca_file = ca_file
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._env: dict[str, str] = {}
+
+    @property
+    def server(self) -> str:
+        return self.acc.endpoint.url
+
+    async def __aenter__(self) -> RootEndpointClient:
+        self._dir = tempfile.TemporaryDirectory(prefix="tpcmesh-root-")
+        self._env = await asyncio.to_thread(self._prepare, Path(self._dir.name))
+        return self
+
+    def _prepare(self, d: Path) -> dict[str, str]:
+        from . import pki
+
+        env = dict(XRDFS_ENV)
+        cas = [self.acc.ca_pem.encode()] if self.acc.ca_pem else []
+        if self._ca_file:
+            cas.append(Path(self._ca_file).read_bytes())
+        certs = [b + b"-----END CERTIFICATE-----\n" for pem in cas for b in pem.split(b"-----END CERTIFICATE-----")
+                 if b"BEGIN CERTIFICATE" in b]
+        if certs:
+            ca_dir = d / "ca-dir"
+            ca_dir.mkdir()
+            for cert in certs:
+                cert = cert.strip() + b"\n"
+                (ca_dir / pki.openssl_subject_hash_name(cert)).write_bytes(cert)
+            env["X509_CERT_DIR"] = str(ca_dir)
+        if self.acc.token:
+            fd = os.open(d / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self.acc.token + "\n")
+            env["BEARER_TOKEN_FILE"] = str(d / "token")
+        return env
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+
+    async def _xrdfs(self, *args: str) -> tuple[int, str, str]:
+        rc, out, err = await self._xrdfs_once(*args)
+        if rc == -signal.SIGSEGV:  # XRootD 5.5's client may crash setting up TLS (xrootd/xrootd issue 2164)
+            log.warning("xrdfs %s died of SIGSEGV (a known XRootD 5.5 client crash under TLS); trying it again once",
+                        args[0])
+            rc, out, err = await self._xrdfs_once(*args)
+        if rc != 0 and ("Connection error" in err or "Connection refused" in err or "Socket error" in err or
+                        "Unable to resolve" in err):
+            raise ExternalError(f"{self.acc.describe()} unreachable: {_last_line(err)}")
+        return rc, out, err
+
+    async def _xrdfs_once(self, *args: str) -> tuple[int, str, str]:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "xrdfs", self.server, *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env={**os.environ, **self._env}, start_new_session=True)
+        except OSError as e:
+            raise ExternalError(f"{self.acc.describe()}: xrdfs could not run: {e}") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), XRDFS_SECONDS)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise ExternalError(f"{self.acc.describe()} unreachable: xrdfs {args[0]} took over {XRDFS_SECONDS} s"
+                                ) from None
+        text = err.decode("utf-8", "replace").replace("\x00", "").strip()
+        if proc.returncode is not None and proc.returncode < 0 and not text:
+            text = f"xrdfs died of signal {-proc.returncode}"
+        return proc.returncode or 0, out.decode("utf-8", "replace"), text
+
+    def _refused(self, what: str, err: str) -> ExternalError:
+        code = _XRD_ERROR.search(err)
+        why = " (its credentials were refused)" if code and code.group(1) in ("3010", "3006") and \
+            "permission denied" in err.lower() else ""
+        return ExternalError(f"{self.acc.describe()} refused {what}: {_last_line(err)}{why}")
+
+    async def digest(self, path: str) -> tuple[int, str | None] | None:
+        """(size, 'adler32:<hex>' or None) of a file, None when it does not exist; ExternalError otherwise."""
+        rc, out, err = await self._xrdfs("stat", path)
+        if rc != 0:
+            if "[3011]" in err or "no such file" in err.lower():
+                return None
+            raise self._refused(f"stat {path}", err)
+        m = re.search(r"^Size:\s+(\d+)", out, re.MULTILINE)
+        size = int(m.group(1)) if m else 0
+        rc, out, err = await self._xrdfs("query", "checksum", path)
+        c = re.search(r"^adler32\s+([0-9a-fA-F]{1,8})\s*$", out, re.MULTILINE) if rc == 0 else None
+        return size, ("adler32:" + c.group(1).lower().zfill(8)) if c else None
+
+    async def make_dirs(self, path: str) -> None:
+        """`path` and its parents below the endpoint's path (`xrdfs mkdir -p`); the endpoint's path itself must be
+        there or creatable: a refusal there is the endpoint's."""
+        base = self.acc.endpoint.path
+        if not (path + "/").startswith(base + "/"):
+            raise ExternalError(f"{self.acc.describe()}: {path} is outside {base}")
+        rc, _, err = await self._xrdfs("mkdir", "-p", path)
+        if rc != 0:
+            raise self._refused(f"to make the directory {path}", err)
+
+    async def children(self, directory: str) -> list[tuple[str, bool]]:
+        """(path, is a directory) of what `directory` holds; [] when it does not exist."""
+        rc, out, err = await self._xrdfs("ls", "-l", directory)
+        if rc != 0:
+            if "[3011]" in err or "no such file" in err.lower():
+                return []
+            raise self._refused(f"to list {directory}", err)
+        prefix = directory.rstrip("/") + "/"
+        found = []
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) < 2 or not fields[-1].startswith(prefix):
+                continue
+            name = fields[-1][len(prefix):]
+            if not name or "/" in name or name in (".", ".."):
+                continue
+            found.append((fields[-1], fields[0].startswith("d")))
+        return found
+
+    async def remove_tree(self, directory: str, problems: list[str]) -> None:
+        await remove_tree(self, directory, problems)
+
+    async def delete(self, path: str) -> None:
+        await self._delete(path, "rm")
+
+    async def remove_dir(self, path: str) -> None:
+        await self._delete(path, "rmdir")
+
+    async def _delete(self, path: str, how: str) -> None:
+        rc, _, err = await self._xrdfs(how, path)
+        if rc != 0 and "[3011]" not in err and "no such file" not in err.lower():
+            raise self._refused(f"to delete {path}", err)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else "no message")[:300]
+
+
+async def missing_files(client: Client, directory: str, files: Sequence[Mapping[str, object]]) -> list[str]:
     """The set's files (name, size, checksum) not at `directory` with their size and adler32."""
     out = []
     for f in files:
@@ -208,7 +389,7 @@ async def missing_files(client: EndpointClient, directory: str, files: Sequence[
     return out
 
 
-async def verify_upload(client: EndpointClient, directory: str, files: Sequence[Mapping[str, object]]) -> None:
+async def verify_upload(client: Client, directory: str, files: Sequence[Mapping[str, object]]) -> None:
     """After the upload: every file there with the set's size and adler32, else ExternalError naming which."""
     for f in files:
         got = await client.digest(f"{directory}/{f['name']}")
@@ -226,7 +407,11 @@ async def remove_uploads(acc: Access, bench_dir: str, ca_file: str | None = None
     """Remove a benchmark's directory `<path>/<bench_dir>` from an endpoint, depth first (what it holds is listed
     with PROPFIND; only entries below it are touched). The problems, one line each (empty: all removed)."""
     problems: list[str] = []
-    async with EndpointClient(acc, ca_file) as client:
+    try:
+        client = endpoint_client(acc, ca_file)
+    except ExternalError as e:
+        return [str(e)]
+    async with client:
         try:
             await client.remove_tree(acc.endpoint.path_of(bench_dir), problems)
         except ExternalError as e:

@@ -63,7 +63,15 @@ from typing import Any, Protocol
 from . import maintenance, metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
 from .batch import ingest_batch
-from .external_io import Access, CredentialSource, EndpointClient, ExternalError, access, missing_files, verify_upload
+from .external_io import (
+    Access,
+    CredentialSource,
+    ExternalError,
+    access,
+    endpoint_client,
+    missing_files,
+    verify_upload,
+)
 from .external_tests import (
     bench_dir,
     external_node,
@@ -544,7 +552,7 @@ class RunExecutor:
             self._access[ep.name] = acc
             if ep.is_destination:
                 try:
-                    async with EndpointClient(acc, self.external_ca_file) as client:
+                    async with endpoint_client(acc, self.external_ca_file) as client:
                         await client.make_dirs(self._external_dir(ep, "incoming"))
                 except ExternalError as e:
                     self._access[ep.name] = str(e)
@@ -569,7 +577,7 @@ class RunExecutor:
             if not files or holder is None:
                 raise ExternalError(f"{acc.describe()}: no agent holds the file set {self.spec.file_set.name} to "
                                     "upload it from")
-            async with EndpointClient(acc, self.external_ca_file) as client:
+            async with endpoint_client(acc, self.external_ca_file) as client:
                 if await missing_files(client, directory, files):
                     await client.make_dirs(directory)
                     tid = test_id(self.run.run_uid, f"upload/{ep.name}", 0)

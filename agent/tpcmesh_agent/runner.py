@@ -31,6 +31,7 @@ from .movers.base import (
     Progress,
     RemoteDestination,
     TransferJob,
+    X509Credential,
 )
 from .ssview import PeerSockets
 
@@ -209,7 +210,8 @@ class TransferRunner:
                            duration=float(duration) if duration is not None else None,
                            tokens=tokens,
                            congestion=_congestion(body.get("congestion_control"), protocol),
-                           remote=remote)
+                           remote=remote,
+                           x509=_x509(body.get("x509"), protocol, remote is not None or source_path != "/sets"))
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -433,13 +435,31 @@ def _tokens(given: Any, protocol: str) -> BearerTokens | None:
 
 
 # protocols that can copy to or from an external endpoint (HTTP-TPC: a COPY the remote or local XRootD runs; root://:
-# xrdcp, with the site's token over ztn)
-EXTERNAL_PROTOCOLS = ("xrootd-https", "xrootd-root")
+# xrdcp, with the site's token over ztn; gsiftp://: globus-url-copy with the site's X509 credential)
+EXTERNAL_PROTOCOLS = ("xrootd-https", "xrootd-root", "gridftp")
+_PEM_RE = re.compile(r"^[\x20-\x7e\r\n]{1,65536}$")
 _PATH_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 _BEARER_RE = re.compile(r"^[\x21-\x7e]{1,8192}$")  # a header-safe bearer token (a site's may not be a JWT)
 _REMOTE_URL_RE = {"xrootd-https": re.compile(r"^(https|davs)://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._-]+)+$"),
-                  "xrootd-root": re.compile(r"^root://[A-Za-z0-9.:\[\]-]+/(/[A-Za-z0-9._-]+)+$")}
-_REMOTE_SCHEMES = {"xrootd-https": "an https:// or davs://", "xrootd-root": "a root://host:port//"}
+                  "xrootd-root": re.compile(r"^root://[A-Za-z0-9.:\[\]-]+/(/[A-Za-z0-9._-]+)+$"),
+                  "gridftp": re.compile(r"^gsiftp://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._-]+)+$")}
+_REMOTE_SCHEMES = {"xrootd-https": "an https:// or davs://", "xrootd-root": "a root://host:port//",
+                   "gridftp": "a gsiftp://"}
+
+
+def _x509(given: Any, protocol: str, external: bool) -> X509Credential | None:
+    """``x509: {proxy} | {cert, key}``: an external GridFTP endpoint's credential; errors never quote it."""
+    if given is None:
+        return None
+    if protocol != "gridftp" or not external:
+        raise ApiError(422, "x509 applies to gridftp with an external source (source.path) or a remote_destination "
+                            "only")
+    if not isinstance(given, dict) or set(given) not in ({"proxy"}, {"cert", "key"}):
+        raise ApiError(422, "x509 must be an object {proxy} or {cert, key} (PEM)")
+    for name, value in given.items():
+        if not isinstance(value, str) or not _PEM_RE.match(value) or "-----BEGIN" not in value:
+            raise ApiError(422, f"x509.{name} must be PEM text")
+    return X509Credential(**given)
 
 
 def _plain_path(value: Any, what: str) -> str:

@@ -1,7 +1,9 @@
 """The operator's own I/O with external endpoints (spec.externalEndpoints): reading their credentials, asking a
 copy's size and adler32, and removing what a benchmark put there. The copies themselves are third-party copies the
 agents run (runs.py asks them). davs/https endpoints are reached over HTTPS (aiohttp, WebDAV), root:// endpoints
-with Debian's xrdfs (xrootd-client; the site's token in a private file, sent with the ztn protocol over TLS).
+with Debian's xrdfs (xrootd-client; the site's token in a private file, sent with the ztn protocol over TLS),
+gsiftp:// endpoints with gfal2 and its GridFTP plugin under Debian's python3 (gfal_ops.py; the site's X509 proxy or
+certificate in private files).
 
 Every path comes from `ExternalEndpoint.path_of`, so nothing outside an endpoint's `path` is ever touched.
 Credentials (a Secret's `token`, `ca.crt`) are never logged and never put in a status or a record.
@@ -19,7 +21,7 @@ import signal
 import ssl
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,7 +34,8 @@ log = logging.getLogger(__name__)
 HTTP_SCHEMES = ("davs", "https")
 Client = Any  # EndpointClient | RootEndpointClient: the same methods
 # what each scheme's credentials Secret must hold (a key of externals.SECRET_KEYS)
-NEEDS = {"davs": "token", "https": "token", "root": "token"}
+NEEDS = {"davs": "token", "https": "token", "root": "token", "gsiftp": "x509"}
+DEBIAN_PYTHON = "/usr/bin/python3"  # the interpreter Debian's python3-gfal2 is built for
 
 
 class ExternalError(RuntimeError):
@@ -62,8 +65,29 @@ class Access:
     """What the operator and the agents use to reach one endpoint."""
 
     endpoint: ExternalEndpoint
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
     ca_pem: str | None = None  # the endpoint's CA (Secret key ca.crt), else the system's trust
+    proxy: str | None = field(default=None, repr=False)  # an X509 proxy (Secret key proxy), gsiftp
+    cert: str | None = field(default=None, repr=False)  # or a certificate and key (tls.crt, tls.key), gsiftp
+    key: str | None = field(default=None, repr=False)
+
+    def x509(self) -> dict[str, str] | None:
+        """The X509 credential as an agent's request carries it (`x509`), None when there is none."""
+        if self.proxy:
+            return {"proxy": self.proxy}
+        if self.cert and self.key:
+            return {"cert": self.cert, "key": self.key}
+        return None
+
+    def x509_env(self, directory: Path) -> dict[str, str]:
+        """The credential written to private files in `directory`, as Globus's environment names them."""
+        env = {}
+        if self.proxy:
+            env["X509_USER_PROXY"] = _private(directory / "proxy.pem", self.proxy)
+        elif self.cert and self.key:
+            env["X509_USER_CERT"] = _private(directory / "usercert.pem", self.cert)
+            env["X509_USER_KEY"] = _private(directory / "userkey.pem", self.key)
+        return env
 
     def describe(self) -> str:
         return f"external endpoint {self.endpoint.name} ({self.endpoint.url})"
@@ -84,14 +108,59 @@ async def access(endpoint: ExternalEndpoint, credentials: CredentialSource | Non
         how = "over ztn" if endpoint.scheme == "root" else "in the Authorization header"
         raise ExternalError(f"external endpoint {endpoint.name}: Secret {endpoint.credentials} has no key token "
                             f"(a bearer token for {endpoint.scheme}://, sent {how})")
-    return Access(endpoint, token, data.get("ca.crt") or None)
+    proxy, cert, key = (data.get(k) or None for k in ("proxy", "tls.crt", "tls.key"))
+    if NEEDS.get(endpoint.scheme) == "x509" and not proxy and not (cert and key):
+        raise ExternalError(f"external endpoint {endpoint.name}: Secret {endpoint.credentials} has neither a key proxy "
+                            f"(an X509 proxy) nor tls.crt and tls.key (a certificate and key) for {endpoint.scheme}://")
+    return Access(endpoint, token, data.get("ca.crt") or None, proxy, cert, key)
 
 
-def endpoint_client(acc: Access, ca_file: str | None = None) -> EndpointClient | RootEndpointClient:
+def endpoint_client(acc: Access, ca_file: str | None = None) -> Client:
     """The operator's client for the endpoint's scheme (same methods for each)."""
     if acc.endpoint.scheme == "root":
         return RootEndpointClient(acc, ca_file)
+    if acc.endpoint.scheme == "gsiftp":
+        return GridftpEndpointClient(acc, ca_file)
     return EndpointClient(acc, ca_file)
+
+
+def _private(path: Path, text: str) -> str:
+    """A file only this user reads (a credential), its path."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    return str(path)
+
+
+def _one_line_dn(cert_pem: bytes) -> str:
+    """A certificate's subject in OpenSSL's one-line form (/O=…/CN=…), as a Globus signing policy names a CA."""
+    from cryptography import x509
+
+    subject = x509.load_pem_x509_certificate(cert_pem).subject
+    return "".join(f"/{a.rfc4514_attribute_name}="
+                   f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in subject)
+
+
+def write_trust_dir(acc: Access, ca_file: str | None, directory: Path, signing_policy: bool = False) -> Path | None:
+    """The endpoint's CA (Secret key ca.crt) and the operator's CA file as an OpenSSL CA directory (<hash>.0), with
+    Globus signing policies for GridFTP; None when there is neither."""
+    from . import pki
+
+    cas = [acc.ca_pem.encode()] if acc.ca_pem else []
+    if ca_file:
+        cas.append(Path(ca_file).read_bytes())
+    certs = [b.strip() + b"\n-----END CERTIFICATE-----\n" for pem in cas
+             for b in pem.split(b"-----END CERTIFICATE-----") if b"BEGIN CERTIFICATE" in b]
+    if not certs:
+        return None
+    directory.mkdir()
+    for cert in certs:
+        name = pki.openssl_subject_hash_name(cert)
+        (directory / name).write_bytes(cert)
+        if signing_policy:
+            (directory / name.replace(".0", ".signing_policy")).write_text(
+                f"access_id_CA X509 '{_one_line_dn(cert)}'\npos_rights globus CA:sign\ncond_subjects globus '\"*\"'\n")
+    return directory
 
 
 def http_url(endpoint: ExternalEndpoint, path: str) -> str:
@@ -254,26 +323,12 @@ class RootEndpointClient:
         return self
 
     def _prepare(self, d: Path) -> dict[str, str]:
-        from . import pki
-
         env = dict(XRDFS_ENV)
-        cas = [self.acc.ca_pem.encode()] if self.acc.ca_pem else []
-        if self._ca_file:
-            cas.append(Path(self._ca_file).read_bytes())
-        certs = [b + b"-----END CERTIFICATE-----\n" for pem in cas for b in pem.split(b"-----END CERTIFICATE-----")
-                 if b"BEGIN CERTIFICATE" in b]
-        if certs:
-            ca_dir = d / "ca-dir"
-            ca_dir.mkdir()
-            for cert in certs:
-                cert = cert.strip() + b"\n"
-                (ca_dir / pki.openssl_subject_hash_name(cert)).write_bytes(cert)
-            env["X509_CERT_DIR"] = str(ca_dir)
+        trust = write_trust_dir(self.acc, self._ca_file, d / "ca-dir")
+        if trust is not None:
+            env["X509_CERT_DIR"] = str(trust)
         if self.acc.token:
-            fd = os.open(d / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self.acc.token + "\n")
-            env["BEARER_TOKEN_FILE"] = str(d / "token")
+            env["BEARER_TOKEN_FILE"] = _private(d / "token", self.acc.token)
         return env
 
     async def __aexit__(self, *exc: object) -> None:
@@ -372,6 +427,121 @@ class RootEndpointClient:
         rc, _, err = await self._xrdfs(how, path)
         if rc != 0 and "[3011]" not in err and "no such file" not in err.lower():
             raise self._refused(f"to delete {path}", err)
+
+
+class GridftpEndpointClient:
+    """gsiftp:// to one endpoint through gfal2 (its GridFTP plugin) under Debian's python3 (gfal_ops.py, one process
+    an operation): a file's size and adler32 (the server's CKSM), directories, deletions (which globus-url-copy cannot
+    do). The credential goes in private files (X509_USER_PROXY or X509_USER_CERT/KEY), never on a command line."""
+
+    SECONDS = 120
+
+    def __init__(self, acc: Access, ca_file: str | None = None) -> None:
+        if not Path(DEBIAN_PYTHON).exists():
+            raise ExternalError(f"{acc.describe()}: {DEBIAN_PYTHON} is missing where the operator runs (Debian python3 "
+                                "with python3-gfal2 and gfal2-plugin-gridftp), so gsiftp:// endpoints cannot be "
+                                "prepared or cleaned up here")
+        self.acc = acc
+        self._ca_file = ca_file
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._env: dict[str, str] = {}
+
+    async def __aenter__(self) -> GridftpEndpointClient:
+        self._dir = tempfile.TemporaryDirectory(prefix="tpcmesh-gsiftp-")
+        self._env = await asyncio.to_thread(self._prepare, Path(self._dir.name))
+        return self
+
+    def _prepare(self, d: Path) -> dict[str, str]:
+        env = self.acc.x509_env(d)
+        trust = write_trust_dir(self.acc, self._ca_file, d / "ca-dir", signing_policy=True)
+        if trust is not None:
+            env["X509_CERT_DIR"] = str(trust)
+        return env
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+
+    def url(self, path: str) -> str:
+        return f"{self.acc.endpoint.url}{path}"
+
+    async def _op(self, op: str, path: str) -> dict[str, Any]:
+        """One gfal2 operation; unreachable raises ExternalError, the rest is the caller's to judge."""
+        import json
+
+        script = Path(__file__).with_name("gfal_ops.py")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                DEBIAN_PYTHON, str(script), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env={**os.environ, **self._env}, start_new_session=True)
+        except OSError as e:
+            raise ExternalError(f"{self.acc.describe()}: gfal2 could not run: {e}") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(json.dumps({"op": op, "url": self.url(path)}).encode()),
+                                              self.SECONDS)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise ExternalError(f"{self.acc.describe()} unreachable: {op} took over {self.SECONDS} s") from None
+        try:
+            answer: dict[str, Any] = json.loads(out)
+        except ValueError:
+            raise ExternalError(f"{self.acc.describe()}: gfal2 failed on {op} {path}: "
+                                f"{_last_line(err.decode('utf-8', 'replace'))}") from None
+        why = answer.get("error") or ""
+        if not answer.get("ok") and (answer.get("code") in (111, 113, 110) or "Unable to connect" in why):
+            raise ExternalError(f"{self.acc.describe()} unreachable: {why[:300]}")
+        return answer
+
+    def _refused(self, what: str, answer: Mapping[str, Any]) -> ExternalError:
+        why = str(answer.get("error") or "no message")
+        hint = " (its credentials were refused)" if "530" in why or "Authentication" in why else ""
+        return ExternalError(f"{self.acc.describe()} refused {what}: {why[:400]}{hint}")
+
+    async def digest(self, path: str) -> tuple[int, str | None] | None:
+        st = await self._op("stat", path)
+        if not st["ok"]:
+            if st.get("code") == 2:
+                return None
+            raise self._refused(f"stat {path}", st)
+        ck = await self._op("checksum", path)
+        value = str(ck.get("checksum") or "") if ck["ok"] else ""
+        return int(st["size"]), ("adler32:" + value.lower().zfill(8)) if value else None
+
+    async def make_dirs(self, path: str) -> None:
+        base = self.acc.endpoint.path
+        if not (path + "/").startswith(base + "/"):
+            raise ExternalError(f"{self.acc.describe()}: {path} is outside {base}")
+        answer = await self._op("mkdir", path)
+        if not answer["ok"] and answer.get("code") != 17:  # 17: it exists already
+            raise self._refused(f"to make the directory {path}", answer)
+
+    async def children(self, directory: str) -> list[tuple[str, bool]]:
+        answer = await self._op("list", directory)
+        if not answer["ok"]:
+            if answer.get("code") == 2:
+                return []
+            raise self._refused(f"to list {directory}", answer)
+        return [(f"{directory.rstrip('/')}/{e['name']}", bool(e["is_dir"])) for e in answer["entries"]
+                if _PLAIN.match(str(e["name"])) and e["name"] not in (".", "..")]
+
+    async def remove_tree(self, directory: str, problems: list[str]) -> None:
+        await remove_tree(self, directory, problems)
+
+    async def delete(self, path: str) -> None:
+        await self._remove("unlink", path)
+
+    async def remove_dir(self, path: str) -> None:
+        await self._remove("rmdir", path)
+
+    async def _remove(self, op: str, path: str) -> None:
+        answer = await self._op(op, path)
+        if not answer["ok"] and answer.get("code") != 2:
+            raise self._refused(f"to delete {path}", answer)
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
 
 
 def _last_line(text: str) -> str:

@@ -10,6 +10,10 @@
 - root:// endpoints (xrootd-root): the destination agent pulls with xrdcp and the site's token (a plain pull:
   the token is not delegated to its local TPC instance); into the endpoint, the source agent runs
   ``xrdcp --tpc first`` from its public root:// instance (the endpoint pulls, as FTS drives root TPC).
+- gsiftp:// endpoints (gridftp): the site's X509 proxy (or certificate and key) goes to the agent (`x509`); the
+  destination agent pulls with globus-url-copy into its incoming area; into the endpoint, the source agent pushes
+  its copy of the set (globus-url-copy -cd -verify-checksum), and the operator removes the copies afterwards
+  (globus-url-copy cannot delete; the operator's gfal2 can).
 - Before the first test from a source endpoint, the operator uploads the set there once: the same third-party copy
   from an agent into `.../sets/<set>/`, then it checks every file's size and adler32 itself (`external_io`).
 """
@@ -48,7 +52,9 @@ def pull_from_external(spec: BenchmarkSpec, test: Test, tid: str, acc: Access, d
         create = pull_tokens(issuer, dst, dst, test.setting.protocol, spec.timeout_seconds)["create"]
     request = {**base_request(spec, test, tid), "source": {"host": ep.host, "port": ep.port, "path": directory},
                "destination": spec.destination}
-    if acc.token or create:
+    if ep.scheme == "gsiftp":
+        request["x509"] = acc.x509()
+    elif acc.token or create:
         request["tokens"] = {"read": acc.token, "create": create}
     return request
 
@@ -67,8 +73,13 @@ def push_to_external(spec: BenchmarkSpec, test: Test | None, tid: str, acc: Acce
         "test_id": tid, "protocol": protocol, "file_set": spec.file_set.request(), "concurrency": concurrency,
         "streams": streams, "timeout_seconds": spec.timeout_seconds,
         "source": {"host": src.address, "port": src.port(protocol)},
-        "remote_destination": {"url": remote_url(acc.endpoint, directory), "token": acc.token, "remove": remove},
+        "remote_destination": {"url": remote_url(acc.endpoint, directory), "token": acc.token,
+                               # globus-url-copy cannot delete: the operator removes gsiftp copies (runs.py)
+                               "remove": remove and acc.endpoint.scheme != "gsiftp"},
     }
+    if acc.endpoint.scheme == "gsiftp":
+        request["x509"] = acc.x509()
+        request["remote_destination"]["token"] = None
     if auth == "token" and issuer is not None and protocol == "xrootd-https":  # root://: the public instance is open
         read = pull_tokens(issuer, src, src, protocol, spec.timeout_seconds)["read"]
         request["tokens"] = {"read": read, "create": None}
@@ -76,9 +87,12 @@ def push_to_external(spec: BenchmarkSpec, test: Test | None, tid: str, acc: Acce
 
 
 def remote_url(endpoint: ExternalEndpoint, directory: str) -> str:
-    """The URL an agent copies into: https:// for davs/https, root://host:port//<dir> for root."""
+    """The URL an agent copies into: https:// for davs/https, root://host:port//<dir> for root, gsiftp://host:port<dir>
+    for gsiftp."""
     if endpoint.scheme == "root":
         return f"{endpoint.url}/{directory}"
+    if endpoint.scheme == "gsiftp":
+        return f"{endpoint.url}{directory}"
     return http_url(endpoint, directory)
 
 

@@ -635,10 +635,30 @@ class RunExecutor:
                                        "cancelled" if self.stopping else "failed")
             return
         m = measurement_from_record(record, test.source, test.destination, None)
+        if ep.scheme == "gsiftp" and not source_external:  # the agent cannot delete over gsiftp: the operator does
+            left = await self._remove_copies(acc, directory, record)
+            if left and m.get("status") == "succeeded":
+                m["status"] = "failed"
+                m["error"] = "the copies were made but could not be removed: " + "; ".join(left)
         if m.get("error"):
             m["error"] = name_endpoint(acc.describe(), str(m["error"]))
         m["auth"] = self.auth
         await self._record(test, m)
+
+    async def _remove_copies(self, acc: Access, directory: str, record: Mapping[str, Any]) -> list[str]:
+        """Remove what a push into a gsiftp endpoint left in `directory` (each file of the record); the problems."""
+        problems: list[str] = []
+        try:
+            async with endpoint_client(acc, self.external_ca_file) as client:
+                for f in record.get("files") or []:
+                    try:
+                        await client.delete(acc.endpoint.path_of(*directory[len(acc.endpoint.path) + 1:].split("/"),
+                                                                 str(f["name"])))
+                    except (ExternalError, ValueError) as e:
+                        problems.append(str(e))
+        except ExternalError as e:
+            problems.append(str(e))
+        return problems
 
     async def _run_test(self, test: Test) -> None:
         if self.stopping:

@@ -91,18 +91,20 @@ def _config(x: ExternalXrootd, admin: Path, cert: Path, key: Path, ca_dir: Path,
     ])
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], timeout: float = 30.0) -> None:
+def wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], what: str = "xrootd",
+                   timeout: float = 30.0) -> None:
+    """Until the external server listens on HOST:port; its logs' ends when it exits first."""
     import socket
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             said = " | ".join(p.read_text(errors="replace")[-1500:] for p in logs if p.exists())
-            raise RuntimeError(f"the external xrootd exited with {proc.returncode}: {said}")
+            raise RuntimeError(f"the external {what} exited with {proc.returncode}: {said}")
         with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"the external xrootd did not listen on {HOST}:{port} within {timeout:g} s")
+    raise RuntimeError(f"the external {what} did not listen on {HOST}:{port} within {timeout:g} s")
 
 
 @contextlib.contextmanager
@@ -152,7 +154,7 @@ def external_xrootd(agents_pki: TestPKI, name: str = "site-x", scheme: str = "da
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=logs, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
         try:
-            _wait_listening(port, proc, [work / "stdout.log", log])
+            wait_listening(port, proc, [work / "stdout.log", log])
             yield x
         finally:
             with contextlib.suppress(ProcessLookupError):

@@ -16,13 +16,14 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..records import peak_from_samples
-from .base import FileResult, FileSpec, MoverUnavailable, TransferJob
+from .base import FileResult, FileSpec, MoverUnavailable, TransferJob, run_files_concurrently
 
 log = logging.getLogger(__name__)
 
@@ -263,3 +264,29 @@ async def copy_one_file(argv: list[str], job: TransferJob, spec: FileSpec, deadl
     await asyncio.to_thread(finish_file, result, spec, job, error)
     progress.files_done += 1
     return result
+
+
+async def pull_external(job: TransferJob, deadline: float, progress: Any, env: dict[str, str],
+                        command: Callable[[FileSpec, Path], tuple[str, list[str]]],
+                        retry_crash: bool = False) -> list[FileResult]:
+    """A plain pull of each file from an external endpoint into the incoming area: ``command(spec, target)`` gives
+    the source URL and the client's argv; a failure names the source URL."""
+    assert job.destination_dir is not None
+    directory = job.destination_dir
+
+    async def pull(spec: FileSpec) -> FileResult:
+        src, argv = command(spec, directory / spec.name)
+        result = await copy_one_file(argv, job, spec, deadline, progress, env=env, retry_crash=retry_crash)
+        if result.error and not result.error.startswith("timed out"):
+            result.error = f"source {src}: {result.error}"
+        return result
+
+    return await run_files_concurrently(job, pull)
+
+
+def private_file(path: Path, text: str) -> str:
+    """A credential written to a file only this user reads (never a command line, which any local user can see)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    return str(path)

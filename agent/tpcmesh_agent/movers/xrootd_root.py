@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import tempfile
 import time
@@ -32,7 +31,17 @@ from typing import Any
 
 from ..servers.configs import TPC_SERVERS, root_tpc_keytab, xrdcp_sss_env
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
-from .external import copy_one_file, local_source_address, missing, now, prepare_destination, run_client, short
+from .external import (
+    copy_one_file,
+    local_source_address,
+    missing,
+    now,
+    prepare_destination,
+    private_file,
+    pull_external,
+    run_client,
+    short,
+)
 
 # fail fast on an endpoint that does not answer (xrdcp's defaults retry for minutes)
 CLIENT_ENV = {"XRD_CONNECTIONRETRY": "1", "XRD_CONNECTIONWINDOW": "10", "XRD_REQUESTTIMEOUT": "60"}
@@ -82,26 +91,16 @@ class XrootdRootMover(Mover):
             env["X509_CERT_DIR"] = str(self.settings.ca_dir)
         with tempfile.TemporaryDirectory(prefix="tpcm-root-") as d:
             if token:
-                path = Path(d) / "token"
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(token + "\n")
-                env["BEARER_TOKEN_FILE"] = str(path)
+                env["BEARER_TOKEN_FILE"] = private_file(Path(d) / "token", token)
             yield env
 
     async def _pull_external(self, job: TransferJob, deadline: float, progress: Progress) -> list[FileResult]:
-        assert job.destination_dir is not None
-        directory = job.destination_dir
-        with self._site_env(job.tokens.read if job.tokens else None) as env:
-            async def pull(spec: FileSpec) -> FileResult:
-                src = f"root://{job.source.hostport()}/{job.source.path}/{job.file_set}/{spec.name}"
-                argv = ["xrdcp", "--force", "--nopbar", "--streams", str(job.streams), src, str(directory / spec.name)]
-                result = await copy_one_file(argv, job, spec, deadline, progress, env=env, retry_crash=True)
-                if result.error and not result.error.startswith("timed out"):
-                    result.error = f"source {src}: {result.error}"
-                return result
+        def command(spec: FileSpec, target: Path) -> tuple[str, list[str]]:
+            src = f"root://{job.source.hostport()}/{job.source.path}/{job.file_set}/{spec.name}"
+            return src, ["xrdcp", "--force", "--nopbar", "--streams", str(job.streams), src, str(target)]
 
-            return await run_files_concurrently(job, pull)
+        with self._site_env(job.tokens.read if job.tokens else None) as env:
+            return await pull_external(job, deadline, progress, env, command, retry_crash=True)
 
     async def _push(self, job: TransferJob, deadline: float, progress: Progress) -> list[FileResult]:
         """Into an external endpoint (job.remote): native TPC from this agent's public instance."""

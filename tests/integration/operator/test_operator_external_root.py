@@ -20,22 +20,21 @@ import subprocess
 import uuid
 
 import pytest
-from tpcmesh_operator.agents import Agent, AgentsClient
+from tpcmesh_operator.agents import Agent
 from tpcmesh_operator.external_cleanup import clean_up
 from tpcmesh_operator.external_io import StaticCredentials
 from tpcmesh_operator.external_tests import bench_dir
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.runs import RunExecutor
 from tpcmesh_operator.spec import parse_spec, to_dict
 
 from tests.integration.agent.test_protocols import xrootd_ports
+from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, with_endpoint
 from tests.support.external_xrootd import external_xrootd
 from tests.unit.operator.test_operator_contract import validator
 
 pytestmark = pytest.mark.integration
 
-FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=1.0)
 PATH = "/store/tpcmesh"
-COUNT, SIZE = 2, 1_000_000
 SCOPES = (f"storage.read:{PATH}", f"storage.create:{PATH}", f"storage.modify:{PATH}")
 
 
@@ -59,13 +58,8 @@ def mesh(module_agent_factory, site, tmp_path_factory):
 
 
 def _spec(site, url=None, path=PATH, role="both"):
-    return parse_spec({
-        "protocols": ["xrootd-root"], "streams": [1], "concurrency": 2, "auth": "x509",
-        "fileSet": {"count": COUNT, "size": SIZE}, "latency": {"enabled": False}, "loopback": {"enabled": False},
-        "timeoutSeconds": 60, "retries": 0,
-        "externalEndpoints": [{"name": "site-r", "url": url or site.url, "path": path, "credentials": "site-r-cred",
-                               "role": role}],
-    })
+    return parse_spec(one_endpoint_spec("xrootd-root", {"name": "site-r", "url": url or site.url, "path": path,
+                                                        "credentials": "site-r-cred", "role": role}))
 
 
 def _credentials(token: str) -> StaticCredentials:
@@ -73,18 +67,12 @@ def _credentials(token: str) -> StaticCredentials:
 
 
 async def _run(mesh, tpcmesh_pki, site, spec, token, name="root-bench") -> tuple[dict, list, RunExecutor]:
-    mesh_token, agents = mesh
-    events: list = []
-    info = RunInfo("default", name, f"run-{uuid.uuid4().hex[:6]}", str(uuid.uuid4()))
-    async with AgentsClient(mesh_token, tpcmesh_pki.ca_file) as ac:
-        ex = RunExecutor(spec, info, StaticDirectory(agents), ac, None, MemoryStatusStore(), options=FAST,
-                         on_event=lambda *e: events.append(e), external_credentials=_credentials(token),
-                         external_ca_file=str(site.site_pki.ca_file))
-        return await ex.execute(), events, ex
+    return await run_external(mesh, tpcmesh_pki.ca_file, spec, {"site-r-cred": {"token": token}},
+                              str(site.site_pki.ca_file), name)
 
 
 def _external(st: dict) -> list[dict]:
-    return [m for m in st["outbox"] if "site-r" in (m["source"], m["destination"])]
+    return with_endpoint(st, "site-r")
 
 
 def _put(site, token: str, path: str) -> None:

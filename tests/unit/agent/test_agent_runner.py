@@ -154,14 +154,23 @@ def test_an_external_source_path_and_a_remote_destination_are_taken(tmp_path):
     pull = runner.parse(_body(protocol="xrootd-root", source={"host": "h", "port": 1094, "path": "/store/t/sets"},
                               tokens={"read": JWT, "create": None}))
     assert pull.tokens is not None and not pull.source.is_agent
+    ftp = runner.parse(_body(protocol="gridftp", x509={"proxy": "-----BEGIN CERTIFICATE-----\nsecret-proxy\n"},
+                             remote_destination={"url": "gsiftp://h:2811/store/t/incoming", "remove": False}))
+    assert ftp.x509 is not None and ftp.x509.proxy and "secret-proxy" not in repr(ftp)
 
 
 @pytest.mark.parametrize(("over", "says"), [
     ({"source": {"host": "h", "path": "/store/../etc"}}, "source.path must be an absolute path of plain names"),
     ({"source": {"host": "h", "path": "store"}}, "source.path must be an absolute path"),
     ({"protocol": "builtin", "source": {"host": "h", "path": "/store"}},
-     "source.path applies to xrootd-https, xrootd-root only"),
-    ({"remote_destination": {"url": "davs://h/x"}, "protocol": "gridftp"}, "remote_destination applies to"),
+     "source.path applies to xrootd-https, xrootd-root, gridftp only"),
+    ({"remote_destination": {"url": "davs://h/x"}, "protocol": "builtin"}, "remote_destination applies to"),
+    ({"remote_destination": {"url": "davs://h/x"}, "protocol": "gridftp"}, "must be a gsiftp:// directory URL"),
+    ({"x509": {"proxy": "-----BEGIN x"}, "protocol": "gridftp"}, "x509 applies to gridftp with an external"),
+    ({"x509": {"proxy": "not pem"}, "protocol": "gridftp", "source": {"host": "h", "path": "/s"}},
+     "x509.proxy must be PEM text"),
+    ({"x509": {"cert": "-----BEGIN x"}, "protocol": "gridftp", "source": {"host": "h", "path": "/s"}},
+     "x509 must be an object {proxy} or {cert, key}"),
     ({"remote_destination": {"url": "http://h/x"}}, "remote_destination.url must be an https:// or davs://"),
     ({"remote_destination": {"url": "https://h/x"}, "protocol": "xrootd-root"},
      "remote_destination.url must be a root://host:port// directory URL"),

@@ -29,11 +29,12 @@ def test_parsed_and_round_trip() -> None:
         "root://tape.example//data/t/sets/2x1000"
 
 
-def test_endpoints_not_driven_yet_are_refused_naming_the_field() -> None:
+def test_gsiftp_endpoints_are_measured_with_gridftp() -> None:
     with pytest.raises(SpecError) as e:
-        spec_with({**GOOD, "url": "gsiftp://ftp.example:2811"})
-    assert e.value.field == "spec.externalEndpoints[0].url" and "not measured by this operator yet" in e.value.message
-    assert "GridFTP" in e.value.message
+        spec_with({**GOOD, "url": "gsiftp://ftp.example:2811"}, protocols=("xrootd-https",))
+    assert e.value.field == "spec.externalEndpoints[0].url" and "gridftp" in e.value.message
+    (ep,) = spec_with({**GOOD, "url": "gsiftp://ftp.example"}).external_endpoints
+    assert (ep.protocol, ep.port, ep.url_of("sets")) == ("gridftp", 2811, "gsiftp://ftp.example/store/tpcmesh/sets")
 
 
 def test_root_endpoints_are_measured_with_xrootd_root() -> None:

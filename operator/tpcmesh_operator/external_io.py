@@ -105,7 +105,8 @@ async def access(endpoint: ExternalEndpoint, credentials: CredentialSource | Non
         raise ExternalError(f"external endpoint {endpoint.name}: {e}") from None
     token = (data.get("token") or "").strip() or None
     if NEEDS.get(endpoint.scheme) == "token" and token is None:
-        how = "over ztn" if endpoint.scheme == "root" else "in the Authorization header"
+        how = "over ztn; X509 (gsi) over root:// is not supported yet" if endpoint.scheme == "root" else \
+            "in the Authorization header"
         raise ExternalError(f"external endpoint {endpoint.name}: Secret {endpoint.credentials} has no key token "
                             f"(a bearer token for {endpoint.scheme}://, sent {how})")
     proxy, cert, key = (data.get(k) or None for k in ("proxy", "tls.crt", "tls.key"))
@@ -368,8 +369,8 @@ class RootEndpointClient:
 
     def _refused(self, what: str, err: str) -> ExternalError:
         code = _XRD_ERROR.search(err)
-        why = " (its credentials were refused)" if code and code.group(1) in ("3010", "3006") and \
-            "permission denied" in err.lower() else ""
+        why = " (its authorization refused it: the token's audience or scopes do not cover this path)" if code and \
+            code.group(1) in ("3010", "3006") and "permission denied" in err.lower() else ""
         return ExternalError(f"{self.acc.describe()} refused {what}: {_last_line(err)}{why}")
 
     async def digest(self, path: str) -> tuple[int, str | None] | None:

@@ -80,6 +80,7 @@ from .external_tests import (
     push_to_external,
     set_files,
 )
+from .externals import PathEscapes
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .optimizer import LinkTuner, Tuning
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
@@ -636,7 +637,7 @@ class RunExecutor:
             return
         m = measurement_from_record(record, test.source, test.destination, None)
         if ep.scheme == "gsiftp" and not source_external:  # the agent cannot delete over gsiftp: the operator does
-            left = await self._remove_copies(acc, directory, record)
+            left = await self._remove_copies(acc, record)
             if left and m.get("status") == "succeeded":
                 m["status"] = "failed"
                 m["error"] = "the copies were made but could not be removed: " + "; ".join(left)
@@ -645,16 +646,16 @@ class RunExecutor:
         m["auth"] = self.auth
         await self._record(test, m)
 
-    async def _remove_copies(self, acc: Access, directory: str, record: Mapping[str, Any]) -> list[str]:
-        """Remove what a push into a gsiftp endpoint left in `directory` (each file of the record); the problems."""
+    async def _remove_copies(self, acc: Access, record: Mapping[str, Any]) -> list[str]:
+        """Remove what a push into a gsiftp endpoint left in its incoming directory (each file of the record); the
+        problems."""
         problems: list[str] = []
         try:
             async with endpoint_client(acc, self.external_ca_file) as client:
                 for f in record.get("files") or []:
                     try:
-                        await client.delete(acc.endpoint.path_of(*directory[len(acc.endpoint.path) + 1:].split("/"),
-                                                                 str(f["name"])))
-                    except (ExternalError, ValueError) as e:
+                        await client.delete(self._external_dir(acc.endpoint, "incoming", str(f["name"])))
+                    except (ExternalError, PathEscapes) as e:
                         problems.append(str(e))
         except ExternalError as e:
             problems.append(str(e))

@@ -12,7 +12,8 @@ COPY hack/apt-sources.sh /tmp/apt-sources.sh
 RUN set -eux; \
     sh /tmp/apt-sources.sh "$DEBIAN_SNAPSHOT" "$DEBIAN_MIRROR"; rm /tmp/apt-sources.sh; \
     apt-get update; \
-    apt-get install -y --no-install-recommends python3 python3-venv ca-certificates openssl; \
+    apt-get install -y --no-install-recommends python3 python3-venv ca-certificates openssl \
+        xrootd-client python3-gfal2 gfal2-plugin-gridftp; \
     rm -rf /var/lib/apt/lists/*
 # PIP_CERT / NPM_CONFIG_CAFILE: a CA bundle for reaching PyPI / npm through a TLS proxy, at build time only.
 ARG PIP_CERT

@@ -31,6 +31,7 @@ from .movers.base import (
     Progress,
     RemoteDestination,
     TransferJob,
+    X509Credential,
 )
 from .ssview import PeerSockets
 
@@ -199,13 +200,18 @@ class TransferRunner:
         verify = body.get("verify_checksums", True)
         if not isinstance(verify, bool):
             raise ApiError(422, "verify_checksums must be true or false")
+        tokens = _tokens(body.get("tokens"), protocol)
+        if protocol == "xrootd-root" and tokens is not None and (tokens.create or source_path == "/sets"):
+            raise ApiError(422, "tokens apply to xrootd-root only as an external source's read token (tokens.read, "
+                                "with source.path; tokens.create null)")
         return TransferJob(test_id=test_id, protocol=protocol, source=Endpoint(host, port, source_path), files=files,
                            file_set=spec.name, concurrency=concurrency, streams=streams, timeout=float(timeout),
                            destination_dir=dest_dir, verify_checksums=verify,
                            duration=float(duration) if duration is not None else None,
-                           tokens=_tokens(body.get("tokens"), protocol),
+                           tokens=tokens,
                            congestion=_congestion(body.get("congestion_control"), protocol),
-                           remote=remote)
+                           remote=remote,
+                           x509=_x509(body.get("x509"), protocol, remote is not None or source_path != "/sets"))
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -391,7 +397,7 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-TOKEN_PROTOCOLS = ("xrootd-https", "builtin")
+TOKEN_PROTOCOLS = ("xrootd-https", "builtin", "xrootd-root")  # xrootd-root: an external endpoint's token only
 MAX_TOKEN_CHARS = 8192
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 
@@ -428,11 +434,32 @@ def _tokens(given: Any, protocol: str) -> BearerTokens | None:
     return BearerTokens(read=given["read"], create=given["create"])
 
 
-# protocols that can copy to or from an external endpoint (HTTP-TPC: a COPY the remote or local XRootD runs)
-EXTERNAL_PROTOCOLS = ("xrootd-https",)
+# protocols that can copy to or from an external endpoint (HTTP-TPC: a COPY the remote or local XRootD runs; root://:
+# xrdcp, with the site's token over ztn; gsiftp://: globus-url-copy with the site's X509 credential)
+EXTERNAL_PROTOCOLS = ("xrootd-https", "xrootd-root", "gridftp")
+_PEM_RE = re.compile(r"^[\x20-\x7e\r\n]{1,65536}$")
 _PATH_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 _BEARER_RE = re.compile(r"^[\x21-\x7e]{1,8192}$")  # a header-safe bearer token (a site's may not be a JWT)
-_REMOTE_URL_RE = re.compile(r"^(https|davs)://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._-]+)+$")
+_REMOTE_URL_RE = {"xrootd-https": re.compile(r"^(https|davs)://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._-]+)+$"),
+                  "xrootd-root": re.compile(r"^root://[A-Za-z0-9.:\[\]-]+/(/[A-Za-z0-9._-]+)+$"),
+                  "gridftp": re.compile(r"^gsiftp://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._-]+)+$")}
+_REMOTE_SCHEMES = {"xrootd-https": "an https:// or davs://", "xrootd-root": "a root://host:port//",
+                   "gridftp": "a gsiftp://"}
+
+
+def _x509(given: Any, protocol: str, external: bool) -> X509Credential | None:
+    """``x509: {proxy} | {cert, key}``: an external GridFTP endpoint's credential; errors never quote it."""
+    if given is None:
+        return None
+    if protocol != "gridftp" or not external:
+        raise ApiError(422, "x509 applies to gridftp with an external source (source.path) or a remote_destination "
+                            "only")
+    if not isinstance(given, dict) or set(given) not in ({"proxy"}, {"cert", "key"}):
+        raise ApiError(422, "x509 must be an object {proxy} or {cert, key} (PEM)")
+    for name, value in given.items():
+        if not isinstance(value, str) or not _PEM_RE.match(value) or "-----BEGIN" not in value:
+            raise ApiError(422, f"x509.{name} must be PEM text")
+    return X509Credential(**given)
 
 
 def _plain_path(value: Any, what: str) -> str:
@@ -458,9 +485,10 @@ def _remote_destination(given: Any, protocol: str) -> RemoteDestination | None:
     if not isinstance(given, dict) or not set(given) <= {"url", "token", "remove"}:
         raise ApiError(422, "remote_destination must be an object {url, token, remove}")
     url = given.get("url")
-    if not isinstance(url, str) or not _REMOTE_URL_RE.match(url) or "/../" in url + "/" or "/./" in url + "/":
-        raise ApiError(422, f"remote_destination.url must be an https:// or davs:// directory URL of plain names, "
-                            f"got {url!r}")
+    if not isinstance(url, str) or not _REMOTE_URL_RE[protocol].match(url) or "/../" in url + "/" or \
+            "/./" in url + "/":
+        raise ApiError(422, f"remote_destination.url must be {_REMOTE_SCHEMES[protocol]} directory URL of plain "
+                            f"names for {protocol}, got {url!r}")
     token = given.get("token")
     if token is not None and (not isinstance(token, str) or not _BEARER_RE.match(token)):
         raise ApiError(422, "remote_destination.token must be a bearer token (printable, no spaces) or null")

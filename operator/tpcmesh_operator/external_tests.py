@@ -7,6 +7,13 @@
   agent's public instance (`remote_destination`), with the site's token for the COPY and a read token minted for
   the agent's instance (token mode); the copy lands in `<path>/<namespace>.<benchmark>/incoming/` and is removed
   once its adler32 is read.
+- root:// endpoints (xrootd-root): the destination agent pulls with xrdcp and the site's token (a plain pull:
+  the token is not delegated to its local TPC instance); into the endpoint, the source agent runs
+  ``xrdcp --tpc first`` from its public root:// instance (the endpoint pulls, as FTS drives root TPC).
+- gsiftp:// endpoints (gridftp): the site's X509 proxy (or certificate and key) goes to the agent (`x509`); the
+  destination agent pulls with globus-url-copy into its incoming area; into the endpoint, the source agent pushes
+  its copy of the set (globus-url-copy -cd -verify-checksum), and the operator removes the copies afterwards
+  (globus-url-copy cannot delete; the operator's gfal2 can).
 - Before the first test from a source endpoint, the operator uploads the set there once: the same third-party copy
   from an agent into `.../sets/<set>/`, then it checks every file's size and adler32 itself (`external_io`).
 """
@@ -41,11 +48,13 @@ def pull_from_external(spec: BenchmarkSpec, test: Test, tid: str, acc: Access, d
     """The request to the destination agent of an external source's test."""
     ep = acc.endpoint
     create = None
-    if auth == "token" and issuer is not None:
+    if auth == "token" and issuer is not None and ep.scheme != "root":  # root://: the agent's client writes itself
         create = pull_tokens(issuer, dst, dst, test.setting.protocol, spec.timeout_seconds)["create"]
     request = {**base_request(spec, test, tid), "source": {"host": ep.host, "port": ep.port, "path": directory},
                "destination": spec.destination}
-    if acc.token or create:
+    if ep.scheme == "gsiftp":
+        request["x509"] = acc.x509()
+    elif acc.token or create:
         request["tokens"] = {"read": acc.token, "create": create}
     return request
 
@@ -54,7 +63,7 @@ def push_to_external(spec: BenchmarkSpec, test: Test | None, tid: str, acc: Acce
                      issuer: Minter | None, auth: str, streams: int = 1, remove: bool = True) -> dict[str, Any]:
     """The request to the source agent of a test into an external destination (or of the set's upload, `test`
     None): the endpoint pulls from the agent's public instance into `directory`."""
-    protocol = "xrootd-https"
+    protocol = acc.endpoint.protocol
     if test is not None:
         planned, concurrency = planned_setting(spec, test)
         streams = planned or streams
@@ -64,12 +73,27 @@ def push_to_external(spec: BenchmarkSpec, test: Test | None, tid: str, acc: Acce
         "test_id": tid, "protocol": protocol, "file_set": spec.file_set.request(), "concurrency": concurrency,
         "streams": streams, "timeout_seconds": spec.timeout_seconds,
         "source": {"host": src.address, "port": src.port(protocol)},
-        "remote_destination": {"url": http_url(acc.endpoint, directory), "token": acc.token, "remove": remove},
+        "remote_destination": {"url": remote_url(acc.endpoint, directory), "token": acc.token,
+                               # globus-url-copy cannot delete: the operator removes gsiftp copies (runs.py)
+                               "remove": remove and acc.endpoint.scheme != "gsiftp"},
     }
-    if auth == "token" and issuer is not None:
+    if acc.endpoint.scheme == "gsiftp":
+        request["x509"] = acc.x509()
+        request["remote_destination"]["token"] = None
+    if auth == "token" and issuer is not None and protocol == "xrootd-https":  # root://: the public instance is open
         read = pull_tokens(issuer, src, src, protocol, spec.timeout_seconds)["read"]
         request["tokens"] = {"read": read, "create": None}
     return request
+
+
+def remote_url(endpoint: ExternalEndpoint, directory: str) -> str:
+    """The URL an agent copies into: https:// for davs/https, root://host:port//<dir> for root, gsiftp://host:port<dir>
+    for gsiftp."""
+    if endpoint.scheme == "root":
+        return f"{endpoint.url}/{directory}"
+    if endpoint.scheme == "gsiftp":
+        return f"{endpoint.url}{directory}"
+    return http_url(endpoint, directory)
 
 
 EXTERNAL_LABEL = "tpcmesh.io/external"  # on an ingest batch's node: an external endpoint, not an agent's node

@@ -22,13 +22,16 @@ from .spec import SpecError  # spec imports this module lazily (in parse_spec)
 # URL scheme -> the benchmark protocol whose tests run against it
 SCHEME_PROTOCOLS: Mapping[str, str] = {"davs": "xrootd-https", "https": "xrootd-https", "root": "xrootd-root",
                                        "gsiftp": "gridftp"}
-# what the operator and agents drive today; root:// (xrdcp --tpc) and gsiftp:// (globus-url-copy) are planned
-DRIVEN_SCHEMES = ("davs", "https")
+# what the operator and agents drive: davs/https (HTTP-TPC), root:// (xrdcp, a token over ztn), gsiftp://
+# (globus-url-copy with an X509 proxy or certificate; the operator's checks and cleanup through gfal2)
+DRIVEN_SCHEMES = ("davs", "https", "root", "gsiftp")
+# a scheme of SCHEME_PROTOCOLS not driven (yet) and why: refused at apply time, naming the field
+NOT_DRIVEN: Mapping[str, str] = {}
 DEFAULT_PORTS: Mapping[str, int] = {"davs": 443, "https": 443, "root": 1094, "gsiftp": 2811}
 ROLES = ("source", "destination", "both")
 MAX_ENDPOINTS = 20
-# what a credentials Secret may hold: a bearer token (davs/https), an X509 proxy (gsiftp, root), a certificate and
-# key, and the endpoint's CA certificate (to verify it when the operator uploads)
+# what a credentials Secret may hold: a bearer token (davs/https, root over ztn), an X509 proxy or a certificate and
+# key (gsiftp), and the endpoint's CA certificate (to verify it when the operator uploads)
 SECRET_KEYS = ("token", "proxy", "tls.crt", "tls.key", "ca.crt")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PART = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
@@ -162,8 +165,9 @@ def parse_external_endpoints(v: Any, path: str, protocols: tuple[str, ...]) -> t
             raise SpecError(f"{ip}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
         ep = ExternalEndpoint(name=name, url=url, path=ep_path, credentials=credentials, role=role)
         if ep.scheme not in DRIVEN_SCHEMES:
-            raise SpecError(f"{ip}.url", f"{ep.scheme}:// endpoints are not measured by this operator yet "
-                                         f"({' and '.join(s + '://' for s in DRIVEN_SCHEMES)} are: HTTP-TPC)")
+            raise SpecError(f"{ip}.url", f"{ep.scheme}:// endpoints are not measured by this operator yet: "
+                                         f"{NOT_DRIVEN.get(ep.scheme, 'no mover')} "
+                                         f"({', '.join(s + '://' for s in DRIVEN_SCHEMES)} are)")
         if ep.protocol not in protocols:
             raise SpecError(f"{ip}.url", f"a {ep.scheme}:// endpoint is measured with {ep.protocol}, which is not in "
                                          f"spec.protocols ({', '.join(protocols) or 'none'})")

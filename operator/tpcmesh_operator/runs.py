@@ -63,7 +63,15 @@ from typing import Any, Protocol
 from . import maintenance, metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
 from .batch import ingest_batch
-from .external_io import Access, CredentialSource, EndpointClient, ExternalError, access, missing_files, verify_upload
+from .external_io import (
+    Access,
+    CredentialSource,
+    ExternalError,
+    access,
+    endpoint_client,
+    missing_files,
+    verify_upload,
+)
 from .external_tests import (
     bench_dir,
     external_node,
@@ -72,6 +80,7 @@ from .external_tests import (
     push_to_external,
     set_files,
 )
+from .externals import PathEscapes
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .optimizer import LinkTuner, Tuning
 from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
@@ -544,7 +553,7 @@ class RunExecutor:
             self._access[ep.name] = acc
             if ep.is_destination:
                 try:
-                    async with EndpointClient(acc, self.external_ca_file) as client:
+                    async with endpoint_client(acc, self.external_ca_file) as client:
                         await client.make_dirs(self._external_dir(ep, "incoming"))
                 except ExternalError as e:
                     self._access[ep.name] = str(e)
@@ -569,7 +578,7 @@ class RunExecutor:
             if not files or holder is None:
                 raise ExternalError(f"{acc.describe()}: no agent holds the file set {self.spec.file_set.name} to "
                                     "upload it from")
-            async with EndpointClient(acc, self.external_ca_file) as client:
+            async with endpoint_client(acc, self.external_ca_file) as client:
                 if await missing_files(client, directory, files):
                     await client.make_dirs(directory)
                     tid = test_id(self.run.run_uid, f"upload/{ep.name}", 0)
@@ -627,10 +636,30 @@ class RunExecutor:
                                        "cancelled" if self.stopping else "failed")
             return
         m = measurement_from_record(record, test.source, test.destination, None)
+        if ep.scheme == "gsiftp" and not source_external:  # the agent cannot delete over gsiftp: the operator does
+            left = await self._remove_copies(acc, record)
+            if left and m.get("status") == "succeeded":
+                m["status"] = "failed"
+                m["error"] = "the copies were made but could not be removed: " + "; ".join(left)
         if m.get("error"):
             m["error"] = name_endpoint(acc.describe(), str(m["error"]))
         m["auth"] = self.auth
         await self._record(test, m)
+
+    async def _remove_copies(self, acc: Access, record: Mapping[str, Any]) -> list[str]:
+        """Remove what a push into a gsiftp endpoint left in its incoming directory (each file of the record); the
+        problems."""
+        problems: list[str] = []
+        try:
+            async with endpoint_client(acc, self.external_ca_file) as client:
+                for f in record.get("files") or []:
+                    try:
+                        await client.delete(self._external_dir(acc.endpoint, "incoming", str(f["name"])))
+                    except (ExternalError, PathEscapes) as e:
+                        problems.append(str(e))
+        except ExternalError as e:
+            problems.append(str(e))
+        return problems
 
     async def _run_test(self, test: Test) -> None:
         if self.stopping:

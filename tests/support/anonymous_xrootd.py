@@ -28,7 +28,7 @@ from tpcmesh_agent.servers.supervisor import find_library, free_port
 from tpcmesh_operator import pki
 
 from tests.support.agents import TestPKI
-from tests.support.external_xrootd import _wait_listening
+from tests.support.external_xrootd import wait_listening
 
 HOST = configs.LOOPBACK
 RUN_USER = "nobody"
@@ -88,9 +88,9 @@ def _instance(role: str, root: Path, work: Path, agents_pki: TestPKI, ca_dir: Pa
     with open(runtime / "stdout.log", "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=runtime)
     try:
-        _wait_listening(port, proc, [runtime / "stdout.log",
-                                     runtime / configs.instance_name(name, port) / "xrootd.log"],
-                        what=f"the anonymous {role} xrootd")
+        wait_listening(port, proc, [runtime / "stdout.log",
+                                    runtime / configs.instance_name(name, port) / "xrootd.log"],
+                       what=f"the anonymous {role} xrootd")
         yield AnonymousXrootd(role, port, root)
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -1,5 +1,9 @@
 """An "external" storage endpoint for the tests: a real XRootD outside the agents, as another site runs it.
 
+``scheme="davs"`` (the default) serves HTTPS with HTTP-TPC; ``scheme="root"`` serves root:// only, TLS required
+(``xrootd.tls all``), the ztn security protocol (a bearer token, sent only over TLS) as its only authentication, and
+native root:// TPC (``ofs.tpc``: it pulls from an agent's public root:// instance when an xrdcp --tpc targets it).
+
 It has its own CA (its host certificate and its token issuer's are signed by it, not by the agents' CA), its own
 token issuer (the operator's issuer code, run as the site's), HTTPS with the HTTP-TPC handler (it pulls when sent a
 COPY), adler32 answered to Want-Digest, and SciTokens as its only authorization: nothing is read or written without
@@ -42,14 +46,15 @@ class ExternalXrootd:
     site_pki: TestPKI
     agents_ca_file: Path  # the agents' CA plus this site's: give it to the agents as their ca_file
     log: Path
+    scheme: str = "davs"
 
     @property
     def url(self) -> str:
-        return f"davs://{self.address}:{self.port}"
+        return f"{self.scheme}://{self.address}:{self.port}"
 
     @property
     def audience(self) -> str:
-        return f"https://{self.address}:{self.port}"
+        return f"https://{self.address}:{self.port}" if self.scheme == "davs" else self.url
 
     def token(self, *scopes: str, audience: str | None = None) -> str:
         return self.issuer.issue(TokenRequest("tpcmesh-operator", audience or self.audience, scopes, 3600))
@@ -69,6 +74,14 @@ def _site_pki(directory: Path, name: str) -> TestPKI:
 
 
 def _config(x: ExternalXrootd, admin: Path, cert: Path, key: Path, ca_dir: Path, scitokens: Path) -> str:
+    if x.scheme == "root":
+        return "\n".join([
+            "all.export /store", f"oss.localroot {x.root}", f"all.adminpath {admin}", f"all.pidpath {admin}",
+            f"xrd.port {x.port}", f"xrd.tls {cert} {key}", f"xrd.tlsca certdir {ca_dir}", "xrootd.tls all",
+            configs.CHECKSUM, "xrootd.seclib libXrdSec.so", "sec.protocol ztn", "sec.protbind * only ztn",
+            "ofs.tpc ttl 60 120 pgm /usr/bin/xrdcp --server", "ofs.authorize 1",
+            f"ofs.authlib {configs.TOKEN_PLUGIN} config={scitokens}", "scitokens.trace error warning", "",
+        ])
     return "\n".join([
         "all.export /store", f"oss.localroot {x.root}", f"all.adminpath {admin}", f"all.pidpath {admin}",
         f"xrd.port {x.port}", f"xrd.protocol XrdHttp:{x.port} libXrdHttp.so", f"xrd.tls {cert} {key}",
@@ -78,8 +91,9 @@ def _config(x: ExternalXrootd, admin: Path, cert: Path, key: Path, ca_dir: Path,
     ])
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], timeout: float = 30.0,
-                    what: str = "the external xrootd") -> None:
+def wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], what: str = "the external xrootd",
+                   timeout: float = 30.0) -> None:
+    """Until the server listens on HOST:port; its logs' ends when it exits first. `what` names it."""
     import socket
 
     deadline = time.monotonic() + timeout
@@ -94,7 +108,7 @@ def _wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], timeout
 
 
 @contextlib.contextmanager
-def external_xrootd(agents_pki: TestPKI, name: str = "site-x") -> Iterator[ExternalXrootd]:
+def external_xrootd(agents_pki: TestPKI, name: str = "site-x", scheme: str = "davs") -> Iterator[ExternalXrootd]:
     """Start the endpoint (root needed: the SciTokens plugin trusts the site issuer's CA only through a CA bundle
     bound over the system's in a private mount namespace, as the agents do)."""
     if shutil.which("xrootd") is None or find_library(configs.TOKEN_PLUGIN.replace(".so", "-5.so")) is None:
@@ -122,7 +136,7 @@ def external_xrootd(agents_pki: TestPKI, name: str = "site-x") -> Iterator[Exter
     write_ca_dir(agents_and_site, ca_dir)
     log = logs / f"ext-{port}" / "xrootd.log"  # xrootd -n <name> puts its log in a directory of that name
     with running_issuer(site, f"{name}-issuer") as issuer:
-        x = ExternalXrootd(HOST, port, root, issuer, site, agents_and_site, log)
+        x = ExternalXrootd(HOST, port, root, issuer, site, agents_and_site, log, scheme)
         scitokens = work / "scitokens.cfg"
         scitokens.write_text(f"[Global]\naudience = {x.audience}\nonmissing = deny\n\n"
                              f"[Issuer {name}]\nissuer = {issuer.issuer}\nbase_path = /\n")
@@ -140,7 +154,7 @@ def external_xrootd(agents_pki: TestPKI, name: str = "site-x") -> Iterator[Exter
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=logs, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
         try:
-            _wait_listening(port, proc, [work / "stdout.log", log])
+            wait_listening(port, proc, [work / "stdout.log", log])
             yield x
         finally:
             with contextlib.suppress(ProcessLookupError):

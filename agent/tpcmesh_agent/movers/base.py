@@ -71,6 +71,16 @@ class RemoteDestination:
 
 
 @dataclass(frozen=True)
+class X509Credential:
+    """An external endpoint's X509 credential for GridFTP (gsiftp://): a proxy (PEM: certificate, key, chain), or a
+    certificate and its key. Secrets: never in a repr, a log or a record; written only to a private file."""
+
+    proxy: str | None = field(default=None, repr=False)
+    cert: str | None = field(default=None, repr=False)
+    key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class TransferJob:
     test_id: str
     protocol: str
@@ -86,6 +96,7 @@ class TransferJob:
     tokens: BearerTokens | None = None  # token mode (xrootd-https); None: the protocol's usual authorization
     congestion: str | None = None  # TCP congestion control the sender uses (builtin, iperf3); None: the default
     remote: RemoteDestination | None = None  # push into an external endpoint instead of pulling into this agent
+    x509: X509Credential | None = None  # the external endpoint's credential (gridftp), None: this agent's own
 
 
 @dataclass

@@ -116,8 +116,10 @@ def test_tokens_are_taken_and_kept_out_of_reprs(tmp_path, protocol):
 
 
 @pytest.mark.parametrize(("over", "says"), [
+    ({"protocol": "gridftp", "tokens": {"read": JWT, "create": JWT}},
+     "tokens apply to xrootd-https, builtin, xrootd-root only, not 'gridftp'"),
     ({"protocol": "xrootd-root", "tokens": {"read": JWT, "create": JWT}},
-     "tokens apply to xrootd-https, builtin only, not 'xrootd-root'"),
+     "tokens apply to xrootd-root only as an external source's read token"),
     ({"protocol": "xrootd-https", "tokens": {"read": JWT}}, "tokens must be an object {read, create}"),
     ({"protocol": "xrootd-https", "tokens": "x"}, "tokens must be an object"),
     ({"protocol": "xrootd-https", "tokens": {"read": "not a jwt", "create": JWT}}, "tokens.read must be a compact JWT"),
@@ -146,14 +148,36 @@ def test_an_external_source_path_and_a_remote_destination_are_taken(tmp_path):
     assert push.remote is not None and push.destination_dir is None and push.remote.remove
     assert push.remote.url == "https://storage.site-x.example:1094/store/tpcmesh/ns.b/incoming"
     assert "site-token" not in repr(push)
+    root = runner.parse(_body(protocol="xrootd-root", remote_destination={
+        "url": "root://storage.site-x.example:1094//store/tpcmesh/ns.b/incoming", "token": "site-token.x"}))
+    assert root.remote is not None and root.remote.url.endswith(":1094//store/tpcmesh/ns.b/incoming")
+    pull = runner.parse(_body(protocol="xrootd-root", source={"host": "h", "port": 1094, "path": "/store/t/sets"},
+                              tokens={"read": JWT, "create": None}))
+    assert pull.tokens is not None and not pull.source.is_agent
+    ftp = runner.parse(_body(protocol="gridftp", x509={"proxy": "-----BEGIN CERTIFICATE-----\nsecret-proxy\n"},
+                             remote_destination={"url": "gsiftp://h:2811/store/t/incoming", "remove": False}))
+    assert ftp.x509 is not None and ftp.x509.proxy and "secret-proxy" not in repr(ftp)
 
 
 @pytest.mark.parametrize(("over", "says"), [
     ({"source": {"host": "h", "path": "/store/../etc"}}, "source.path must be an absolute path of plain names"),
     ({"source": {"host": "h", "path": "store"}}, "source.path must be an absolute path"),
-    ({"protocol": "builtin", "source": {"host": "h", "path": "/store"}}, "source.path applies to xrootd-https only"),
-    ({"remote_destination": {"url": "davs://h/x"}, "protocol": "gridftp"}, "remote_destination applies to"),
+    ({"protocol": "builtin", "source": {"host": "h", "path": "/store"}},
+     "source.path applies to xrootd-https, xrootd-root, gridftp only"),
+    ({"remote_destination": {"url": "davs://h/x"}, "protocol": "builtin"}, "remote_destination applies to"),
+    ({"remote_destination": {"url": "davs://h/x"}, "protocol": "gridftp"}, "must be a gsiftp:// directory URL"),
+    ({"x509": {"proxy": "-----BEGIN x"}, "protocol": "gridftp"}, "x509 applies to gridftp with an external"),
+    ({"x509": {"proxy": "not pem"}, "protocol": "gridftp", "source": {"host": "h", "path": "/s"}},
+     "x509.proxy must be PEM text"),
+    ({"x509": {"cert": "-----BEGIN x"}, "protocol": "gridftp", "source": {"host": "h", "path": "/s"}},
+     "x509 must be an object {proxy} or {cert, key}"),
     ({"remote_destination": {"url": "http://h/x"}}, "remote_destination.url must be an https:// or davs://"),
+    ({"remote_destination": {"url": "https://h/x"}, "protocol": "xrootd-root"},
+     "remote_destination.url must be a root://host:port// directory URL"),
+    ({"remote_destination": {"url": "root://h//x/../y"}, "protocol": "xrootd-root"}, "remote_destination.url must"),
+    ({"tokens": {"read": JWT, "create": None}, "protocol": "xrootd-root"}, "tokens apply to xrootd-root only as"),
+    ({"tokens": {"read": JWT, "create": JWT}, "protocol": "xrootd-root", "source": {"host": "h", "path": "/s"}},
+     "tokens apply to xrootd-root only as"),
     ({"remote_destination": {"url": "https://h/x/../y"}}, "remote_destination.url must be"),
     ({"remote_destination": {"url": "https://h/x", "token": "a b"}}, "remote_destination.token must be"),
     ({"remote_destination": {"url": "https://h/x", "extra": 1}}, "remote_destination must be an object"),

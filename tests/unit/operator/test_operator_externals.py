@@ -24,16 +24,26 @@ def test_parsed_and_round_trip() -> None:
     assert (c.protocol, c.host, c.port, c.is_destination) == ("xrootd-https", "2001:db8::5", 2812, True)
     assert parse_spec(to_dict(s)) == s
     assert a.url_of("incoming", "t1", "f0") == "davs://storage.site-x.example:1094/store/tpcmesh/incoming/t1/f0"
-    # root:// wants the path after a second slash (kept for when root:// endpoints are driven)
+    # root:// wants the path after a second slash
     assert ExternalEndpoint("t", "root://tape.example", "/data/t").url_of("sets", "2x1000") == \
         "root://tape.example//data/t/sets/2x1000"
 
 
-@pytest.mark.parametrize("url", ["root://tape.example", "gsiftp://ftp.example:2811"])
-def test_endpoints_not_driven_yet_are_refused_naming_the_field(url) -> None:
+def test_gsiftp_endpoints_are_measured_with_gridftp() -> None:
     with pytest.raises(SpecError) as e:
-        spec_with({**GOOD, "url": url})
-    assert e.value.field == "spec.externalEndpoints[0].url" and "not measured by this operator yet" in e.value.message
+        spec_with({**GOOD, "url": "gsiftp://ftp.example:2811"}, protocols=("xrootd-https",))
+    assert e.value.field == "spec.externalEndpoints[0].url" and "gridftp" in e.value.message
+    (ep,) = spec_with({**GOOD, "url": "gsiftp://ftp.example"}).external_endpoints
+    assert (ep.protocol, ep.port, ep.url_of("sets")) == ("gridftp", 2811, "gsiftp://ftp.example/store/tpcmesh/sets")
+
+
+def test_root_endpoints_are_measured_with_xrootd_root() -> None:
+    with pytest.raises(SpecError) as e:  # its protocol must be measured
+        spec_with({**GOOD, "url": "root://tape.example"}, protocols=("xrootd-https",))
+    assert "xrootd-root" in e.value.message and "spec.protocols" in e.value.message
+    s = parse_spec({"protocols": ["xrootd-root"], "externalEndpoints": [{**GOOD, "url": "root://tape.example"}]})
+    (ep,) = s.external_endpoints
+    assert (ep.protocol, ep.port) == ("xrootd-root", 1094)
 
 
 @pytest.mark.parametrize("change,field,words", [

@@ -1,0 +1,159 @@
+"""gsiftp:// external endpoints (spec.externalEndpoints with url gsiftp://...) through the run executor, with real
+parts only: two real agents measuring gridftp and an "external" globus-gridftp-server started outside them, with its
+own CA, GSI authentication only, a grid-mapfile naming its one user and -restrict-paths to its store
+(tests/support/external_gridftp.py). The site's credential is an X509 proxy made with grid-proxy-init.
+
+- As a source: the operator uploads the set once (an agent pushes it with globus-url-copy -cd), checks every file's
+  size and adler32 through gfal2 (the server's CKSM), and each agent pulls from the endpoint with the site's proxy.
+- As a destination: the agent pushes its copy of the set (globus-url-copy -verify-checksum); the operator removes the
+  copies (globus-url-copy cannot delete; gfal2 can).
+- Deleting the benchmark removes its files over gsiftp; a wrong credential, an unreachable endpoint and a path the
+  endpoint refuses fail each external pair with a reason naming the endpoint; the mesh's own pair is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.external_cleanup import clean_up
+from tpcmesh_operator.external_io import StaticCredentials
+from tpcmesh_operator.external_tests import bench_dir
+from tpcmesh_operator.runs import RunExecutor
+from tpcmesh_operator.spec import parse_spec, to_dict
+
+from tests.support.external_gridftp import external_gridftp
+from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, with_endpoint
+from tests.unit.operator.test_operator_contract import validator
+
+pytestmark = pytest.mark.integration
+
+
+
+@pytest.fixture(scope="module")
+def site(tpcmesh_pki):
+    with external_gridftp(tpcmesh_pki) as x:
+        yield x
+
+
+@pytest.fixture(scope="module")
+def mesh(module_agent_factory, site, tmp_path_factory):
+    """Two agents measuring gridftp (gsiftp) whose CA directory holds the site's CA beside their own."""
+    from tpcmesh_agent.servers.supervisor import free_port
+
+    token = "mesh-" + uuid.uuid4().hex
+    f = tmp_path_factory.mktemp("ext-gsiftp") / "token"
+    f.write_text(token + "\n")
+    handles = [module_agent_factory(protocols=("gridftp",), run_user="nobody", token_file=f,
+                                    ca_file=site.agents_ca_file, gridftp_port=free_port()) for _ in range(2)]
+    agents = [Agent(node=h.name, address=h.address,
+                    ports={"control": h.api_port, "gridftp": h.ports["gridftp_port"]}) for h in handles]
+    return token, agents
+
+
+def _spec(site, url=None, path=None, role="both"):
+    return parse_spec(one_endpoint_spec("gridftp", {"name": "site-g", "url": url or site.url,
+                                                    "path": path or site.store, "credentials": "site-g-cred",
+                                                    "role": role}))
+
+
+def _credentials(proxy: str) -> StaticCredentials:
+    return StaticCredentials({"site-g-cred": {"proxy": proxy}})
+
+
+async def _run(mesh, tpcmesh_pki, site, spec, proxy, name="ftp-bench") -> tuple[dict, list, RunExecutor]:
+    return await run_external(mesh, tpcmesh_pki.ca_file, spec, {"site-g-cred": {"proxy": proxy}},
+                              str(site.site_pki.ca_file), name)
+
+
+def _external(st: dict) -> list[dict]:
+    return with_endpoint(st, "site-g")
+
+
+def _put(site, relative: str) -> None:
+    """A file written at the endpoint over gsiftp with the site's proxy (as another user of the site would)."""
+    proxy = site.root / "put-proxy"
+    if not proxy.exists():
+        proxy.touch(mode=0o600)
+        proxy.write_text(site.proxy_pem)
+    src = site.root / "put-source"
+    src.write_bytes(b"x")
+    env = {**os.environ, "X509_USER_PROXY": str(proxy), "X509_CERT_DIR": str(site.site_pki.ca_dir)}
+    subprocess.run(["globus-url-copy", "-nodcau", "-cd", f"file://{src}", f"{site.url}{site.store}/{relative}"],
+                   env=env, check=True, capture_output=True, timeout=60)
+
+
+async def test_gsiftp_source_and_destination_with_real_copies(mesh, tpcmesh_pki, site) -> None:
+    st, events, ex = await _run(mesh, tpcmesh_pki, site, _spec(site), site.proxy_pem)
+    ext = _external(st)
+    assert (st["planned"], st["succeeded"], st["failed"]) == (6, 6, 0), st.get("recentFailures")
+    assert len(ext) == 4 and {m["protocol"] for m in ext} == {"gridftp"}
+    assert {m["checksum"] for m in ext} == {"ok"} and {m["total_bytes"] for m in ext} == {COUNT * SIZE}
+    assert st["externals"] == {"site-g": "ready"}
+    assert any(e[1] == "ExternalFilesReady" for e in events), events
+    sets = f"{bench_dir('default', 'ftp-bench')}/sets/{COUNT}x{SIZE}"
+    names = sorted({f["name"] for m in st["outbox"] for f in m.get("files") or []})
+    assert site.files() == [f"{sets}/{f}" for f in names]  # the set once; every copy into the endpoint removed
+    validator("ingestBatch").validate(ex._batch(st["outbox"]))
+    assert "PRIVATE KEY" not in json.dumps(st) and "BEGIN CERTIFICATE" not in json.dumps(st)
+
+    # a second run finds the files there and uploads nothing
+    st2, events2, _ = await _run(mesh, tpcmesh_pki, site, _spec(site), site.proxy_pem)
+    assert st2["succeeded"] == 6 and not [e for e in events2 if e[0] == "Warning"], events2
+
+    # deleted: the benchmark's directory goes over gsiftp; a neighbour whose name starts the same stays
+    neighbour = f"{bench_dir('default', 'ftp-bench')}-2/keep"
+    _put(site, neighbour)
+    said: list = []
+    problems = await clean_up(to_dict(ex.spec), "default", "ftp-bench", _credentials(site.proxy_pem),
+                              lambda *e: said.append(e), str(site.site_pki.ca_file))
+    assert problems == [] and site.files() == [neighbour]
+    assert said == [("Normal", "ExternalCleanedUp",
+                     f"Removed {site.store}/default.ftp-bench from external endpoint site-g")]
+
+
+@pytest.mark.parametrize("case", ["wrong credential", "unreachable", "refused path"])
+async def test_failures_name_the_endpoint(mesh, tpcmesh_pki, site, case) -> None:
+    from tpcmesh_agent.servers.supervisor import free_port
+
+    proxy, url, path = site.proxy_pem, None, None
+    if case == "wrong credential":  # a proxy of a CA the site does not trust
+        proxy = site.stranger_proxy_pem
+    elif case == "unreachable":
+        url = f"gsiftp://127.0.0.1:{free_port()}"
+    else:  # -restrict-paths: the store only
+        path = str(site.root / "other")
+    st, events, _ = await _run(mesh, tpcmesh_pki, site, _spec(site, url=url, path=path), proxy,
+                               name=f"gfail-{case.replace(' ', '-')}")
+    ext = _external(st)
+    assert len(ext) == 4 and {m["status"] for m in ext} == {"failed"}, ext
+    for m in ext:
+        assert m["error"].startswith("external endpoint site-g (gsiftp://127.0.0.1:"), m["error"]
+    says = {"wrong credential": "credentials were refused", "unreachable": "unreachable",
+            "refused path": "Path not allowed"}
+    assert all(says[case] in m["error"] for m in ext), [m["error"] for m in ext]
+    assert st["succeeded"] == 2  # the mesh's own pair is measured as usual
+    assert any(e[1] in ("ExternalUploadFailed", "ExternalEndpointFailed") and "site-g" in e[2] for e in events), events
+    assert not (site.root / "other").exists() and [p for p in site.files() if "gfail" in p] == []
+
+
+@pytest.mark.parametrize("case", ["unreachable", "refused"])
+async def test_a_failed_cleanup_says_why(site, case) -> None:
+    from tpcmesh_agent.servers.supervisor import free_port
+
+    url = f"gsiftp://127.0.0.1:{free_port()}" if case == "unreachable" else None
+    keep = "default.gstays/sets/f"
+    _put(site, keep)
+    proxy = site.stranger_proxy_pem if case == "refused" else site.proxy_pem
+    said: list = []
+    problems = await clean_up(to_dict(_spec(site, url=url)), "default", "gstays", _credentials(proxy),
+                              lambda *e: said.append(e), str(site.site_pki.ca_file))
+    assert problems and all("external endpoint site-g" in p for p in problems), problems
+    assert ("unreachable" if case == "unreachable" else "credentials were refused") in problems[0], problems
+    assert [(t, r) for t, r, _ in said] == [("Warning", "ExternalCleanupFailed")]
+    assert f"from {site.store}/default.gstays on external endpoint site-g" in said[0][2]
+    assert keep in site.files()

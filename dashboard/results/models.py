@@ -229,7 +229,9 @@ class PairLatest(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["benchmark", "protocol", "streams", "address_family", "congestion_control", "auth",
+                # the mode right after the protocol: which modes a protocol's cells have is an index probe each
+                # (selectors.newest_auth, the grid's default mode), and a mode's cells one index range
+                fields=["benchmark", "protocol", "auth", "streams", "address_family", "congestion_control",
                         "source", "destination"], name="pairlatest_auth_cell"
             )
         ]

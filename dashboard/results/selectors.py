@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from results import maintenance, thresholds
 from results.models import (
+    AUTH_MODES,
     TOKEN_PROTOCOLS,
     TPC_PROTOCOLS,
     Benchmark,
@@ -130,24 +131,25 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
 
 
 def cell_settings(bench: Benchmark, protocol: str) -> dict[str, list[str]]:
-    """The address families, congestion controls ("" = the nodes' default) and auth modes ("" = not a mode: a
-    protocol without them, or measured before modes were recorded) a protocol's cells have; the modes newest first
-    (by their newest cell)."""
-    rows = list(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
-                .values_list("address_family", "congestion_control", "auth").annotate(newest=Max("finished_at")))
-    newest: dict[str, datetime] = {}
-    for _, _, auth, at in rows:
-        newest[auth] = max(at, newest.get(auth, at))
+    """The address families, congestion controls ("" = the nodes' default) and auth modes ("" = none: a protocol
+    without modes, or cells from before modes were recorded) a protocol's cells have."""
+    rows = set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
+               .values_list("address_family", "congestion_control", "auth").distinct())
     return {"address_family": sorted({r[0] for r in rows}), "congestion_control": sorted({r[1] for r in rows}),
-            "auth": sorted(newest, key=lambda a: newest[a], reverse=True)}
+            "auth": sorted({r[2] for r in rows})}
 
 
 def newest_auth(benches: list[Benchmark], protocol: str) -> str:
-    """The auth mode of a protocol's newest cell in these benchmarks ("" without modes, or without cells): the
-    grid's default mode, so a benchmark whose spec.auth changed shows its current mode."""
-    newest = (PairLatest.objects.filter(benchmark__in=benches, protocol=protocol).values("auth")
-              .annotate(at=Max("finished_at")).order_by("-at").values_list("auth", flat=True).first())
-    return newest or ""
+    """The grid's default auth mode for a protocol of these benchmarks: its only mode, or of several the one of the
+    newest cell (a benchmark whose spec.auth changed shows its current mode); "" when its cells have none. Cells
+    without a mode (older records) count only when no cell has one. Each mode's presence is one index probe
+    (PairLatest's key leads with benchmark, protocol, auth); only several modes cost a read of their cells."""
+    cells = PairLatest.objects.filter(benchmark__in=benches, protocol=protocol)
+    modes = [m for m in AUTH_MODES if cells.filter(auth=m).exists()]
+    if len(modes) <= 1:
+        return modes[0] if modes else ""
+    newest = dict(cells.filter(auth__in=modes).values_list("auth").annotate(at=Max("finished_at")))
+    return max(modes, key=lambda m: newest[m])
 
 
 def benchmark_nodes(bench: Benchmark) -> list[Node]:

@@ -111,9 +111,9 @@ def grid_page(request, namespace: str, name: str):
         asked = params.congestion_control("congestion_control", q.get("congestion_control"))
         cc = asked if asked is not None else (ccs[0] if ccs else "")
         # and one auth mode: the newest unless asked (a benchmark whose spec.auth changed shows its current one);
-        # the selector offers the modes its cells have ("" is none: a protocol without modes, or older records)
-        newest = selectors.newest_auth(benches, protocol) if combined else (kinds["auth"] or [""])[0]
-        auth = params.choice("auth", q.get("auth"), tuple(AUTH_MODES), newest)
+        # the select offers the modes its cells have ("" is none: a protocol without modes, or older records)
+        auth = (params.choice("auth", q.get("auth"), tuple(AUTH_MODES), "")
+                or selectors.newest_auth(benches, protocol))
         auths = [a for a in AUTH_MODES if a in kinds["auth"]]
     except params.ParamError as err:
         return HttpResponseBadRequest(str(err))

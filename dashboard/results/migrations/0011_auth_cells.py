@@ -86,7 +86,7 @@ class Migration(migrations.Migration):
         migrations.RunPython(fill_auth, keep_newest_mode),
         migrations.AddConstraint(
             model_name='pairlatest',
-            constraint=models.UniqueConstraint(fields=('benchmark', 'protocol', 'streams', 'address_family', 'congestion_control', 'auth', 'source', 'destination'), name='pairlatest_auth_cell'),
+            constraint=models.UniqueConstraint(fields=('benchmark', 'protocol', 'auth', 'streams', 'address_family', 'congestion_control', 'source', 'destination'), name='pairlatest_auth_cell'),
         ),
         migrations.RemoveIndex(
             model_name='measurement',

@@ -205,3 +205,15 @@ def test_problems_compare_cells_within_their_mode(client, write_key):
     assert [(p.kind, p.key, p.cells) for p in found] == [
         ("one-direction", "one-direction:a|b|xrootd-https|8|token", [["a", "b", "xrootd-https", 8, "token"]])], found
     assert "xrootd-https ×8 token" in found[0].summary
+
+
+def test_cells_without_a_mode_are_not_the_default_when_some_have_one(client, write_key):
+    """Older records (a failure from before the operator named its mode, a measurement from before modes were
+    recorded) make cells of no mode; the default stays the newest real mode even when such a cell is newer."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    _ingest(client, write_key, [_measurement("x509", 2.0, now - timedelta(hours=3)),
+                                _measurement("token", 1.0, now - timedelta(hours=2))], "o0")
+    _ingest(client, write_key, [_measurement(None, None, now - timedelta(hours=1), status="failed",
+                                             error="agent b vanished")], "o1")
+    assert sorted(PairLatest.objects.values_list("auth", flat=True)) == ["", "token", "x509"]
+    assert _cells(client) == {("a", "b", "token"): 1.0}

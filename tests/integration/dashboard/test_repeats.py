@@ -95,10 +95,10 @@ def test_each_family_and_mode_has_its_own_median(client, write_key):
     the median of its own repeats, not of both (the summary keyed cells by protocol, streams and pair alone)."""
     t = datetime.now(UTC) - timedelta(hours=1)
     rows = []
-    for family, auth, values, at in (("ipv4", None, [10.0, 11.0, 12.0], t), ("ipv6", None, [20.0, 21.0, 22.0], t),
-                                     ("ipv4", "token", [30.0, 31.0, 32.0], t - timedelta(minutes=30))):
-        rows += [{**r, "address_family": family, "auth": auth} for r in repeat_rows(at, values)]
+    for family, auth, values in (("ipv4", "x509", [10.0, 11.0, 12.0]), ("ipv6", "x509", [20.0, 21.0, 22.0]),
+                                 ("ipv4", "token", [30.0, 31.0, 32.0])):
+        rows += [{**r, "address_family": family, "auth": auth} for r in repeat_rows(t, values)]
     ingest(client, write_key, rows, "r1")
-    got = {(c["address_family"], c["auth"]): (c["value"], c["count"])  # default: the newest mode, ""
-           for auth in ("", "&auth=token") for c in client.get(GRID + auth).json()["cells"]}
-    assert got == {("ipv4", ""): (11.0, 3), ("ipv6", ""): (21.0, 3), ("ipv4", "token"): (31.0, 3)}
+    got = {(c["address_family"], c["auth"]): (c["value"], c["count"])
+           for auth in ("x509", "token") for c in client.get(f"{GRID}&auth={auth}").json()["cells"]}
+    assert got == {("ipv4", "x509"): (11.0, 3), ("ipv6", "x509"): (21.0, 3), ("ipv4", "token"): (31.0, 3)}

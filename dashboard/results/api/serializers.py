@@ -414,9 +414,9 @@ class ChangeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Change
-        fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "metric", "measurement",
-                  "at",
-                  "before", "after", "ratio", "worse", "detected_at", "runs_to_detect", "cluster"]
+        fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "address_family",
+                  "congestion_control", "auth", "metric", "measurement", "at", "before", "after", "ratio", "worse",
+                  "detected_at", "runs_to_detect", "cluster"]
 
 
 class PathSerializer(serializers.ModelSerializer):

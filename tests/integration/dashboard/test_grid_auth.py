@@ -187,6 +187,10 @@ def test_a_mode_switch_is_two_cells_not_a_step(client, write_key):
     found = list(Change.objects.filter(benchmark__name="modes"))
     assert [(c.source.name, c.auth, c.worse) for c in found] == [("b", "none", True)], found
     assert Measurement.objects.filter(benchmark__name="modes", auth="token").count() == 8
+    r = client.get("/api/v1/changes/?benchmark=mesh/modes", HTTP_ACCEPT="application/json")
+    assert [(c["source"], c["protocol"], c["auth"], c["address_family"], c["congestion_control"])
+            for c in r.json()["results"]] == [("b", "xrootd-https", "none", "ipv4", "")]
+    assert "<td>xrootd-https ×8 none</td>" in client.get("/problems/mesh/modes/").content.decode()
 
 
 def test_problems_compare_cells_within_their_mode(client, write_key):

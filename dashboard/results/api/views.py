@@ -221,8 +221,8 @@ class GridView(APIView):
             OpenApiParameter("address_family", FAMILY, description="one address family (default: both)"),
             OpenApiParameter("congestion_control", CONGESTION,
                              description="one congestion control; default: the nodes' own (default: all)"),
-            OpenApiParameter("auth", AUTH, description="one auth mode (token, x509, none); default: the mode of "
-                             "the protocol's newest cell (a protocol without modes: its cells)"),
+            OpenApiParameter("auth", AUTH, description="one auth mode (token, x509, none); default: the "
+                             "protocol's newest mode (a protocol without modes: its cells, auth \"\")"),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
             OpenApiParameter("window", DURATION, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
         ],

@@ -15,6 +15,7 @@ def cell_json_sql(row: str, source_name: str, destination_name: str) -> str:
         '"source":' || to_json({source_name})::text || ',"destination":' || to_json({destination_name})::text
         || ',"streams":' || {row}.streams || ',"address_family":' || to_json({row}.address_family)::text
         || ',"congestion_control":' || to_json({row}.congestion_control)::text
+        || ',"auth":' || to_json({row}.auth)::text
         || ',"value":' || coalesce((CASE WHEN {row}.protocol = 'rtt' THEN {row}.rtt_ms
                                          ELSE {row}.throughput_gbps END)::text, 'null')
         || ',"finished_at":"' || to_char({row}.finished_at AT TIME ZONE 'UTC', {ISO})
@@ -24,8 +25,9 @@ def cell_json_sql(row: str, source_name: str, destination_name: str) -> str:
 
 
 def fill_sql(where: str = "true") -> str:
-    """UPDATE that (re)writes the stored JSON of the cells matching ``where`` (on PairLatest ``p``). A migration
-    that changes the JSON's fields calls it (0008); earlier migrations must not (they lack later columns)."""
+    """UPDATE that (re)writes the stored JSON of the cells matching ``where`` (on PairLatest ``p``). The newest
+    migration that changes the JSON's fields calls it (0011_auth_cells); earlier ones must not (they lack later
+    columns)."""
     return f"""
         UPDATE results_pairlatest p SET cell_json = {cell_json_sql("p", "s.name", "d.name")}
         FROM results_node s, results_node d WHERE s.id = p.source_id AND d.id = p.destination_id AND ({where})"""

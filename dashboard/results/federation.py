@@ -20,21 +20,24 @@ def qualified(cluster: str, node: str) -> str:
 
 def combined_grid(benches: list[Benchmark], protocol: str, streams: int | None = None, mode: str = "latest",
                   window: timedelta = timedelta(days=7), now: datetime | None = None,
-                  address_family: str | None = None, congestion_control: str | None = None) -> dict[str, Any]:
-    """selectors.grid's answer for several benchmarks at once (cells as a list: no database-built JSON)."""
+                  address_family: str | None = None, congestion_control: str | None = None,
+                  auth: str | None = None) -> dict[str, Any]:
+    """selectors.grid's answer for several benchmarks at once (cells as a list: no database-built JSON). A cell
+    is a pair under one setting (streams, address family, congestion control, auth mode), as in one grid."""
     now = now or timezone.now()
     parts = [(b, selectors.grid(b, protocol, streams=streams, mode=mode, window=window, now=now,
-                                address_family=address_family, congestion_control=congestion_control))
+                                address_family=address_family, congestion_control=congestion_control, auth=auth))
              for b in benches]
     nodes: dict[str, dict[str, Any]] = {}
-    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
+    cells: dict[tuple[str, str, int, str, str, str], dict[str, Any]] = {}
     for _bench, part in parts:
         # a benchmark's nodes have distinct names (its cells name them so), whatever cluster each is of
         name = {n["name"]: qualified(n["cluster"], n["name"]) for n in part["nodes"]}
         for n in part["nodes"]:
             nodes.setdefault(name[n["name"]], {**n, "name": name[n["name"]]})
         for c in part["cells"]:
-            key = (name[c["source"]], name[c["destination"]], c["streams"])
+            key = (name[c["source"]], name[c["destination"]], c["streams"], c["address_family"],
+                   c["congestion_control"], c["auth"])
             if key not in cells or c["finished_at"] > cells[key]["finished_at"]:
                 cells[key] = {**c, "source": key[0], "destination": key[1]}
     first = parts[0][1]

@@ -5,7 +5,8 @@ measurements belong to their benchmark's. Node names and benchmarks' namespace/n
 token may be scoped to one cluster (ApiToken.cluster): it writes that cluster's records only (results.scope).
 
 PairLatest is a summary kept by services.ingest: the newest measurement of each
-(benchmark, protocol, streams, source, destination), so the "latest" grid reads one row per cell.
+(benchmark, protocol, streams, address family, congestion control, auth mode, source, destination), so the
+"latest" grid reads one row per cell.
 Change, Problem and Maintenance are what watching the mesh over time adds (results.analysis writes the first two).
 Path is the route a pair's probe test traced (results.paths; a differing hop list is a Change of metric "path").
 """
@@ -163,7 +164,7 @@ class Measurement(models.Model):
             # Covering (PostgreSQL): a window's grid (mean/median per cell) reads this index alone, not the table.
             models.Index(fields=["benchmark", "protocol", "streams", "-finished_at"], name="meas_window",
                          include=["source", "destination", "throughput_gbps", "rtt_ms", "status", "address_family",
-                                  "congestion_control"]),
+                                  "congestion_control", "auth"]),
             models.Index(fields=["-finished_at"], name="meas_finished"),
         ]
         constraints = [
@@ -205,6 +206,9 @@ class PairLatest(models.Model):
     address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
     congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
                                           help_text="empty: the nodes' default")
+    # and the auth mode: a benchmark whose spec.auth changed keeps a cell per mode (#13)
+    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
+                            help_text="token, x509 or none; empty: a protocol without auth modes")
     source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+")
@@ -225,8 +229,10 @@ class PairLatest(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["benchmark", "protocol", "streams", "address_family", "congestion_control", "source",
-                        "destination"], name="pairlatest_setting_cell"
+                # the mode right after the protocol: which modes a protocol's cells have is an index probe each
+                # (selectors.newest_auth, the grid's default mode), and a mode's cells one index range
+                fields=["benchmark", "protocol", "auth", "streams", "address_family", "congestion_control",
+                        "source", "destination"], name="pairlatest_auth_cell"
             )
         ]
         indexes = [
@@ -298,6 +304,8 @@ class Change(models.Model):
     address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
     congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
                                           help_text="empty: the nodes' default")
+    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
+                            help_text="token, x509 or none; empty: a protocol without auth modes")
     metric = models.CharField(max_length=20, choices=[(m, m) for m in METRICS])
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+",
                                     help_text="the first measurement after the step")

@@ -37,7 +37,9 @@ class Cell:
     protocol: str
     streams: int
     state: str
-    setting: str = ""  # the address family and congestion control when not IPv4 and the default ("ipv6 bbr")
+    # the rest of the cell's setting: the address family unless IPv4, the congestion control unless the default,
+    # the auth mode where the protocol has one ("ipv6 bbr", "token", "x509")
+    setting: str = ""
 
     @property
     def ref(self) -> Ref:

@@ -11,11 +11,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Avg, Count, Q
+from django.db.models import Avg, Count, Max, Q
 from django.utils import timezone
 
 from results import maintenance, thresholds
 from results.models import (
+    AUTH_MODES,
     TOKEN_PROTOCOLS,
     TPC_PROTOCOLS,
     Benchmark,
@@ -33,21 +34,25 @@ GRID_MODES = ("latest", "mean", "median")
 
 @dataclass(frozen=True)
 class Pick:
-    """Which settings of a protocol a grid shows; None: every one. Like streams, the address family and the
-    congestion control ("" = the nodes' default) are settings of their own: each is a cell of its own."""
+    """Which settings of a protocol a grid shows; None: every one. Like streams, the address family, the
+    congestion control ("" = the nodes' default) and the auth mode ("" = a protocol without modes) are settings of
+    their own: each is a cell of its own."""
 
     streams: int | None = None
     address_family: str | None = None
     congestion_control: str | None = None
+    auth: str | None = None
 
     def sql(self, alias: str) -> str:
         """The condition on a PairLatest row ``alias`` (arguments: self.args())."""
         return (f"(%(streams)s::int IS NULL OR {alias}.streams = %(streams)s::int)"
                 f" AND (%(family)s::text IS NULL OR {alias}.address_family = %(family)s::text)"
-                f" AND (%(cc)s::text IS NULL OR {alias}.congestion_control = %(cc)s::text)")
+                f" AND (%(cc)s::text IS NULL OR {alias}.congestion_control = %(cc)s::text)"
+                f" AND (%(auth)s::text IS NULL OR {alias}.auth = %(auth)s::text)")
 
     def args(self) -> dict[str, Any]:
-        return {"streams": self.streams, "family": self.address_family, "cc": self.congestion_control}
+        return {"streams": self.streams, "family": self.address_family, "cc": self.congestion_control,
+                "auth": self.auth}
 
     def filter_latest(self, qs: Any) -> Any:
         if self.streams is not None:
@@ -56,6 +61,8 @@ class Pick:
             qs = qs.filter(address_family=self.address_family)
         if self.congestion_control is not None:
             qs = qs.filter(congestion_control=self.congestion_control)
+        if self.auth is not None:
+            qs = qs.filter(auth=self.auth)
         return qs
 
     def filter_measurements(self, qs: Any) -> Any:
@@ -67,6 +74,10 @@ class Pick:
             qs = qs.filter(congestion_control=self.congestion_control)
         elif self.congestion_control == "":
             qs = qs.filter(Q(congestion_control__isnull=True) | Q(congestion_control=""))
+        if self.auth:
+            qs = qs.filter(auth=self.auth)
+        elif self.auth == "":
+            qs = qs.filter(Q(auth__isnull=True) | Q(auth=""))
         return qs
 
 
@@ -120,10 +131,25 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
 
 
 def cell_settings(bench: Benchmark, protocol: str) -> dict[str, list[str]]:
-    """The address families and congestion controls ("" = the nodes' default) a protocol's cells have."""
+    """The address families, congestion controls ("" = the nodes' default) and auth modes ("" = none: a protocol
+    without modes, or cells from before modes were recorded) a protocol's cells have."""
     rows = set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
-               .values_list("address_family", "congestion_control").distinct())
-    return {"address_family": sorted({f for f, _ in rows}), "congestion_control": sorted({c for _, c in rows})}
+               .values_list("address_family", "congestion_control", "auth").distinct())
+    return {"address_family": sorted({r[0] for r in rows}), "congestion_control": sorted({r[1] for r in rows}),
+            "auth": sorted({r[2] for r in rows})}
+
+
+def newest_auth(benches: list[Benchmark], protocol: str) -> str:
+    """The grid's default auth mode for a protocol of these benchmarks: its only mode, or of several the one of the
+    newest cell (a benchmark whose spec.auth changed shows its current mode); "" when its cells have none. Cells
+    without a mode (older records) count only when no cell has one. Each mode's presence is one index probe
+    (PairLatest's key leads with benchmark, protocol, auth); only several modes cost a read of their cells."""
+    cells = PairLatest.objects.filter(benchmark__in=benches, protocol=protocol)
+    modes = [m for m in AUTH_MODES if cells.filter(auth=m).exists()]
+    if len(modes) <= 1:
+        return modes[0] if modes else ""
+    newest = dict(cells.filter(auth__in=modes).values_list("auth").annotate(at=Max("finished_at")))
+    return max(modes, key=lambda m: newest[m])
 
 
 def benchmark_nodes(bench: Benchmark) -> list[Node]:
@@ -141,14 +167,16 @@ def grid(
     with_cells: bool = True,
     address_family: str | None = None,
     congestion_control: str | None = None,
+    auth: str | None = None,
 ) -> dict[str, Any]:
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
-    Each cell: source, destination, streams, address_family, congestion_control ("" = the default), value
+    Each cell: source, destination, streams, address_family, congestion_control ("" = the default), auth (token,
+    x509, none; "" for a protocol without modes), value
     (Gbit/s or ms), finished_at, age_seconds, stale, status, error, count (latest: the run's repeats the value is
     the median of), low/high (that median's 95 % interval, 3+ repeats; else null), state (ok / warning / critical /
     failed / none by the benchmark's thresholds; maintenance for a node or pair in a maintenance window).
-    `streams=None` returns every stream setting (so do address_family and congestion_control). `cells_json`
+    `streams=None` returns every stream setting (so do address_family, congestion_control and auth). `cells_json`
     (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
     """
@@ -160,7 +188,7 @@ def grid(
     cover = maintenance.overlay(now)
     nodes = benchmark_nodes(bench)
     names = {n.id: n.name for n in nodes}
-    pick = Pick(streams, address_family, congestion_control)
+    pick = Pick(streams, address_family, congestion_control, auth)
     cells: list[dict[str, Any]] = []
     if cells_json:
         cells_text = grid_cells_json(bench, protocol, pick, now, bounds, mode, window, cover) if with_cells else "[]"
@@ -205,30 +233,30 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     cells: list[dict[str, Any]] = []
     if mode == "latest":
         qs = pick.filter_latest(PairLatest.objects.filter(benchmark=bench, protocol=protocol))
-        for src, dst, st, family, cc, finished, value, status, error, repeats, low, high in qs.values_list(
-                "source_id", "destination_id", "streams", "address_family", "congestion_control", "finished_at",
-                metric, "status", "error", "repeats", "low", "high"):
+        for src, dst, st, family, cc, auth, finished, value, status, error, repeats, low, high in qs.values_list(
+                "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
+                "finished_at", metric, "status", "error", "repeats", "low", "high"):
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
-                          "address_family": family, "congestion_control": cc, "value": value,
+                          "address_family": family, "congestion_control": cc, "auth": auth, "value": value,
                           "finished_at": finished, "status": status, "error": error, "count": repeats,
                           "low": low, "high": high, "maintenance": cover.covers(src, dst)})
     else:
         qs = pick.filter_measurements(
             Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window))
         groups: dict[tuple, list] = defaultdict(list)
-        for src, dst, st, family, cc, finished, value, status in qs.values_list(
-            "source_id", "destination_id", "streams", "address_family", "congestion_control", "finished_at", metric,
-            "status"
+        for src, dst, st, family, cc, auth, finished, value, status in qs.values_list(
+            "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "finished_at",
+            metric, "status"
         ).iterator(chunk_size=20000):
-            groups[(src, dst, st or 0, family, cc or "")].append((finished, value, status))
-        for (src, dst, st, family, cc), items in groups.items():
+            groups[(src, dst, st or 0, family, cc or "", auth or "")].append((finished, value, status))
+        for (src, dst, st, family, cc, auth), items in groups.items():
             values = [v for _, v, s in items if s == "succeeded" and v is not None]
             last = max(items, key=lambda x: x[0])
             value = None
             if values:
                 value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
-                          "address_family": family, "congestion_control": cc, "value": value,
+                          "address_family": family, "congestion_control": cc, "auth": auth, "value": value,
                           "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
                           "count": len(items), "low": None, "high": None, "maintenance": cover.covers(src, dst)})
     stale_after = settings.STALE_SECONDS
@@ -246,7 +274,7 @@ def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str,
     """The grid's cells in the latest mode, from the PairLatest summary (one row per cell)."""
     metric = metric_for(protocol)
     return f"""
-        SELECT source_id, destination_id, streams, address_family, congestion_control, {metric} AS value,
+        SELECT source_id, destination_id, streams, address_family, congestion_control, auth, {metric} AS value,
                finished_at, status, error, repeats AS count, low, high
         FROM {PairLatest._meta.db_table} l
         WHERE benchmark_id = %(bench)s AND protocol = %(protocol)s AND {pick.sql("l")}
@@ -269,23 +297,23 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         settings_ = [pick.streams]
     ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
     return f"""
-        SELECT w.source_id, w.destination_id, w.streams, w.address_family, w.congestion_control, w.value,
+        SELECT w.source_id, w.destination_id, w.streams, w.address_family, w.congestion_control, w.auth, w.value,
                w.finished_at,
                CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END AS status,
                NULL AS error, w.count, NULL::float8 AS low, NULL::float8 AS high
         FROM (
             SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
-                   coalesce(m.congestion_control, '') AS congestion_control,
+                   coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
                    {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
                    count(*) AS count, max(m.finished_at) AS finished_at
             FROM {Measurement._meta.db_table} m
             WHERE m.benchmark_id = %(bench)s AND m.protocol = %(protocol)s AND m.finished_at >= %(since)s
               AND ({ranges})
-            GROUP BY 1, 2, 3, 4, 5
+            GROUP BY 1, 2, 3, 4, 5, 6
         ) w
         LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
             AND l.streams = w.streams AND l.address_family = w.address_family
-            AND l.congestion_control = w.congestion_control
+            AND l.congestion_control = w.congestion_control AND l.auth = w.auth
             AND l.source_id = w.source_id AND l.destination_id = w.destination_id
         WHERE {pick.sql("w")}
     """, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args()}
@@ -308,8 +336,8 @@ def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
             "ELSE 'critical' END")
 
 
-CELL_COLUMNS = ("source", "destination", "streams", "address_family", "congestion_control", "value", "finished_at",
-                "age_seconds", "stale", "status", "error", "count", "low", "high", "state")
+CELL_COLUMNS = ("source", "destination", "streams", "address_family", "congestion_control", "auth", "value",
+                "finished_at", "age_seconds", "stale", "status", "error", "count", "low", "high", "state")
 
 
 def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
@@ -323,7 +351,8 @@ def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bound
     finished = ("""to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')""" if iso_times
                 else "p.finished_at")
     sql = f"""
-        SELECT s.name AS source, d.name AS destination, p.streams, p.address_family, p.congestion_control, p.value,
+        SELECT s.name AS source, d.name AS destination, p.streams, p.address_family, p.congestion_control, p.auth,
+            p.value,
             {finished} AS finished_at,
             round(age.seconds * 10) / 10 AS age_seconds, age.seconds > %(stale)s AS stale,
             p.status, p.error, p.count, p.low, p.high,
@@ -374,10 +403,10 @@ def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
 
 
 def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: str, streams: int | None,
-                now: datetime, address_family: str | None = None,
-                congestion_control: str | None = None) -> dict[tuple[str, str, int], tuple[str, bool, str]]:
+                now: datetime, address_family: str | None = None, congestion_control: str | None = None,
+                auth: str | None = None) -> dict[tuple[str, str, int], tuple[str, bool, str]]:
     """What the grid page draws per cell: (state, stale, tooltip JSON) by (source, destination, streams) of one
-    address family and congestion control (the page picks one of each); the
+    address family, congestion control and auth mode (the page picks one of each); the
     tooltip is [value to 3 decimals, finished epoch] plus [status, error] when it did not succeed.
     ``grid_data`` (grid()'s output) gives them for any mode and database; without it (PostgreSQL, latest) the
     database writes them from PairLatest, sparing a dict, a classification and a JSON encoding per cell."""
@@ -391,7 +420,7 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
         return out
     metric, kind = metric_for(protocol), kind_for(protocol)
     bounds = bench.effective_thresholds()[kind]
-    pick = Pick(streams, address_family, congestion_control)
+    pick = Pick(streams, address_family, congestion_control, auth)
     sql = f"""
         SELECT s.name, d.name, p.streams,
             {_state_sql("p." + metric, protocol, maintenance.overlay(now))},
@@ -428,7 +457,7 @@ def pair_history(
     out = []
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
-        "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "status", "error",
+        "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "auth", "status", "error",
         "finished_at",
     ):
         row["source"] = names[row.pop("source_id")]

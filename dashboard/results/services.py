@@ -141,8 +141,9 @@ def _upsert_nodes(described_list: list[dict[str, Any]], names: set[str], cluster
     return existing
 
 
-# A grid cell: a pair under one setting (protocol, streams, address family, congestion control; "" = the default).
-LATEST_KEY = ["benchmark_id", "protocol", "streams", "address_family", "congestion_control", "source_id",
+# A grid cell: a pair under one setting (protocol, streams, address family, congestion control, "" = the default;
+# auth mode, "" = a protocol without modes).
+LATEST_KEY = ["benchmark_id", "protocol", "streams", "address_family", "congestion_control", "auth", "source_id",
               "destination_id"]
 LATEST_COLUMNS = [*LATEST_KEY, *LATEST_FIELDS]
 
@@ -162,7 +163,8 @@ def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
     the same inside _copy_measurements' statement."""
     newest: dict[tuple, Row] = {}
     for m in rows:
-        key = (m.protocol, m.streams or 0, m.address_family, m.congestion_control or "", m.source_id, m.destination_id)
+        key = (m.protocol, m.streams or 0, m.address_family, m.congestion_control or "", m.auth or "", m.source_id,
+               m.destination_id)
         if key not in newest or m.finished_at > newest[key].finished_at:
             newest[key] = m
     prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in LATEST_COLUMNS]
@@ -182,18 +184,21 @@ def _summarise_repeats(run: Run, rows: list[Row]) -> None:
     the run's succeeded repeats of it (those stored so far: a run's repeats may come in several batches), with its
     bootstrap interval (stats.level) once there are 3. A cell none of whose repeats succeeded keeps its newest
     failure."""
-    cells = {(r.protocol, r.streams or 0, r.source_id, r.destination_id) for r in rows
-             if r.repeat is not None and r.protocol != "rtt"}
+    # a cell's key: its setting (family, congestion control and auth mode too: each is a cell of its own)
+    cells = {(r.protocol, r.streams or 0, r.address_family, r.congestion_control or "", r.auth or "", r.source_id,
+              r.destination_id) for r in rows if r.repeat is not None and r.protocol != "rtt"}
     values_of: dict[tuple, list[float]] = defaultdict(list)
-    for protocol, streams, src, dst, gbps in Measurement.objects.filter(
-            run=run, protocol__in={c[0] for c in cells}, source_id__in={c[2] for c in cells},
-            destination_id__in={c[3] for c in cells}, status="succeeded", throughput_gbps__gt=0).values_list(
-            "protocol", "streams", "source_id", "destination_id", "throughput_gbps"):
-        values_of[(protocol, streams or 0, src, dst)].append(gbps)
+    for protocol, streams, family, cc, auth, src, dst, gbps in Measurement.objects.filter(
+            run=run, protocol__in={c[0] for c in cells}, source_id__in={c[5] for c in cells},
+            destination_id__in={c[6] for c in cells}, status="succeeded", throughput_gbps__gt=0).values_list(
+            "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
+            "throughput_gbps"):
+        values_of[(protocol, streams or 0, family, cc or "", auth or "", src, dst)].append(gbps)
     changed = []
     for cell in PairLatest.objects.filter(benchmark_id=run.benchmark_id, measurement__run=run,
                                           protocol__in={c[0] for c in cells}):
-        key = (cell.protocol, cell.streams, cell.source_id, cell.destination_id)
+        key = (cell.protocol, cell.streams, cell.address_family, cell.congestion_control, cell.auth, cell.source_id,
+               cell.destination_id)
         values = values_of.get(key) if key in cells else None
         if not values:
             continue
@@ -256,7 +261,8 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
           ([r.id, run.id, run.benchmark_id, r.source_id, r.destination_id, *(f(r) for f in fields), now]
            for r in rows))
     cols = ", ".join(MEASUREMENT_COLUMNS)
-    cell = "protocol, COALESCE(streams, 0), address_family, COALESCE(congestion_control, ''), source_id, destination_id"
+    cell = ("protocol, COALESCE(streams, 0), address_family, COALESCE(congestion_control, ''), COALESCE(auth, ''), "
+            "source_id, destination_id")
     with connection.cursor() as cur:
         # The newest created measurement per cell, from the rows this very statement inserted (no second
         # round trip of the batch): the SQL twin of _update_latest's loop.
@@ -266,7 +272,8 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
                 ON CONFLICT (id) DO NOTHING RETURNING {cols}
             ), newest AS (
                 SELECT DISTINCT ON ({cell}) benchmark_id, protocol, COALESCE(streams, 0) AS streams, address_family,
-                       COALESCE(congestion_control, '') AS congestion_control, source_id, destination_id, id,
+                       COALESCE(congestion_control, '') AS congestion_control, COALESCE(auth, '') AS auth,
+                       source_id, destination_id, id,
                        finished_at, throughput_gbps, rtt_ms, status, left(error, 200) AS error,
                        1 AS repeats, NULL::float8 AS low, NULL::float8 AS high
                 FROM created ORDER BY {cell}, finished_at DESC
@@ -275,7 +282,8 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
                 SELECT n.*, {cell_json_sql("n", "s.name", "d.name")}
                 FROM newest n JOIN {Node._meta.db_table} s ON s.id = n.source_id
                 JOIN {Node._meta.db_table} d ON d.id = n.destination_id
-                ORDER BY n.protocol, n.streams, n.address_family, n.congestion_control, n.source_id, n.destination_id
+                ORDER BY n.protocol, n.streams, n.address_family, n.congestion_control, n.auth, n.source_id,
+                         n.destination_id
                 {_latest_upsert([*LATEST_FIELDS, "cell_json"])}
             )
             SELECT id FROM created""")

@@ -20,7 +20,7 @@ from results import federation, params, selectors, services, thresholds
 from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
-from results.models import ADDRESS_FAMILIES, Benchmark, Maintenance, Node, Problem, Run
+from results.models import ADDRESS_FAMILIES, AUTH_MODES, Benchmark, Maintenance, Node, Problem, Run
 from results.stats import changes as change_detection
 from results.stats.advice import KNEE_MARGIN, MIN_RUNS, Observation, advise
 from results.stats.level import LEVEL_RUNS, recent_level
@@ -88,6 +88,7 @@ def grid_page(request, namespace: str, name: str):
         raise Http404(f"benchmark {namespace}/{name} not found" + (f" in cluster {cluster}" if cluster else ""))
     bench = benches[0]
     clusters = {"all": [b.cluster.name for b in every], "shown": cluster}
+    combined = len(benches) > 1
     available = _protocols(benches)
     if not available:
         return render(request, "results/grid.html", {"bench": bench, "available": {}, "empty": True,
@@ -109,26 +110,30 @@ def grid_page(request, namespace: str, name: str):
                                "ipv4" if "ipv4" in families or not families else families[0])
         asked = params.congestion_control("congestion_control", q.get("congestion_control"))
         cc = asked if asked is not None else (ccs[0] if ccs else "")
+        # and one auth mode: the newest unless asked (a benchmark whose spec.auth changed shows its current one);
+        # the select offers the modes its cells have ("" is none: a protocol without modes, or older records)
+        auth = (params.choice("auth", q.get("auth"), tuple(AUTH_MODES), "")
+                or selectors.newest_auth(benches, protocol))
+        auths = [a for a in AUTH_MODES if a in kinds["auth"]]
     except params.ParamError as err:
         return HttpResponseBadRequest(str(err))
     if split == "streams" and low == high:
         split = "direction"
     wanted = high if split == "direction" else None
-    combined = len(benches) > 1
     lean = mode == "latest" and connection.vendor == "postgresql" and not combined
     if combined:
         data = federation.combined_grid(benches, protocol, streams=wanted, mode=mode, window=window,
-                                        address_family=family, congestion_control=cc)
+                                        address_family=family, congestion_control=cc, auth=auth)
     else:
         data = selectors.grid(bench, protocol, streams=wanted, mode=mode, window=window, with_cells=not lean,
-                              address_family=family, congestion_control=cc)
+                              address_family=family, congestion_control=cc, auth=auth)
     kind, unit, bounds = data["kind"], data["unit"], data["thresholds"]
     nodes = data["nodes"]
     if sort == "site":
         nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
     now = data["generated_at"]
     # each cell's half (state, stale, tooltip JSON) once; a cell is drawn twice (each direction's upper half)
-    drawn = selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc)
+    drawn = selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc, auth)
     missing = ("none", False, None)
 
     rows_html = []
@@ -190,6 +195,8 @@ def grid_page(request, namespace: str, name: str):
         "family": family,
         "ccs": ccs,
         "cc": cc,
+        "auths": auths,
+        "auth": auth,
         "halves": halves,
         "now": now,
         "node_count": len(nodes),
@@ -255,7 +262,9 @@ def pair_page(request, source: str, destination: str):
             continue
         # a congestion control the test asked for is a setting of its own, like streams: a series of its own
         cc = f' {p["congestion_control"]}' if p["congestion_control"] else ""
-        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc} {direction}'
+        # and so is the auth mode (#13): x509 and token runs of a pair are two series, not a step between them
+        auth = f' {p["auth"]}' if p["auth"] else ""
+        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth} {direction}'
         if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
             retransmits.setdefault(label, []).append([t, p["retransmits"]])
         if p["throughput_gbps"] is None:

@@ -643,7 +643,7 @@ class RunExecutor:
                 m["error"] = "the copies were made but could not be removed: " + "; ".join(left)
         if m.get("error"):
             m["error"] = name_endpoint(acc.describe(), str(m["error"]))
-        m["auth"] = self.auth
+        m["auth"] = self._mode_of(test)
         await self._record(test, m)
 
     async def _remove_copies(self, acc: Access, record: Mapping[str, Any]) -> list[str]:
@@ -701,8 +701,8 @@ class RunExecutor:
         if record is not None:
             m = measurement_from_record(record, test.source, test.destination, rtt,
                                         test.setting.repeat if self.spec.repeats > 1 else None, test.setting.family)
-            if test.setting.protocol in TOKEN_PROTOCOLS:
-                m["auth"] = self.auth
+            if self._mode_of(test):
+                m["auth"] = self._mode_of(test)
             await self._record(test, m)
         else:
             await self._record_failure(test, tid, error, started, rtt, "cancelled" if self.stopping else "failed",
@@ -824,7 +824,17 @@ class RunExecutor:
     async def _record_failure(self, test: Test, tid: str, error: str, started: str,
                               rtt: Mapping[str, Any] | None = None, status: str = "failed",
                               tuning: Tuning | None = None) -> None:
-        await self._record(test, failed_measurement(tid, test, self.spec, error, started, rtt, status, tuning))
+        m = failed_measurement(tid, test, self.spec, error, started, rtt, status, tuning)
+        if self._mode_of(test):  # a failure shows in its mode's grid cell (the dashboard keys cells by mode)
+            m["auth"] = self._mode_of(test)
+        await self._record(test, m)
+
+    def _mode_of(self, test: Test) -> str | None:
+        """The auth mode a test runs in: the run's for the HTTP-based copies and any test with an external
+        endpoint; None for the protocols without modes."""
+        external = self.plan is not None and (self.plan.is_external(test.source)
+                                              or self.plan.is_external(test.destination))
+        return self.auth if external or test.setting.protocol in TOKEN_PROTOCOLS else None
 
     async def _record(self, test: Test, m: dict[str, Any]) -> None:
         async with self._lock:

@@ -296,6 +296,8 @@ class GridCellSerializer(serializers.Serializer):
     streams = serializers.IntegerField()
     address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
     congestion_control = serializers.CharField(allow_blank=True, help_text="empty: the nodes' default")
+    auth = serializers.ChoiceField(choices=[*AUTH_MODES, ""], allow_blank=True, help_text=(
+        "how the copies were authorized (token, x509, none); empty: a protocol without auth modes"))
     value = serializers.FloatField(allow_null=True)
     finished_at = serializers.DateTimeField()
     age_seconds = serializers.FloatField()
@@ -345,6 +347,8 @@ class HistoryPointSerializer(serializers.Serializer):
     rtt_ms = serializers.FloatField(allow_null=True)
     congestion_control = serializers.CharField(allow_null=True, help_text="null: the nodes' default")
     address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
+    auth = serializers.ChoiceField(choices=AUTH_MODES, allow_null=True,
+                                   help_text="token, x509 or none; null: a protocol without auth modes")
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     finished_at = serializers.DateTimeField()
@@ -410,9 +414,9 @@ class ChangeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Change
-        fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "metric", "measurement",
-                  "at",
-                  "before", "after", "ratio", "worse", "detected_at", "runs_to_detect", "cluster"]
+        fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "address_family",
+                  "congestion_control", "auth", "metric", "measurement", "at", "before", "after", "ratio", "worse",
+                  "detected_at", "runs_to_detect", "cluster"]
 
 
 class PathSerializer(serializers.ModelSerializer):
@@ -436,7 +440,8 @@ class ProblemSerializer(serializers.ModelSerializer):
     acknowledged = serializers.BooleanField(read_only=True,
                                             help_text="acknowledged for its current cells and severity")
     cells = serializers.ListField(child=serializers.ListField(), help_text=(
-        '[source, destination, protocol, streams], plus the setting ("ipv6 bbr") when not IPv4 and the default'))
+        '[source, destination, protocol, streams], plus the setting ("ipv6 bbr", "token") when not IPv4 and the '
+        'default, or with an auth mode'))
 
     class Meta:
         model = Problem

@@ -28,6 +28,7 @@ from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
 from results.models import (
     ADDRESS_FAMILIES,
+    AUTH_MODES,
     PROTOCOLS,
     Benchmark,
     Change,
@@ -48,6 +49,7 @@ PROTOCOL = {"type": "string", "enum": list(PROTOCOLS)}
 DURATION = {"type": "string", "pattern": params.DURATION_PATTERN}
 FAMILY = {"type": "string", "enum": list(ADDRESS_FAMILIES)}
 CONGESTION = {"type": "string", "pattern": params.CONGESTION_PATTERN}
+AUTH = {"type": "string", "enum": list(AUTH_MODES)}
 
 
 def _streams(lo: int) -> dict:
@@ -219,6 +221,8 @@ class GridView(APIView):
             OpenApiParameter("address_family", FAMILY, description="one address family (default: both)"),
             OpenApiParameter("congestion_control", CONGESTION,
                              description="one congestion control; default: the nodes' own (default: all)"),
+            OpenApiParameter("auth", AUTH, description="one auth mode (token, x509, none); default: the "
+                             "protocol's newest mode (a protocol without modes: its cells, auth \"\")"),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
             OpenApiParameter("window", DURATION, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
         ],
@@ -231,16 +235,19 @@ class GridView(APIView):
         streams = _params(params.integer, "streams", q.get("streams"), None, 0, 100)
         family = _params(params.choice, "address_family", q.get("address_family"), tuple(ADDRESS_FAMILIES), None)
         cc = _params(params.congestion_control, "congestion_control", q.get("congestion_control"))
+        auth = _params(params.choice, "auth", q.get("auth"), tuple(AUTH_MODES), "")
         mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
+        # one auth mode at a time: a benchmark whose spec.auth changed shows its current mode unless asked
+        auth = auth or selectors.newest_auth(benches, protocol)
         if len(benches) > 1:
             return Response(grid_json(federation.combined_grid(benches, protocol, streams=streams, mode=mode,
                                                                window=window, address_family=family,
-                                                               congestion_control=cc)))
+                                                               congestion_control=cc, auth=auth)))
         bench = benches[0]
         fast = connection.vendor == "postgresql" and request.accepted_renderer.format == "json"
         data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast,
-                              address_family=family, congestion_control=cc)
+                              address_family=family, congestion_control=cc, auth=auth)
         if fast:
             # The database built the cells' JSON; splice it into the envelope without re-parsing.
             head = json.dumps({k: v for k, v in grid_json({**data, "cells": []}).items() if k != "cells"})

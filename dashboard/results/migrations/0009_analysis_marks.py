@@ -15,8 +15,8 @@ def copy_marks(apps, schema_editor):
 
 
 def fill_cell_json(apps, schema_editor):
-    """Nothing any more: the cells' JSON gained count/low/high here, and 0010_address_family, which changed its
-    fields again, rewrites every cell's JSON with the live fill_sql (which names columns 0010 adds)."""
+    """Nothing any more: the cells' JSON gained count/low/high here, and 0011_auth_cells, the newest migration that
+    changed its fields, rewrites every cell's JSON with the live fill_sql (which names columns 0010 and 0011 add)."""
 
 
 def copy_back(apps, schema_editor):

@@ -3,18 +3,15 @@ the test asked for, like streams: an IPv6 or a bbr result no longer overwrites t
 
 from django.db import migrations, models
 
-from results.celljson import fill_sql
-
 
 def fill_settings(apps, schema_editor):
-    """The cells that exist take their newest measurement's congestion control (every stored one is IPv4), then
-    their stored JSON gains the two fields (PostgreSQL)."""
+    """The cells that exist take their newest measurement's congestion control (every stored one is IPv4). Their
+    stored JSON gained the two fields here; 0011_auth_cells, which changed its fields again, now rewrites every
+    cell's JSON with the live fill_sql (which names the column 0011 adds)."""
     table = "results_pairlatest"
     schema_editor.execute(f"""
         UPDATE {table} SET congestion_control = coalesce(
             (SELECT m.congestion_control FROM results_measurement m WHERE m.id = {table}.measurement_id), '')""")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(fill_sql())
 
 
 class Migration(migrations.Migration):

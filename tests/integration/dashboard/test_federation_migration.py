@@ -2,20 +2,14 @@
 the default cluster, names become unique per cluster (not globally), tokens stay unscoped."""
 
 import pytest
-from django.db import IntegrityError, connection, transaction
-from django.db.migrations.executor import MigrationExecutor
+from django.db import IntegrityError, transaction
+
+from tests.support.migrations import latest, migrate
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 BEFORE = [("results", "0005_tcp_telemetry")]
 AFTER = [("results", "0006_federation")]
-
-
-def migrate(target):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target)
-    return executor.loader.project_state(target).apps
 
 
 def test_existing_rows_go_to_the_default_cluster():
@@ -41,4 +35,4 @@ def test_existing_rows_go_to_the_default_cluster():
         with pytest.raises(IntegrityError), transaction.atomic():
             Node.objects.create(name="a", cluster=east)
     finally:
-        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+        latest()

@@ -88,3 +88,17 @@ def test_change_detection_counts_runs_not_repeats(client, write_key):
     (c,) = client.get("/api/v1/changes/?benchmark=mesh/nightly").json()["results"]
     assert c["worse"] and c["ratio"] == pytest.approx(0.5, abs=0.05) and c["runs_to_detect"] <= 4
     assert c["at"].startswith((t0 + timedelta(hours=6 * 12)).strftime("%Y-%m-%dT%H"))
+
+
+def test_each_family_and_mode_has_its_own_median(client, write_key):
+    """A run measuring a pair's setting with repeats over IPv4 and IPv6 (or in two auth modes): each cell's value is
+    the median of its own repeats, not of both (the summary keyed cells by protocol, streams and pair alone)."""
+    t = datetime.now(UTC) - timedelta(hours=1)
+    rows = []
+    for family, auth, values in (("ipv4", "x509", [10.0, 11.0, 12.0]), ("ipv6", "x509", [20.0, 21.0, 22.0]),
+                                 ("ipv4", "token", [30.0, 31.0, 32.0])):
+        rows += [{**r, "address_family": family, "auth": auth} for r in repeat_rows(t, values)]
+    ingest(client, write_key, rows, "r1")
+    got = {(c["address_family"], c["auth"]): (c["value"], c["count"])
+           for auth in ("x509", "token") for c in client.get(f"{GRID}&auth={auth}").json()["cells"]}
+    assert got == {("ipv4", "x509"): (11.0, 3), ("ipv6", "x509"): (21.0, 3), ("ipv4", "token"): (31.0, 3)}

@@ -40,6 +40,17 @@ for gbps, finished in [(1, now - timedelta(days=1)), (7, now + timedelta(seconds
     assert r.status_code == 200, r.content
     g = c.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https").json()
     assert {x["source"]: x["value"] for x in g["cells"]} == {"a": 35, "b": 3 if gbps == 1 else 7}, g
+# A cell per auth mode (#13): x509, then token on one pair; the grid shows the newest mode unless asked.
+for auth, gbps, finished in [("x509", 2, now + timedelta(seconds=6)), ("token", 1, now + timedelta(seconds=7))]:
+    m = measurement("a", "b", gbps=gbps, finished=finished)
+    m["auth"] = auth
+    r = c.post("/api/v1/ingest/", json.dumps(batch([m])), content_type="application/json",
+               HTTP_AUTHORIZATION="Token " + key)
+    assert r.status_code == 200, r.content
+for query, want in [("", {("a", "token"): 1}), ("&auth=x509", {("a", "x509"): 2})]:
+    g = c.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https" + query).json()
+    assert {(x["source"], x["auth"]): x["value"] for x in g["cells"]} == want, g
+assert 'name="auth"' in c.get("/grid/mesh/nightly/?protocol=xrootd-https").content.decode()
 assert c.get("/grid/mesh/nightly/").status_code == 200
 assert c.get("/pair/a/b/").status_code == 200
 print("SMOKE OK")

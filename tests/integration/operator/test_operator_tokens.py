@@ -69,6 +69,8 @@ async def test_token_mode_without_an_issuer_names_the_fix(mesh, tpcmesh_pki) -> 
     assert st["failed"] == 8 and st["succeeded"] == 0
     assert all("runs no token issuer" in f["error"] and "spec.auth: x509" in f["error"]
                for f in st["recentFailures"]), st["recentFailures"]
+    # failed rows carry the mode too: the dashboard shows them in the token cells, not in cells without a mode
+    assert [m.get("auth") for m in st["outbox"]] == ["token"] * 8
 
 
 @pytest.fixture(scope="module")

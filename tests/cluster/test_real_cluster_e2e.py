@@ -316,6 +316,7 @@ def test_helm_uninstall_leaves_nothing(real_cluster, installed):
     core.delete_namespace(NS)
     wait_for("the namespace gone", lambda: NS not in {n.metadata.name for n in core.list_namespace().items},
              timeout=180)
-    # agents that tests running beside this one start on loopback (tpcmesh-agent-127-...) are not the cluster's
-    left = {p for p in Path("/dev/shm").iterdir() if "tpcm" in p.name and "-127-" not in p.name}
+    # an agent's data directory (tpcmesh-agent...); those of agents that tests running beside this one start on
+    # loopback (tpcmesh-agent-127-...) and other tests' servers and control planes are not the cluster's
+    left = {p for p in Path("/dev/shm").iterdir() if p.name.startswith("tpcmesh-agent") and "-127-" not in p.name}
     assert not left - shm_before

@@ -683,8 +683,11 @@ class RunExecutor:
         if test.setting.protocol == RTT:
             m, probe = await probe_pair(self.agents_client, src, dst, test, test_id(self.run.run_uid, key, 0),
                                         started, self.spec.latency_count, self.spec.path)
-            if m["status"] == "succeeded":
-                put_rtt(self.status, self._names, test.source, test.destination, probe["median_ms"])
+            ok = m["status"] == "succeeded"
+            # the pair's RTT for the transfers that follow, over this probe's family: a failed probe leaves none
+            # (not the other family's, probed earlier in the run)
+            put_rtt(self.status, self._names, test.source, test.destination, probe["median_ms"] if ok else None)
+            if ok:
                 metrics.set_series(metrics.LAST_RTT, (test.source, test.destination), (test.source, test.destination),
                                    self._bench_key, (probe["median_ms"] or 0) / 1000)
             await self._record(test, m)

@@ -129,3 +129,30 @@ def test_rtt_table_round_trip_and_old_status_migrates() -> None:
     assert "rtt" not in old and old["recentFailures"] == [] and old["done"] == 1
     assert get_rtt(old, names, "a", "b") == {"median_ms": 1.0}
     assert old["rttMs"] == [[None, 1.0, None], None, None]
+
+
+def test_a_transfer_carries_its_own_familys_rtt_never_the_others() -> None:
+    """Dual stack: the IPv6 probe of a pair fails (the IPv4 one succeeded earlier in the run): the IPv6 transfers
+    carry no RTT, not the IPv4 one; the IPv4 transfers carry IPv4's."""
+    import asyncio
+    import uuid
+
+    from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+
+    from tests.unit.operator.instant import InstantAgents
+
+    class NoIPv6Echo(InstantAgents):
+        async def probe_rtt(self, agent, host, port, count) -> dict:
+            if ":" in host:
+                return {"error": "no answer over IPv6"}
+            return await super().probe_rtt(agent, host, port, count)
+
+    mesh = [Agent(f"ds-{i}", f"10.9.1.{i}", address6=f"fd00::{i + 1}") for i in range(2)]
+    spec = parse_spec({"protocols": ["builtin"], "streams": [1], "loopback": {"enabled": False},
+                       "latency": {"path": False}, "addressFamilies": ["ipv4", "ipv6"]})
+    store = MemoryStatusStore()
+    st = asyncio.run(RunExecutor(spec, RunInfo("ns", "ds", "ds-1", str(uuid.uuid4())), StaticDirectory(mesh),
+                                 NoIPv6Echo(), None, store, options=ExecutorOptions()).execute())
+    rows = [m for m in st["outbox"] if m["protocol"] == "builtin"]
+    assert len(rows) == 4 and st["failed"] == 2  # the two IPv6 probes
+    assert {m.get("address_family", "ipv4"): m.get("rtt_ms") for m in rows} == {"ipv4": 12.3, "ipv6": None}

@@ -184,6 +184,13 @@ class ChangeFilterSet(OfPair, EitherEnd):
     worse = BooleanFilter(field_name="worse", help_text="true: only drops in throughput / rises in RTT")
     since = RFC3339Filter(field_name="at", lookup_expr="gte")
     until = RFC3339Filter(field_name="at", lookup_expr="lt")
+    # a cell's other keys (results.selectors.Pick): each a setting of its own, like streams
+    address_family = filters.ChoiceFilter(choices=[(f, f) for f in ADDRESS_FAMILIES],
+                                          help_text="the IP version of the cell")
+    congestion_control = filters.CharFilter(field_name="congestion_control",
+                                            help_text="the cell's congestion control (empty: the nodes' default)")
+    auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],
+                                help_text="the cell's authorization mode (token, x509, none)")
 
     class Meta:
         model = Change

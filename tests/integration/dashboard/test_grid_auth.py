@@ -190,6 +190,11 @@ def test_a_mode_switch_is_two_cells_not_a_step(client, write_key):
     r = client.get("/api/v1/changes/?benchmark=mesh/modes", HTTP_ACCEPT="application/json")
     assert [(c["source"], c["protocol"], c["auth"], c["address_family"], c["congestion_control"])
             for c in r.json()["results"]] == [("b", "xrootd-https", "none", "ipv4", "")]
+    for query, found_count in (("auth=none", 1), ("auth=token", 0), ("auth=token&auth=x509", 0)):
+        r = client.get(f"/api/v1/changes/?benchmark=mesh/modes&{query}", HTTP_ACCEPT="application/json")
+        assert (r.status_code, r.json()["count"]) == (200, found_count), (query, r.content)
+    r = client.get("/api/v1/changes/?benchmark=mesh/modes&auth=bearer", HTTP_ACCEPT="application/json")
+    assert r.status_code == 400 and "auth" in r.json()["errors"][0]["field"], r.content
     assert "<td>xrootd-https ×8 none</td>" in client.get("/problems/mesh/modes/").content.decode()
 
 

@@ -128,6 +128,10 @@ def test_changes_are_found_per_setting(client, write_key):
     analysis.detect_changes()
     found = list(Change.objects.filter(benchmark__name="settings"))
     assert [(c.congestion_control, c.address_family, c.worse) for c in found] == [("bbr", "ipv4", True)], found
+    for query, found_count in (("congestion_control=bbr", 1), ("congestion_control=cubic", 0),
+                               ("address_family=ipv4", 1), ("address_family=ipv6", 0)):
+        r = client.get(f"/api/v1/changes/?benchmark=mesh/settings&{query}", HTTP_ACCEPT="application/json")
+        assert (r.status_code, r.json()["count"]) == (200, found_count), (query, r.content)
 
 
 def test_the_pair_page_and_history_name_each_family_and_congestion_control(client, mesh):

@@ -109,6 +109,27 @@ def test_defaults_render_the_agent_daemonset_as_specified():
             assert labels["app.kubernetes.io/part-of"] == "tpcmesh" and labels["helm.sh/chart"] == "tpcmesh-0.1.0"
 
 
+def test_agents_are_dual_stack_from_the_node_addresses_unless_turned_off(tmp_path):
+    """The agent and its certificate containers get every node address (status.podIPs, comma-separated with
+    hostNetwork), and the pod says so to the operator; agent.dualStack false: the pod IP alone."""
+    def agent_pod(values: Path | None) -> dict:
+        return next(d for d in render(values, "tpcmesh") if d["kind"] == "DaemonSet")["spec"]["template"]
+
+    def pod_ips(container: dict) -> dict | None:
+        return next((e["valueFrom"] for e in container.get("env", []) if e["name"] == "TPCMESH_AGENT_POD_IPS"), None)
+
+    dual = agent_pod(None)
+    containers = dual["spec"]["initContainers"][:1] + dual["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["certificate", "agent", "certificate-renewer"]
+    assert all(pod_ips(c) == {"fieldRef": {"fieldPath": "status.podIPs"}} for c in containers)
+    assert dual["metadata"]["annotations"] == {"tpcmesh.io/dual-stack": "true"}
+    off = tmp_path / "single-stack-values.yaml"
+    off.write_text("agent:\n  dualStack: false\n")
+    single = agent_pod(off)
+    assert all(pod_ips(c) is None for c in single["spec"]["initContainers"] + single["spec"]["containers"])
+    assert "tpcmesh.io/dual-stack" not in (single["metadata"].get("annotations") or {})
+
+
 # Every API call the operator makes, (apiGroup, resource, verb, resourceName or None) -> where. The chart's RBAC
 # must grant exactly these: a verb not in the table is one the operator does not need.
 OPERATOR_IN_WATCHED_NAMESPACES = {

@@ -304,13 +304,14 @@ def _can(api_client, verb: str, resource: str, group: str = "", namespace: str |
     return bool(authz.create_self_subject_access_review(review).status.allowed)
 
 
-def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(control_plane):
+def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(control_plane, monkeypatch):
     ns = "tpcmesh-install"
     control_plane.start_controller_manager()
     control_plane.start_scheduler()
     nodes = {"dtn-a": ("127.0.20.1", True), "dtn-b": ("127.0.20.2", True), "worker-c": ("127.0.20.3", False)}
     for name, (addr, fast) in nodes.items():
-        control_plane.create_node(name, addr, {"tpcmesh.io/fast-network": "true"} if fast else {})
+        control_plane.create_node(name, addr, {"tpcmesh.io/fast-network": "true"} if fast else {},
+                                  address6="2001:db8:20::2" if name == "dtn-b" else None)  # dtn-b: dual stack
     try:
         out = control_plane.helm("install", "tpc", str(CHART), "--namespace", ns, "--create-namespace",
                                  "--set", "image.registry=example.invalid/tpcmesh", check=False)
@@ -344,6 +345,16 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
                 break
             time.sleep(0.5)
         assert (ds.status.desired_number_scheduled, ds.status.number_ready) == (2, 2)
+
+        # The operator's agent directory (with the operator's own ServiceAccount) finds both agents, and dtn-b's
+        # IPv6 address from its pod's status.podIPs (the chart's agent.dualStack marks the pods).
+        from tpcmesh_operator import kube
+
+        op_core = client.CoreV1Api(control_plane.client(control_plane.kubeconfig_for("tpc-tpcmesh-operator", ns)))
+        monkeypatch.setattr(kube, "core", lambda: op_core)
+        found = kube.KubeAgentDirectory(ns, selector, {"tpcmesh.io/fast-network": "true"})._agents()
+        assert sorted((a.node, a.address, a.address6, sorted(a.families)) for a in found) == [
+            ("dtn-a", "127.0.20.1", None, ["ipv4"]), ("dtn-b", "127.0.20.2", "2001:db8:20::2", ["ipv4", "ipv6"])]
 
         # The installed RBAC as the real authorizer sees it (real tokens): what test_rbac_grants_exactly_the_calls_the
         # _code_makes checks in the rendered rules, and that nothing else (cluster roles, aggregation) adds to it.

@@ -109,7 +109,7 @@ def test_defaults_render_the_agent_daemonset_as_specified():
             assert labels["app.kubernetes.io/part-of"] == "tpcmesh" and labels["helm.sh/chart"] == "tpcmesh-0.1.0"
 
 
-def test_agents_are_dual_stack_from_the_node_addresses_unless_turned_off(tmp_path):
+def test_agents_are_dual_stack_from_the_node_addresses_unless_turned_off():
     """The agent and its certificate containers get every node address (status.podIPs, comma-separated with
     hostNetwork), and the pod says so to the operator; agent.dualStack false: the pod IP alone."""
     def agent_pod(values: Path | None) -> dict:
@@ -123,9 +123,7 @@ def test_agents_are_dual_stack_from_the_node_addresses_unless_turned_off(tmp_pat
     assert [c["name"] for c in containers] == ["certificate", "agent", "certificate-renewer"]
     assert all(pod_ips(c) == {"fieldRef": {"fieldPath": "status.podIPs"}} for c in containers)
     assert dual["metadata"]["annotations"] == {"tpcmesh.io/dual-stack": "true"}
-    off = tmp_path / "single-stack-values.yaml"
-    off.write_text("agent:\n  dualStack: false\n")
-    single = agent_pod(off)
+    single = agent_pod(CHART / "ci" / "single-stack-values.yaml")
     assert all(pod_ips(c) is None for c in single["spec"]["initContainers"] + single["spec"]["containers"])
     assert "tpcmesh.io/dual-stack" not in (single["metadata"].get("annotations") or {})
 

@@ -41,6 +41,11 @@ class Settings:
     address6: str = field(default="", metadata={
         "help": "dual stack: an IPv6 address the control API, the built-in data server and iperf3 also listen on "
                 "(address being IPv4); empty: none"})
+    pod_ips: tuple[str, ...] = field(default=(), metadata={
+        "help": "the pod's addresses, comma-separated (the downward API's status.podIPs; with hostNetwork the "
+                "node's): when they hold an IPv4 and an IPv6 address and address6 is not set, the agent is dual "
+                "stack: address becomes the IPv4 one (an IPv6 address from status.podIP moves to address6), "
+                "address6 the IPv6 one; one family only: address alone"})
     node_name: str = field(default_factory=socket.gethostname, metadata={"help": "node name reported in /info"})
     data_dir: Path = field(default=Path("/dev/shm/tpcmesh-agent"),
                            metadata={"help": "memory-backed directory for test files (sets/, incoming/)"})
@@ -173,11 +178,28 @@ class Settings:
         """Its address in the family of ``peer`` (an IP literal): what a client socket binds to."""
         return self.address6 if self.address6 and ":" in peer else self.address
 
+    def _dual_stack_from_pod_ips(self) -> None:
+        """address and address6 from pod_ips (see its help) when address6 is not set."""
+        by_family: dict[int, str] = {}
+        for raw in self.pod_ips:
+            try:
+                ip = ipaddress.ip_address(raw)
+            except ValueError as e:
+                raise SettingsError(f"pod_ips: {raw!r} is not an IP address (expected the downward API's "
+                                    "status.podIPs, e.g. 192.0.2.7,2001:db8::7)") from e
+            by_family.setdefault(ip.version, str(ip))
+        if self.address6 or len(by_family) < 2:
+            return
+        if ":" in self.address:  # an IPv6-primary cluster: status.podIP is the IPv6 one
+            self.address = by_family[4]
+        self.address6 = by_family[6]
+
     def validate(self) -> Settings:
         try:
             ipaddress.ip_address(self.address)
         except ValueError as e:
             raise SettingsError(f"address {self.address!r} is not an IP address") from e
+        self._dual_stack_from_pod_ips()
         if self.address6:
             try:
                 six = ipaddress.ip_address(self.address6)

@@ -2,12 +2,14 @@
 
 `python -m tpcmesh_agent.csr --once` (init container) obtains a certificate when there is none or it ends soon;
 `--renew` (sidecar) keeps doing so before each expiry. The request carries CN = the node name and SANs = the
-node name and the agent's address, signer `tpcmesh.io/agent`; the operator (tpcmesh_operator.certs) approves
-it only for the agent ServiceAccount on that very node. The agent's pod-bound token authenticates the request.
+node name and the agent's addresses (its address and, dual stack, the pod's other ones: status.podIPs, which with
+hostNetwork are the node's, so HTTPS over IPv6 verifies too), signer `tpcmesh.io/agent`; the operator
+(tpcmesh_operator.certs) approves it only for the agent ServiceAccount on that very node. The agent's pod-bound
+token authenticates the request.
 
 Talks to the API server with the standard library (no Kubernetes client in the agent image); settings from
-TPCMESH_AGENT_NODE_NAME, TPCMESH_AGENT_ADDRESS and TPCMESH_CSR_{SIGNER_NAME,OUT_DIR,LIFETIME_SECONDS,
-RENEW_BEFORE_SECONDS}.
+TPCMESH_AGENT_NODE_NAME, TPCMESH_AGENT_ADDRESS, TPCMESH_AGENT_POD_IPS (comma-separated) and
+TPCMESH_CSR_{SIGNER_NAME,OUT_DIR,LIFETIME_SECONDS,RENEW_BEFORE_SECONDS}.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,6 +190,13 @@ def seconds_until_renewal(cert_file: Path, renew_before: dt.timedelta) -> float:
     return max(0.0, (cert.not_valid_after_utc - renew_before - dt.datetime.now(dt.UTC)).total_seconds())
 
 
+def addresses_from_env(env: Mapping[str, str]) -> list[str]:
+    """The addresses the certificate names: TPCMESH_AGENT_ADDRESS, then each of TPCMESH_AGENT_POD_IPS (the downward
+    API's status.podIPs, comma-separated), once each."""
+    found = [env.get("TPCMESH_AGENT_ADDRESS", ""), *env.get("TPCMESH_AGENT_POD_IPS", "").split(",")]
+    return list(dict.fromkeys(a.strip() for a in found if a.strip()))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tpcmesh_agent.csr", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group(required=True)
@@ -194,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--renew", action="store_true", help="keep renewing before expiry (runs forever)")
     env = os.environ.get
     p.add_argument("--node-name", default=env("TPCMESH_AGENT_NODE_NAME", ""))
-    p.add_argument("--address", action="append", default=[a for a in [env("TPCMESH_AGENT_ADDRESS")] if a])
+    p.add_argument("--address", action="append", default=addresses_from_env(os.environ))
     p.add_argument("--signer-name", default=env("TPCMESH_CSR_SIGNER_NAME", "tpcmesh.io/agent"))
     p.add_argument("--out-dir", type=Path, default=Path(env("TPCMESH_CSR_OUT_DIR", "/var/run/tpcmesh/tls")))
     p.add_argument("--lifetime-seconds", type=int, default=int(env("TPCMESH_CSR_LIFETIME_SECONDS", "2592000")))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 import logging
 import os
 from collections.abc import Iterable
@@ -119,8 +120,8 @@ def review(csr: dict[str, Any], agent_service_account: str, node_addresses: dict
         others = [n for n in san if not isinstance(n, (x509.DNSName, x509.IPAddress))]
     except x509.ExtensionNotFound:
         names, ips, others = [], [], []
-    allowed = {node} | node_addresses.get(node, set())
-    bad = [n for n in names if n != node] + [ip for ip in ips if ip not in allowed] + [str(o) for o in others]
+    allowed_ips = {_ip(a) for a in {node} | node_addresses.get(node, set())} - {None}
+    bad = [n for n in names if n != node] + [ip for ip in ips if _ip(ip) not in allowed_ips] + [str(o) for o in others]
     if bad:
         return Decision(False, "SANMismatch",
                         f"subject alternative names {', '.join(bad)} are neither node {node} nor its addresses")
@@ -129,6 +130,14 @@ def review(csr: dict[str, Any], agent_service_account: str, node_addresses: dict
         return Decision(False, "UsageNotAllowed",
                         f"usages {', '.join(sorted(usages - ALLOWED_USAGES))} are not allowed for agent certificates")
     return Decision(True, "AgentNodeMatches", f"{agent_service_account} on node {node} asked for its host certificate")
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An address to compare (IPv6 has many spellings); None for a host name."""
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
 
 
 def node_addresses(nodes: Iterable[Any]) -> dict[str, set[str]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 GROUP, VERSION = "tpcmesh.io", "v1alpha1"
 BENCHMARKS, RUNS = "transferbenchmarks", "transferruns"
 PORTS_ANNOTATION = "tpcmesh.io/ports"  # optional JSON {"control": 9443, ...} on an agent pod
+# "true" on an agent pod whose agent listens on each of its pod IPs (the chart's agent.dualStack: it hands the agent
+# status.podIPs); without it the agent serves its pod IP alone, whatever other addresses the pod has
+DUAL_STACK_ANNOTATION = "tpcmesh.io/dual-stack"
 
 
 def custom() -> client.CustomObjectsApi:
@@ -112,12 +116,31 @@ def _ports(pod: Any) -> dict[str, int]:
     return ports
 
 
+def agent_addresses(pod: Any) -> tuple[str, str | None]:
+    """An agent pod's address and, dual stack, its IPv6 address besides (the agent's own rule, its pod_ips
+    setting): with the DUAL_STACK_ANNOTATION and pod IPs of both families, the IPv4 one and the IPv6 one; else its
+    pod IP alone."""
+    if (pod.metadata.annotations or {}).get(DUAL_STACK_ANNOTATION) != "true":
+        return pod.status.pod_ip, None
+    by_family: dict[int, str] = {}
+    for entry in pod.status.pod_ips or []:
+        try:
+            ip = ipaddress.ip_address(entry.ip)
+        except ValueError:
+            continue
+        by_family.setdefault(ip.version, str(ip))
+    if len(by_family) < 2:
+        return pod.status.pod_ip, None
+    return by_family[4], by_family[6]
+
+
 def selector_string(match_labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
 
 
 class KubeAgentDirectory:
-    """The Ready agent pods matching the selector; address = pod IP (node IP with hostNetwork); node labels."""
+    """The Ready agent pods matching the selector; address = pod IP (node IP with hostNetwork), dual stack also the
+    IPv6 one (agent_addresses); node labels."""
 
     def __init__(self, namespace: str, pod_selector: str, node_selector: Mapping[str, str] | None = None) -> None:
         self.namespace = namespace
@@ -142,8 +165,9 @@ class KubeAgentDirectory:
                 continue
             notes = {k: v for k, v in ((node.metadata.annotations or {}) if node else {}).items()
                      if k.startswith("tpcmesh.io/maintenance-")}
-            out[node_name] = Agent(node=node_name, address=pod.status.pod_ip, ports=_ports(pod), labels=labels,
-                                   name=pod.metadata.name, annotations=notes)
+            address, address6 = agent_addresses(pod)
+            out[node_name] = Agent(node=node_name, address=address, ports=_ports(pod), labels=labels,
+                                   name=pod.metadata.name, annotations=notes, address6=address6)
         return list(out.values())
 
 

@@ -49,7 +49,7 @@ def csr_cluster(control_plane, tmp_path_factory):
         "metadata": {"name": "csr-test-intruder"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_SA},
         "subjects": [{"kind": "ServiceAccount", "name": "intruder", "namespace": NS}]})
-    control_plane.create_node("csr-node-1", "127.0.30.1")
+    control_plane.create_node("csr-node-1", "127.0.30.1", address6="2001:db8:30::1")  # dual stack
     control_plane.create_node("csr-node-2", "127.0.30.2")
     tokens = {}
     for sa in (AGENT_SA, "intruder"):
@@ -134,11 +134,15 @@ def test_the_charts_init_container_command_obtains_once(csr_cluster, control_pla
     out = tmp_path / "tls"
     for k, v in {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
                  "TPCMESH_AGENT_NODE_NAME": "csr-node-1", "TPCMESH_AGENT_ADDRESS": "127.0.30.1",
+                 "TPCMESH_AGENT_POD_IPS": "127.0.30.1,2001:db8:30::1",
                  "TPCMESH_CSR_SIGNER_NAME": "tpcmesh.io/agent", "TPCMESH_CSR_OUT_DIR": str(out),
                  "TPCMESH_CSR_LIFETIME_SECONDS": "7200", "TPCMESH_CSR_RENEW_BEFORE_SECONDS": "600"}.items():
         monkeypatch.setenv(k, v)
     assert agent_csr.main(["--once"]) == 0
     first = (out / "tls.crt").read_bytes()
+    # dual stack: the node's IPv6 address (status.podIPs) is named too, so HTTPS over IPv6 verifies
+    san = x509.load_pem_x509_certificate(first).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert [str(i) for i in san.value.get_values_for_type(x509.IPAddress)] == ["127.0.30.1", "2001:db8:30::1"]
     assert agent_csr.main(["--once"]) == 0  # still valid: kept, no new request
     assert (out / "tls.crt").read_bytes() == first
     monkeypatch.setenv("TPCMESH_CSR_RENEW_BEFORE_SECONDS", "10800")  # ends within 3 h: renewed

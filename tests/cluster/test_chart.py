@@ -109,6 +109,25 @@ def test_defaults_render_the_agent_daemonset_as_specified():
             assert labels["app.kubernetes.io/part-of"] == "tpcmesh" and labels["helm.sh/chart"] == "tpcmesh-0.1.0"
 
 
+def test_agents_are_dual_stack_from_the_node_addresses_unless_turned_off():
+    """The agent and its certificate containers get every node address (status.podIPs, comma-separated with
+    hostNetwork), and the pod says so to the operator; agent.dualStack false: the pod IP alone."""
+    def agent_pod(values: Path | None) -> dict:
+        return next(d for d in render(values, "tpcmesh") if d["kind"] == "DaemonSet")["spec"]["template"]
+
+    def pod_ips(container: dict) -> dict | None:
+        return next((e["valueFrom"] for e in container.get("env", []) if e["name"] == "TPCMESH_AGENT_POD_IPS"), None)
+
+    dual = agent_pod(None)
+    containers = dual["spec"]["initContainers"][:1] + dual["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["certificate", "agent", "certificate-renewer"]
+    assert all(pod_ips(c) == {"fieldRef": {"fieldPath": "status.podIPs"}} for c in containers)
+    assert dual["metadata"]["annotations"] == {"tpcmesh.io/dual-stack": "true"}
+    single = agent_pod(CHART / "ci" / "single-stack-values.yaml")
+    assert all(pod_ips(c) is None for c in single["spec"]["initContainers"] + single["spec"]["containers"])
+    assert "tpcmesh.io/dual-stack" not in (single["metadata"].get("annotations") or {})
+
+
 # Every API call the operator makes, (apiGroup, resource, verb, resourceName or None) -> where. The chart's RBAC
 # must grant exactly these: a verb not in the table is one the operator does not need.
 OPERATOR_IN_WATCHED_NAMESPACES = {
@@ -283,13 +302,14 @@ def _can(api_client, verb: str, resource: str, group: str = "", namespace: str |
     return bool(authz.create_self_subject_access_review(review).status.allowed)
 
 
-def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(control_plane):
+def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(control_plane, monkeypatch):
     ns = "tpcmesh-install"
     control_plane.start_controller_manager()
     control_plane.start_scheduler()
     nodes = {"dtn-a": ("127.0.20.1", True), "dtn-b": ("127.0.20.2", True), "worker-c": ("127.0.20.3", False)}
     for name, (addr, fast) in nodes.items():
-        control_plane.create_node(name, addr, {"tpcmesh.io/fast-network": "true"} if fast else {})
+        control_plane.create_node(name, addr, {"tpcmesh.io/fast-network": "true"} if fast else {},
+                                  address6="2001:db8:20::2" if name == "dtn-b" else None)  # dtn-b: dual stack
     try:
         out = control_plane.helm("install", "tpc", str(CHART), "--namespace", ns, "--create-namespace",
                                  "--set", "image.registry=example.invalid/tpcmesh", check=False)
@@ -323,6 +343,16 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
                 break
             time.sleep(0.5)
         assert (ds.status.desired_number_scheduled, ds.status.number_ready) == (2, 2)
+
+        # The operator's agent directory (with the operator's own ServiceAccount) finds both agents, and dtn-b's
+        # IPv6 address from its pod's status.podIPs (the chart's agent.dualStack marks the pods).
+        from tpcmesh_operator import kube
+
+        op_core = client.CoreV1Api(control_plane.client(control_plane.kubeconfig_for("tpc-tpcmesh-operator", ns)))
+        monkeypatch.setattr(kube, "core", lambda: op_core)
+        found = kube.KubeAgentDirectory(ns, selector, {"tpcmesh.io/fast-network": "true"})._agents()
+        assert sorted((a.node, a.address, a.address6, sorted(a.families)) for a in found) == [
+            ("dtn-a", "127.0.20.1", None, ["ipv4"]), ("dtn-b", "127.0.20.2", "2001:db8:20::2", ["ipv4", "ipv6"])]
 
         # The installed RBAC as the real authorizer sees it (real tokens): what test_rbac_grants_exactly_the_calls_the
         # _code_makes checks in the rendered rules, and that nothing else (cluster roles, aggregation) adds to it.

@@ -62,7 +62,9 @@ def test_nodes_are_ready_with_containerd_on_their_own_addresses(real_cluster, co
         status = nodes[n.name].status
         assert any(c.type == "Ready" and c.status == "True" for c in status.conditions), status.conditions
         assert status.node_info.container_runtime_version.startswith("containerd://")
-        assert [a.address for a in status.addresses if a.type == "InternalIP"] == [n.address]
+        # dual stack (ClusterOptions.dual_stack, the default): the kubelet's --node-ip gives both families
+        assert [a.address for a in status.addresses if a.type == "InternalIP"] == n.addresses == [n.address,
+                                                                                                  n.address6]
     assert len({n.address for n in real_cluster.nodes}) == len(real_cluster.nodes)
 
 

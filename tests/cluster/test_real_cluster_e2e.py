@@ -171,6 +171,63 @@ def test_helm_install_on_real_nodes_measures_every_pair(real_cluster, installed,
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_dual_stack_nodes_measure_between_real_agent_pods_over_ipv6(real_cluster, installed, database):
+    """The nodes' kubelets run with --node-ip <IPv4>,<IPv6>: each hostNetwork agent pod has both in status.podIPs,
+    the chart hands them to the agent (agent.dualStack, the default), whose CSR-issued host certificate names both,
+    and a benchmark over IPv6 measures every pair between the real pods."""
+    import base64
+    import ssl
+
+    import httpx
+
+    core = installed
+    objs = client.CustomObjectsApi(real_cluster.client())
+    nodes = {n.name: n for n in real_cluster.nodes}
+    assert all(n.address6 for n in nodes.values()), "the real_cluster fixture's nodes are dual stack"
+    agents = wait_for("a Ready agent on every node", lambda: (
+        p := ready_pods(real_cluster, "agent", NS)) and len(p) == len(nodes) and p,
+        timeout=420, detail=lambda: real_cluster.describe_pods(NS))
+    for p in agents:
+        assert [ip.ip for ip in p.status.pod_ips] == nodes[p.spec.node_name].addresses
+        assert p.metadata.annotations["tpcmesh.io/dual-stack"] == "true"
+
+    # HTTPS on the IPv6 address verifies: the certificate from the CSR flow names it
+    ca = core.read_namespaced_config_map(f"{FULLNAME}-ca-bundle", NS).data["ca.crt"]
+    token = base64.b64decode(core.read_namespaced_secret(f"{FULLNAME}-agent-token", NS).data["token"]).decode()
+    ctx = ssl.create_default_context(cadata=ca)
+    with httpx.Client(verify=ctx, timeout=20, headers={"Authorization": f"Bearer {token}"}) as http:
+        for name, node in nodes.items():
+            info = http.get(f"https://[{node.address6}]:9443/api/v1/info").raise_for_status().json()
+            assert (info["node"], info["address"], info["address6"]) == (name, node.address, node.address6), info
+            assert info["protocols"]["gridftp"]["running"] is True, info["protocols"]["gridftp"]
+
+    protocols = ["builtin", "gridftp"]
+    tb = {"apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "ipv6"},
+          "spec": {"schedule": "@every 24h", "protocols": protocols, "streams": [1], "addressFamilies": ["ipv6"],
+                   "concurrency": 2, "fileSet": {"count": 2, "size": "8MB"}, "latency": {"enabled": True, "count": 2},
+                   "loopback": {"enabled": False}, "timeoutSeconds": 120, "retries": 0}}
+    objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
+    try:
+        first = wait_for("the ipv6 benchmark's first run", lambda: [
+            r["metadata"]["name"] for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
+            if r["metadata"]["name"].startswith("ipv6-")], timeout=60)[0]
+        status = wait_run(objs, first, real_cluster)
+        assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:3000]
+        assert not status.get("familySkipped"), status["familySkipped"]
+        wait_for("every record delivered", lambda: not run_status(objs, first).get("outbox"), timeout=120)
+        _, psql = database
+        out = subprocess.run([*psql, "-c", "SELECT s.name, d.name, m.protocol, m.address_family, m.status "
+                                           "FROM results_measurement m JOIN results_run r ON r.id = m.run_id "
+                                           "JOIN results_node s ON s.id = m.source_id JOIN results_node d ON "
+                                           f"d.id = m.destination_id WHERE r.name = '{first}'"],
+                             check=True, capture_output=True, text=True).stdout
+        rows = {tuple(line.split("|")) for line in out.splitlines() if line}
+        want = {(a, b, p, "ipv6", "succeeded") for a in nodes for b in nodes if a != b for p in [*protocols, "rtt"]}
+        assert rows == want, sorted(rows ^ want)
+    finally:
+        objs.delete_namespaced_custom_object(G, V, NS, "transferbenchmarks", "ipv6")
+
+
 def fetch_json(netns: str, url: str) -> dict:
     """GET ``url`` from inside a node's network namespace (where Service addresses work)."""
     code = f"import json,sys,urllib.request; print(urllib.request.urlopen({url!r}, timeout=20).read().decode())"

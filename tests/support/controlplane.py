@@ -110,6 +110,7 @@ class ControlPlane:
     ca_cert: Path
     processes: ControlPlaneProcesses
     _nodes: dict[str, str] = field(default_factory=dict)  # name -> address
+    _nodes6: dict[str, str] = field(default_factory=dict)  # name -> IPv6 address of a dual-stack node
     _heartbeat: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -179,8 +180,10 @@ class ControlPlane:
         self.processes.start_scheduler()
 
     # -- fake nodes (kwok-like) --
-    def create_node(self, name: str, address: str, labels: dict[str, str] | None = None) -> None:
-        """A Node that looks like a healthy kubelet runs on `address`; kept Ready by a heartbeat thread."""
+    def create_node(self, name: str, address: str, labels: dict[str, str] | None = None,
+                    address6: str | None = None) -> None:
+        """A Node that looks like a healthy kubelet runs on `address` (and, dual stack, `address6`: a second
+        InternalIP, as `--node-ip <v4>,<v6>` gives); kept Ready by a heartbeat thread."""
         from kubernetes import client
 
         api = client.CoreV1Api(self.client())
@@ -189,10 +192,15 @@ class ControlPlane:
             "type": "tpcmesh-fake", **(labels or {})}), spec=client.V1NodeSpec())
         api.create_node(body)
         self._nodes[name] = address
+        if address6:
+            self._nodes6[name] = address6
         self._node_heartbeat(api, name)
         if self._heartbeat is None:
             self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="fake-kubelets", daemon=True)
             self._heartbeat.start()
+
+    def _node_ips(self, name: str) -> list[str]:
+        return [self._nodes[name], *([self._nodes6[name]] if name in self._nodes6 else [])]
 
     def _node_status(self, name: str) -> dict:
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -204,7 +212,8 @@ class ControlPlane:
 
         return {"status": {
             "capacity": cap, "allocatable": cap,
-            "addresses": [{"type": "InternalIP", "address": self._nodes[name]}, {"type": "Hostname", "address": name}],
+            "addresses": [{"type": "InternalIP", "address": a} for a in self._node_ips(name)]
+            + [{"type": "Hostname", "address": name}],
             "conditions": [cond("Ready", "True", "KubeletReady"),
                            cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
                            cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
@@ -257,12 +266,14 @@ class ControlPlane:
         api = client.CoreV1Api(self.client())
         for name in list(self._nodes):
             self._nodes.pop(name, None)
+            self._nodes6.pop(name, None)
             with contextlib.suppress(Exception):
                 api.delete_node(name)
 
     # -- playing kubelet --
     def play_kubelet(self, namespace: str, label_selector: str = "") -> list:
-        """Mark every pod bound to a fake node Running and Ready, podIP = hostIP = the node's address.
+        """Mark every pod bound to a fake node Running and Ready, podIP = hostIP = the node's address (podIPs =
+        hostIPs = its addresses: both on a dual-stack node, as for a hostNetwork pod).
 
         Returns the pods it updated (kubernetes V1Pod objects, after the update)."""
         from kubernetes import client
@@ -280,8 +291,9 @@ class ControlPlane:
             statuses = [{"name": c.name, "image": c.image, "imageID": c.image, "ready": True, "started": True,
                          "restartCount": 0, "containerID": f"fake://{pod.metadata.uid}-{c.name}",
                          "state": {"running": {"startedAt": now}}} for c in pod.spec.containers]
-            body = {"status": {"phase": "Running", "conditions": conds, "hostIP": addr, "hostIPs": [{"ip": addr}],
-                               "podIP": addr, "podIPs": [{"ip": addr}], "startTime": now,
+            ips = [{"ip": a} for a in self._node_ips(node)]
+            body = {"status": {"phase": "Running", "conditions": conds, "hostIP": addr, "hostIPs": ips,
+                               "podIP": addr, "podIPs": ips, "startTime": now,
                                "containerStatuses": statuses}}
             done.append(api.patch_namespaced_pod_status(pod.metadata.name, namespace, body))
         return done

@@ -9,7 +9,7 @@ from tpcmesh_agent import csr as agent_csr
 from tpcmesh_operator import certs
 
 SA = "system:serviceaccount:tpcmesh:tpc-tpcmesh-agent"
-NODES = {"dtn-1": {"10.0.0.1", "dtn-1"}, "dtn-2": {"10.0.0.2"}}
+NODES = {"dtn-1": {"10.0.0.1", "dtn-1", "2001:db8:0:0::1"}, "dtn-2": {"10.0.0.2", "2001:db8::2"}}
 KEY = agent_csr.new_key()
 
 
@@ -28,6 +28,9 @@ def _csr(cn="dtn-1", addresses=("10.0.0.1",), user=SA, node="dtn-1", usages=("se
     ({"cn": "dtn-2", "addresses": ("10.0.0.2",)}, "NodeNameMismatch"),
     ({"addresses": ("10.0.0.2",)}, "SANMismatch"),
     ({"addresses": ("other.example.org",)}, "SANMismatch"),
+    # dual stack: the node's IPv6 address too (however the node spells it), not another node's
+    ({"addresses": ("10.0.0.1", "2001:db8::1")}, "AgentNodeMatches"),
+    ({"addresses": ("10.0.0.1", "2001:db8::2")}, "SANMismatch"),
     ({"usages": ("server auth", "code signing")}, "UsageNotAllowed"),
     ({"request": b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"},
      "InvalidRequest"),
@@ -46,3 +49,10 @@ def test_settings_need_a_service_account_with_a_signer():
                                      "false", "TPCMESH_OPERATOR_AGENT_SERVICE_ACCOUNT": SA,
                                      "TPCMESH_OPERATOR_AGENT_NAMESPACE": "tpcmesh"})
     assert (s.sign, s.namespace) == (False, "tpcmesh")
+
+
+def test_the_agents_request_names_every_pod_ip_once():
+    env = {"TPCMESH_AGENT_ADDRESS": "10.0.0.1", "TPCMESH_AGENT_POD_IPS": "10.0.0.1,2001:db8::1"}
+    assert agent_csr.addresses_from_env(env) == ["10.0.0.1", "2001:db8::1"]
+    assert agent_csr.addresses_from_env({"TPCMESH_AGENT_ADDRESS": "10.0.0.1"}) == ["10.0.0.1"]
+    assert certs.review(_csr(addresses=agent_csr.addresses_from_env(env)), SA, NODES).approve

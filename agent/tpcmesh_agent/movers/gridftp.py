@@ -88,8 +88,16 @@ class GridftpMover(Mover):
             write_atomically(dst, Path(src).read_bytes(), mode)  # refreshed when the host certificate is renewed
         return ["-nodcau"], gridftp_env(cert, key, Path(s.ca_dir))
 
-    def local_hostport(self) -> str:
-        return f"{url_host(self.settings.address)}:{self.settings.gridftp_port}"
+    def local_hostport(self, source_host: str) -> str:
+        """This agent's GridFTP server in the source's family (the two servers open the data channel between
+        them, which cannot cross families): a dual-stack agent's IPv6 one for an IPv6 source."""
+        return f"{url_host(self.settings.local_address(source_host))}:{self.settings.gridftp_port}"
+
+    @staticmethod
+    def family_flags(source_host: str) -> list[str]:
+        """globus-url-copy resolves IPv4 only unless told (``-ipv6``: "Address family for hostname not
+        supported" for an IPv6 URL otherwise)."""
+        return ["-ipv6"] if ":" in source_host else []
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
         why = self.available()
@@ -106,12 +114,14 @@ class GridftpMover(Mover):
             return await self._pull_external(job, deadline, progress)
 
         flags, env = self.client_options()
+        flags = [*flags, *self.family_flags(job.source.host)]
+        local = self.local_hostport(job.source.host)
 
         async def pull(spec: FileSpec) -> FileResult:
             src = f"{self.scheme}://{job.source.hostport()}/~/sets/{job.file_set}/{spec.name}"
             if dest is None:
                 return await self._sink(job, spec, src, deadline, progress, flags, env)
-            dst = f"{self.scheme}://{self.local_hostport()}/~{dest}/{spec.name}"
+            dst = f"{self.scheme}://{local}/~{dest}/{spec.name}"
             argv = ["globus-url-copy", *flags, "-p", str(job.streams), "-fast", src, dst]
             return await copy_one_file(argv, job, spec, deadline, progress, env=env)
 
@@ -120,7 +130,7 @@ class GridftpMover(Mover):
     async def _sink(self, job: TransferJob, spec: FileSpec, src: str, deadline: float, progress: Progress,
                     flags: list[str], env: dict[str, str] | None) -> FileResult:
         argv = ["globus-url-copy", *flags, "-vb", "-p", str(job.streams), "-fast", src,
-                f"{self.scheme}://{self.local_hostport()}/dev/null"]
+                f"{self.scheme}://{self.local_hostport(job.source.host)}/dev/null"]
         result = FileResult(name=spec.name, size=spec.size, started_at=now())
         progress.end_only = True  # /dev/null does not grow: the bytes are known once the copy has ended
         proc = await run_program(argv, deadline, env=env)

@@ -117,8 +117,11 @@ _ROOT_TPC = "ofs.tpc ttl 60 120 xfr 128 pgm /usr/bin/xrdcp --server"
 
 def _local_only(settings: Any) -> list[str]:
     """Connections only from this host's addresses the agent uses (``xrd.allow``: every other host is refused
-    when it connects)."""
-    return [f"xrd.allow host {a}" for a in dict.fromkeys((settings.address, LOOPBACK))]
+    when it connects); a dual-stack agent's xrdcp reaches the root:// one at its IPv6 address when the source is
+    IPv6 (the TPC rendezvous wants the address that reaches the source)."""
+    # an IPv6 address in brackets: XRootD compares the client's address in that form (bare, it never matches)
+    return [f"xrd.allow host {f'[{a}]' if ':' in a else a}"
+            for a in dict.fromkeys((settings.address, LOOPBACK, *settings.addresses))]
 
 
 def xrootd_root_config(settings: Any, paths: XrootdPaths) -> str:
@@ -286,20 +289,22 @@ def gridftp_restrict_paths(settings: Any) -> str:
     return ",".join([f"R{settings.sets_dir}", f"RW{settings.incoming_dir}", "W/dev/null"])
 
 
-def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_group: str) -> list[str]:
+def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_group: str,
+                 address: str | None = None) -> list[str]:
     """GridFTP with the data dir as home, so URL paths are ``~/sets/...``, restricted to the sets and the incoming
     area (gridftp_restrict_paths). gsiftp (``settings.gsiftp``): GSI authentication with the host certificate
     (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see gridftp_env); any peer holding a certificate of the
     trusted CAs may read the sets and write into incoming/, as the user the server runs as (``-auth-level 0``: no
-    grid-mapfile, which would have to list every node's DN). Anonymous: ftp://, sessions as ``anonymous_user``."""
+    grid-mapfile, which would have to list every node's DN). Anonymous: ftp://, sessions as ``anonymous_user``.
+    It binds one address (``address``, default the agent's): a dual-stack agent runs a second server on address6."""
     if settings.gsiftp:
         access = ["-auth-level", "0"]
     else:
         access = ["-aa", "-anonymous-user", anonymous_user, "-anonymous-group", anonymous_group]
     return [
         "globus-gridftp-server",
-        "-control-interface", settings.address,
-        "-data-interface", settings.address,
+        "-control-interface", address or settings.address,
+        "-data-interface", address or settings.address,
         "-p", str(settings.gridftp_port),
         *access,
         "-home-dir", str(settings.data_dir),

@@ -266,6 +266,27 @@ class ServerSupervisor:
         paths.ca_bundle.chmod(0o644)
         return configs.xrootd_private_ca_argv(paths.ca_bundle, argv)
 
+    def _gridftp_spec(self, name: str, address: str) -> ServerSpec:
+        s = self.settings
+        rt = self.runtime_dir / name
+
+        def prepare() -> list[str]:
+            self._runtime(name)
+            user = self.run_user or pwd.getpwuid(os.geteuid()).pw_name
+            _, _, group = _user_ids(user)
+            argv = configs.gridftp_argv(s, rt / "gridftp.log", user, group, address)
+            if not s.gsiftp:  # as root, it switches anonymous sessions to the run user itself
+                return self._wrap(argv)
+            self._host_credentials()
+            return self._wrap(argv, self.run_user)  # gsiftp sessions run as the server's own user
+
+        env = None
+        if s.gsiftp:
+            cert, key = self._credential_paths()
+            env = configs.gridftp_env(cert, key, Path(s.ca_dir) if s.ca_dir else self._private("ca-dir"))
+        return ServerSpec(name, s.gridftp_port, address, ("globus-gridftp-server",), prepare, rt / "stdout.log", rt,
+                          (rt / "gridftp.log",), env)
+
     def specs(self) -> list[ServerSpec]:
         s = self.settings
         out: list[ServerSpec] = []
@@ -285,23 +306,10 @@ class ServerSupervisor:
             out.append(self._xrootd_spec(configs.TPC_SERVERS[protocol], getattr(s, tpc_setting), local, tls,
                                          requires))
         if "gridftp" in enabled:
-            def prep_gridftp() -> list[str]:
-                rt = self._runtime("gridftp")
-                user = self.run_user or pwd.getpwuid(os.geteuid()).pw_name
-                _, _, group = _user_ids(user)
-                argv = configs.gridftp_argv(s, rt / "gridftp.log", user, group)
-                if not s.gsiftp:  # as root, it switches anonymous sessions to the run user itself
-                    return self._wrap(argv)
-                self._host_credentials()
-                return self._wrap(argv, self.run_user)  # gsiftp sessions run as the server's own user
-
-            rt = self.runtime_dir / "gridftp"
-            env = None
-            if s.gsiftp:
-                cert, key = self._credential_paths()
-                env = configs.gridftp_env(cert, key, Path(s.ca_dir) if s.ca_dir else self._private("ca-dir"))
-            out.append(ServerSpec("gridftp", s.gridftp_port, s.address, ("globus-gridftp-server",), prep_gridftp,
-                                  rt / "stdout.log", rt, (rt / "gridftp.log",), env))
+            # GridFTP binds one address: a dual-stack agent runs a second server on the IPv6 one
+            for name, address in (("gridftp", s.address), ("gridftp-ipv6", s.address6)):
+                if address:
+                    out.append(self._gridftp_spec(name, address))
         if "iperf3" in enabled:
             def prep_iperf3() -> list[str]:
                 self._runtime("iperf3")
@@ -330,7 +338,7 @@ class ServerSupervisor:
             s = self.settings
             if s.tls_cert is None or s.tls_key is None or s.ca_file is None:
                 return ("needs tls_cert, tls_key and ca_file: XRootD's HTTP-TPC handler loads only with TLS")
-        if spec.name == "gridftp" and self.settings.gsiftp_missing():
+        if spec.name.startswith("gridftp") and self.settings.gsiftp_missing():
             return self.settings.gsiftp_missing()
         if self.run_user:
             try:

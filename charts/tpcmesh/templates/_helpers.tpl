@@ -182,6 +182,11 @@ app.kubernetes.io/component: {{ .component }}
 - name: TPCMESH_AGENT_ADDRESS
   valueFrom:
     fieldRef: {fieldPath: status.podIP}
+{{- if .Values.agent.dualStack }}
+- name: TPCMESH_AGENT_POD_IPS
+  valueFrom:
+    fieldRef: {fieldPath: status.podIPs}
+{{- end }}
 - name: TPCMESH_CSR_SIGNER_NAME
   value: {{ include "tpcmesh.signerName" . | quote }}
 - name: TPCMESH_CSR_OUT_DIR

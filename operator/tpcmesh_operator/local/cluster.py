@@ -155,6 +155,9 @@ class ClusterOptions:
     state_dir: Path | None = None
     images: Iterable[Path] | None = None  # OCI archives to import on every node (default: support + tpcmesh)
     on_failure: Callable[[str], None] | None = None
+    # Dual-stack nodes: each kubelet runs with --node-ip <IPv4>,<IPv6> (the lab gives every node both), so
+    # hostNetwork pods (the agents) get both in status.podIPs. The pod network and Services stay IPv4.
+    dual_stack: bool = True
 
 
 @dataclass
@@ -165,6 +168,12 @@ class ClusterNode:
     pod_network: str
     directory: Path
     holder: subprocess.Popen | None = None
+    address6: str | None = None  # dual stack: the node's IPv6 address (its second InternalIP)
+
+    @property
+    def addresses(self) -> list[str]:
+        """Its InternalIPs, IPv4 first (the kubelet's --node-ip)."""
+        return [self.address, *([self.address6] if self.address6 else [])]
 
     @property
     def socket(self) -> Path:
@@ -243,7 +252,8 @@ class Cluster:
             assert n.netns
             self.nodes.append(ClusterNode(name=n.name, address=n.address, netns=n.netns,
                                           pod_network=str(self.plan.pod_network(i)),
-                                          directory=self.state / "nodes" / n.name))
+                                          directory=self.state / "nodes" / n.name,
+                                          address6=n.address6 if self.options.dual_stack else None))
             for cidr in (self.plan.pod_supernet, self.plan.service_cidr):
                 _run(["ip", "-n", n.netns, "route", "add", str(cidr), "dev", "wan0"])
             _run(["ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
@@ -281,8 +291,8 @@ class Cluster:
         pki = self.control_plane.pki
         # The node's identity (Node authorizer: system:node:<name>), its serving certificate, kube-proxy's.
         node_pki = _NodePki(pki, d / "pki", node, self.control_plane.server)
-        (d / "hosts").write_text(cfg.hosts_file(self.lab.host_address, [(n.name, n.address) for n in self.nodes],
-                                                node.name, socket.gethostname()))
+        (d / "hosts").write_text(cfg.hosts_file(self.lab.host_address, self._node_hosts(), node.name,
+                                                socket.gethostname()))
         (d / "resolv.conf").write_text("# tpcmesh-local cluster: no name servers outside the cluster\n"
                                        "options ndots:1\n")
         (d / "containerd.toml").write_text(cfg.containerd_config(
@@ -320,9 +330,15 @@ class Cluster:
                 raise ClusterError(f"node {node.name}: importing {archive} failed: {r.stderr.strip()[-800:]}")
         self._spawn(node, "kubelet", [
             str(binary("kubelet")), f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={node_pki.kubeconfig}",
-            f"--hostname-override={node.name}", f"--node-ip={node.address}", f"--root-dir={d / 'kubelet'}",
+            f"--hostname-override={node.name}", f"--node-ip={','.join(node.addresses)}",
+            f"--root-dir={d / 'kubelet'}",
             f"--cert-dir={d / 'pki'}", "--v=1"])
         self._spawn(node, "kube-proxy", [str(binary("kube-proxy")), f"--config={d / 'kube-proxy.yaml'}", "--v=1"])
+
+    def _node_hosts(self) -> list[tuple[str, str]]:
+        """(name, address) of every node address: a dual-stack node's name resolves to both (GridFTP on the IPv6
+        address looks it up)."""
+        return [(n.name, a) for n in self.nodes for a in n.addresses]
 
     def _spawn(self, node: ClusterNode, what: str, argv: list[str]) -> subprocess.Popen:
         assert self.lab
@@ -349,8 +365,7 @@ class Cluster:
         from kubernetes import client, utils
 
         assert self.plan
-        hosts = [(n.name, n.address) for n in self.nodes]
-        for doc in cfg.coredns_manifests(COREDNS_IMAGE, self.plan.dns_service_ip, hosts):
+        for doc in cfg.coredns_manifests(COREDNS_IMAGE, self.plan.dns_service_ip, self._node_hosts()):
             utils.create_from_dict(self.client(), doc)
 
         def available() -> bool:
@@ -441,7 +456,7 @@ class _NodePki:
                                   client=True, directory=d)
         self.kubeconfig = write_kubeconfig(d / "kubelet.kubeconfig", kubeconfig(server, pki.ca_cert, cert=crt,
                                                                                 key=key, user=node.name))
-        self.serving = pki.issue_pair("kubelet-serving", name(node.name), server_names=[node.address, node.name],
+        self.serving = pki.issue_pair("kubelet-serving", name(node.name), server_names=[*node.addresses, node.name],
                                       directory=d)
         pcrt, pkey = pki.issue_pair("kube-proxy", name("system:kube-proxy"), client=True, directory=d)
         self.proxy_kubeconfig = write_kubeconfig(d / "kube-proxy.kubeconfig", kubeconfig(
@@ -605,7 +620,7 @@ def _print_cluster(cluster: Cluster) -> None:
     assert cluster.lab is not None
     print(f"\nThe cluster is up: {len(cluster.nodes)} nodes")
     for n in cluster.nodes:
-        print(f"  {n.name:<10} {n.address:<15} pods {n.pod_network}")
+        print(f"  {n.name:<10} {n.address:<15} {n.address6 or '':<24} pods {n.pod_network}")
     for i, a in enumerate(cluster.nodes):
         for b in cluster.nodes[i + 1:]:
             print(f"  {a.name} <-> {b.name}: RTT {cluster.lab.profile.rtt_ms(a.name, b.name):g} ms")

@@ -217,6 +217,8 @@ class Lab:
         for n in self.nodes:
             names = [n.name, own] if n is node and own not in (x.name for x in self.nodes) else [n.name]
             lines.append(f"{n.address} {' '.join(names)}")
+            if n.address6:  # GridFTP on an IPv6 address looks it up too (no DNS here: it must be in the file)
+                lines.append(f"{n.address6} {' '.join(names)}")
         (directory / "hosts").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _start_delayline(self, host_device: str) -> None:

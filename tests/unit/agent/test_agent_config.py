@@ -61,3 +61,26 @@ def test_dual_stack_listens_on_both_and_binds_clients_by_the_peers_family(token)
     assert (s.local_address("2001:db8::a"), s.local_address("198.51.100.10")) == ("2001:db8::9", "198.51.100.9")
     single = load_settings([], {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1"})
     assert single.addresses == ("127.0.0.1",) and single.local_address("2001:db8::a") == "127.0.0.1"
+
+
+@pytest.mark.parametrize("address, pod_ips, addresses", [
+    ("192.0.2.7", "192.0.2.7,2001:db8::7", ("192.0.2.7", "2001:db8::7")),  # the chart: status.podIP, status.podIPs
+    ("2001:db8::7", "2001:db8::7,192.0.2.7", ("192.0.2.7", "2001:db8::7")),  # an IPv6-primary cluster
+    ("192.0.2.7", "192.0.2.7", ("192.0.2.7",)),  # a node with IPv4 alone
+    ("2001:db8::7", "2001:db8::7", ("2001:db8::7",)),  # an IPv6-only node
+    ("192.0.2.7", "", ("192.0.2.7",)),
+])
+def test_pod_ips_of_both_families_make_the_agent_dual_stack(token, address, pod_ips, addresses):
+    s = load_settings([], {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1",
+                           "TPCMESH_AGENT_ADDRESS": address, "TPCMESH_AGENT_POD_IPS": pod_ips})
+    assert s.addresses == addresses
+
+
+def test_an_explicit_address6_wins_over_pod_ips_and_a_bad_pod_ip_is_named(token):
+    base = {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1",
+            "TPCMESH_AGENT_ADDRESS": "192.0.2.7"}
+    s = load_settings([], {**base, "TPCMESH_AGENT_ADDRESS6": "2001:db8::9",
+                           "TPCMESH_AGENT_POD_IPS": "192.0.2.7,2001:db8::7"})
+    assert s.addresses == ("192.0.2.7", "2001:db8::9")
+    with pytest.raises(SettingsError, match="pod_ips: 'node-a' is not an IP address"):
+        load_settings([], {**base, "TPCMESH_AGENT_POD_IPS": "192.0.2.7,node-a"})

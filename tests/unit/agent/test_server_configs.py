@@ -121,6 +121,27 @@ def test_gridftp_binds_to_the_agent_address(tmp_path, security):
         assert argv[argv.index("-auth-level") + 1] == "0"
 
 
+def test_a_dual_stack_agent_runs_a_second_gridftp_server_on_its_ipv6_address(tmp_path):
+    from tpcmesh_agent.servers.supervisor import ServerSupervisor
+
+    dual = _settings(address6="2001:db8::7", protocols=("gridftp", "iperf3"), gridftp_security="anonymous",
+                     data_dir=tmp_path)
+    specs = {spec.name: spec.host for spec in ServerSupervisor(dual).specs()}
+    assert specs == {"gridftp": "127.0.1.7", "gridftp-ipv6": "2001:db8::7", "iperf3": "127.0.1.7",
+                     "iperf3-ipv6": "2001:db8::7"}
+    argv = configs.gridftp_argv(dual, tmp_path / "g.log", "nobody", "nogroup", "2001:db8::7")
+    assert argv[argv.index("-control-interface") + 1] == argv[argv.index("-data-interface") + 1] == "2001:db8::7"
+    single = _settings(protocols=("gridftp",), gridftp_security="anonymous", data_dir=tmp_path)
+    assert [spec.name for spec in ServerSupervisor(single).specs()] == ["gridftp"]
+
+
+def test_a_dual_stack_agents_local_tpc_instances_take_its_ipv6_address_too(tmp_path):
+    dual = _settings(address6="2001:db8::7", xrootd_root_tpc_port=11095)
+    lines = _directives(configs.xrootd_root_tpc_config(dual, configs.XrootdPaths(tmp_path)))
+    assert [line for line in lines if line.startswith("xrd.allow")] == [
+        "xrd.allow host 127.0.1.7", "xrd.allow host 127.0.0.1", "xrd.allow host [2001:db8::7]"]
+
+
 def test_gsiftp_environment_names_the_credential_and_the_ca_directory(tmp_path):
     env = configs.gridftp_env(tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
     assert env == {"X509_USER_CERT": str(tmp_path / "c.pem"), "X509_USER_KEY": str(tmp_path / "k.pem"),

@@ -16,9 +16,10 @@ Padberg and Rao's minimum odd cut (odd_set_cut_bound). Both are exact, in intege
 
 The schedule (``colour``): the fractional edge-colouring LP over matchings (min sum x_M subject to every edge
 covered by its demand), solved by column generation (HiGHS through highspy, one model warm-started as columns
-join; pricing = a maximum-weight matching under the duals: a greedy matching first, networkx's exact one when the
-greedy finds no improving column, which also certifies the optimum). Its integer rounding: diving (fix each
-matching's whole multiplicity, solve the LP of the rest again with new columns, until nothing is left); when that
+join; pricing = maximum-weight matchings under the duals: a few greedy ones, edge-disjoint, and networkx's exact
+one, whose weight gives the Farley lower bound, so the first LP stops once its ceiling is proven). Its integer
+rounding: diving (fix each matching's whole multiplicity, solve the LP of the rest again with a few new columns,
+until nothing is left); when that
 ends above the lower bound, the integer program over all the generated matchings (HiGHS branch and bound with a
 node limit, so the result does not depend on the machine's speed) and the better of the two. Each matching with
 its multiplicity is a block of rounds. Demands are large (two sites of 3 agents share 18 tests), so few matchings

@@ -24,8 +24,9 @@ Interface (shared with the local mode `tpcmesh-local`, which must not re-impleme
     executor.request_stop(reason, message)   # (from another task) cancel running tests, book them, finish as Failed
     await executor.load()   # without execute(): the stored status, for a delivery-only executor
 
-The status dict is the whole state (JSON, camelCase keys, stored as the TransferRun status; its bookkeeping is
-runstatus.py, its byte budget statusbudget.py, both pure): `phase`, `agents`
+The ports above (protocols, the cluster-free stores and directory, RunInfo, ExecutorOptions, Progress) live in
+runports.py and are re-exported here. The status dict is the whole state (JSON, camelCase keys, stored as the
+TransferRun status; its bookkeeping is runstatus.py, its byte budget statusbudget.py, both pure): `phase`, `agents`
 (frozen at the start so a resumed run plans the same rounds), `planned`, `done`, `succeeded`, `failed` (integer
 counts), `currentRound` (every test of the rounds before it is finished), `totalRounds`, `tests` (key -> {status, id,
 gbps, error} for the finished tests of the current round only), `recentFailures` (the latest failed tests with their
@@ -47,18 +48,14 @@ redone and no test runs twice.
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime as dt
 import functools
 import inspect
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from . import maintenance, metrics
 from .agents import Agent, AgentBusy, AgentRejected, AgentUnavailable
@@ -83,11 +80,25 @@ from .external_tests import (
 from .externals import PathEscapes
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .optimizer import LinkTuner, Tuning
-from .outbox import STATUS_BUDGET_BYTES, describe, migrate, settle
+from .outbox import describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
 from .probing import probe_pair
 from .results import MAX_BATCH, BatchTooLarge, DeliveryFailed, Outcome, deliver_with_backoff, post_bisecting
+from .runports import (  # re-exported: the executor's interface is runs.py's (its docstring)
+    AgentDirectory,
+    AgentsAPI,
+    EventCallback,
+    ExecutorOptions,
+    JsonFileStatusStore,
+    MemoryStatusStore,
+    Progress,
+    ProgressCallback,
+    ResultsAPI,
+    RunInfo,
+    StaticDirectory,
+    StatusStore,
+)
 from .runstatus import (
     TERMINAL,
     book_test,
@@ -109,117 +120,6 @@ log = logging.getLogger(__name__)
 
 FINAL = ("succeeded", "failed", "cancelled")  # an agent's test that has its record
 Request = dict[str, Any] | str  # a test's POST /api/v1/transfers body, or why there is none
-
-
-# ---------------------------------------------------------------- interfaces
-
-
-class StatusStore(Protocol):
-    async def load(self) -> dict[str, Any] | None: ...
-    async def save(self, status: dict[str, Any]) -> None: ...
-
-
-class AgentDirectory(Protocol):
-    async def agents(self) -> Sequence[Agent]: ...
-
-
-class AgentsAPI(Protocol):
-    async def prepare_fileset(self, agent: Agent, request: Mapping[str, Any], timeout: float = ...) -> dict: ...
-    async def start_transfer(self, agent: Agent, request: Mapping[str, Any]) -> dict: ...
-    async def get_transfer(self, agent: Agent, test_id: str) -> dict: ...
-    async def cancel_transfer(self, agent: Agent, test_id: str) -> dict | None: ...
-    async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict: ...
-    async def probe_path(self, agent: Agent, host: str) -> dict: ...
-
-
-class ResultsAPI(Protocol):
-    async def post_batch(self, batch: Mapping[str, Any]) -> dict: ...
-
-
-class MemoryStatusStore:
-    def __init__(self, status: dict[str, Any] | None = None) -> None:
-        self.status = copy.deepcopy(status) if status else None
-        self.saves = 0
-
-    async def load(self) -> dict[str, Any] | None:
-        return copy.deepcopy(self.status)
-
-    async def save(self, status: dict[str, Any]) -> None:
-        self.status = copy.deepcopy(status)
-        self.saves += 1
-
-
-class JsonFileStatusStore:
-    """The local mode's store: one JSON file, replaced atomically."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    async def load(self) -> dict[str, Any] | None:
-        if not self.path.exists():
-            return None
-        return json.loads(self.path.read_text())
-
-    async def save(self, status: dict[str, Any]) -> None:
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text(json.dumps(status, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
-
-
-class StaticDirectory:
-    """A fixed list of agents; `remove(node)` makes one vanish (tests, local mode when an agent dies)."""
-
-    def __init__(self, agents: Sequence[Agent]) -> None:
-        self._agents = {a.node: a for a in agents}
-
-    async def agents(self) -> Sequence[Agent]:
-        return list(self._agents.values())
-
-    def remove(self, node: str) -> None:
-        self._agents.pop(node, None)
-
-    def add(self, agent: Agent) -> None:
-        self._agents[agent.node] = agent
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    benchmark_namespace: str
-    benchmark_name: str
-    run_name: str
-    run_uid: str
-    benchmark_uid: str | None = None
-    scheduled_at: str | None = None
-    cluster: str | None = None  # the cluster delivered as (federation); None: the dashboard takes its token's
-
-
-@dataclass(frozen=True)
-class ExecutorOptions:
-    poll_interval: float = 1.0
-    unreachable_grace: float = 15.0  # how long an agent may not answer before its test fails
-    timeout_grace: float = 30.0  # slack on top of the spec's per-transfer timeout
-    fileset_timeout: float = 3600.0
-    delivery_max_seconds: float = 60.0  # backoff budget at the end of execute(); the rest waits for deliver()
-    save_every: float = 0.0  # min seconds between status saves while tests finish (0: after every test)
-    status_budget_bytes: int = STATUS_BUDGET_BYTES  # no new test starts while its measurement might not fit
-    backlog_retry_seconds: float = 30.0  # each delivery attempt while new tests wait for room
-
-
-@dataclass
-class Progress:
-    done: int
-    failed: int
-    total: int
-    round: int
-    rounds: int
-    gbps: float
-    running: list[str] = field(default_factory=list)
-    undelivered: int = 0
-
-
-ProgressCallback = Callable[[Progress], None]
-EventCallback = Callable[[str, str, str], None]
-
 
 
 # ---------------------------------------------------------------- the executor

@@ -281,7 +281,9 @@ def start_chart_agent(daemon: dict, pod, tmp_path, remap: dict[str, str]) -> age
     node, address = pod.spec.node_name, pod.status.pod_ip
     data_dir = tmp_path / f"{node}-data"
     data_dir.mkdir()
-    fields = {"spec.nodeName": node, "status.podIP": address}
+    # status.podIPs comes comma-separated from the downward API (agent.dualStack)
+    fields = {"spec.nodeName": node, "status.podIP": address,
+              "status.podIPs": ",".join(ip.ip for ip in pod.status.pod_ips or []) or address}
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPCMESH_AGENT_")}
     for e in daemon["env"]:
         env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e else \

@@ -132,7 +132,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["results.api.permissions.ReadAccess"],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "results.api.filtering.SingleValueFilterBackend",
         "results.api.ordering.OrderingFilter",
     ],
     "EXCEPTION_HANDLER": "results.api.errors.exception_handler",

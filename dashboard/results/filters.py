@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import django_filters as filters
 from django import forms
 from django.db.models import Q
@@ -46,9 +48,18 @@ class RFC3339Filter(filters.DateTimeFilter):
     field_class = RFC3339FormField
 
 
+class _StrictIntegerField(forms.IntegerField):
+    """An integer written as one (Django's own also takes `12.0` and `1e3`-free decimals ending in zeros)."""
+
+    def to_python(self, value):
+        if isinstance(value, str) and value.strip() and not re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            raise forms.ValidationError("%(v)r is not an integer", params={"v": value})
+        return super().to_python(value)
+
+
 @extend_schema_field(OpenApiTypes.INT)
 class IntegerFilter(filters.NumberFilter):
-    field_class = forms.IntegerField
+    field_class = _StrictIntegerField
 
 
 @extend_schema_field(OpenApiTypes.DOUBLE)

@@ -186,6 +186,8 @@ def odd_set_cut_bound(graph: SiteGraph, sites: Sequence[int]) -> int:
         within[u] += m
         within[v] += m
     lam = graph.max_degree
+    if len(keep) < 3:  # no odd set of three or more: Delta is the bound (and Gomory-Hu needs a graph)
+        return lam
     z = -1
     while True:
         g = nx.Graph()

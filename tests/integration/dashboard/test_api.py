@@ -554,3 +554,22 @@ def test_measurements_filter_by_auth_mode(client, write_key):
     assert sorted(m["id"] for m in both) == sorted([token["id"], x509["id"]])
     r = client.get("/api/v1/measurements/?auth=kerberos")
     assert r.status_code == 400 and r.json()["errors"][0]["field"] == "auth"
+
+
+@pytest.mark.parametrize(("query", "field", "words"), [
+    ("min_throughput_gbps=abc&min_throughput_gbps=", "min_throughput_gbps", "given 2 times"),  # the last, empty
+    ("streams=8&streams=1", "streams", "given 2 times"),
+    ("retransmits_min=5.0", "retransmits_min", "not an integer"),
+    ("retransmits_min=1e3", "retransmits_min", "not an integer"),
+])
+def test_list_filters_refuse_a_value_they_would_misread(client, query, field, words):
+    """A single-valued parameter given twice (Django reads the last: `abc` then empty would be no filter at all),
+    or an integer written as a decimal, is a 400 naming the parameter; several values where a filter takes them
+    (status) are fine."""
+    r = client.get(f"/api/v1/measurements/?{query}", HTTP_ACCEPT="application/json")
+    assert r.status_code == 400, r.content
+    errors = {e["field"]: e["message"] for e in r.json()["errors"]}
+    assert field in errors and words in errors[field], errors
+    ok = client.get("/api/v1/measurements/?status=failed&status=cancelled&retransmits_min=5",
+                    HTTP_ACCEPT="application/json")
+    assert ok.status_code == 200, ok.content

@@ -380,3 +380,10 @@ def test_round_policy_in_the_spec() -> None:
     assert parse_spec({}).round_policy == "nodeExclusive" and parse_spec({}).site_label == ZONE
     with pytest.raises(SpecError, match=r"spec.roundPolicy: must be one of nodeExclusive, siteExclusive, serial"):
         parse_spec({"roundPolicy": "parallel"})
+
+
+def test_the_odd_cut_bound_of_a_graph_without_tests_is_zero() -> None:
+    """A random subset of pairs may be empty (hypothesis found it in CI): no vertex, no odd set, no Gomory-Hu tree."""
+    for site_of, pairs in (([0, 1, 2], []), ([0, 0, 1], [(0, 2)])):
+        graph = siteschedule.SiteGraph.of(site_of, pairs)
+        assert siteschedule.odd_set_cut_bound(graph, graph.sites) == graph.max_degree

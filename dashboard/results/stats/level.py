@@ -31,4 +31,5 @@ def recent_level(values: Sequence[float], since: int = 0) -> Level | None:
         return Level(float(x[0]), float(x[0]), float(x[0]), len(x))
     ci = stats.bootstrap((x,), np.median, confidence_level=CONFIDENCE, n_resamples=2000, method="percentile",
                          random_state=np.random.default_rng(0)).confidence_interval
-    return Level(float(np.median(x)), float(ci.low), float(ci.high), len(x))
+    # a resampled median lies within the data; scipy's percentile interpolation can overshoot it by an ulp
+    return Level(float(np.median(x)), float(max(ci.low, x.min())), float(min(ci.high, x.max())), len(x))

@@ -233,8 +233,11 @@ class RunExecutor:
             self._frozen = {a["node"]: Agent.from_dict(a) for a in st["agents"]}
         _, out_pairs = maintenance.excluded(map(maintenance.Window.from_dict, st.get("maintenance") or []),
                                             self._frozen)
-        self.plan = plan({n: a.labels for n, a in self._frozen.items()}, self.spec, exclude_pairs=out_pairs,
-                         families={n: a.families for n, a in self._frozen.items()})
+        # in a thread: a siteExclusive plan solves an LP (seconds at many sites) and the loop serves every run,
+        # the probes and kopf's handlers meanwhile
+        self.plan = await asyncio.to_thread(plan, {n: a.labels for n, a in self._frozen.items()}, self.spec,
+                                            exclude_pairs=out_pairs,
+                                            families={n: a.families for n, a in self._frozen.items()})
         p = self.plan
         if resumed and st.get("totalRounds", p.num_rounds) != p.num_rounds:
             # currentRound counts the rounds planned at the start: another plan would redo or skip some

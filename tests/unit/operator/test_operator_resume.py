@@ -31,3 +31,26 @@ async def test_a_resumed_run_whose_plan_changed_stops_instead_of_redoing_rounds(
     failed = {c["type"]: c for c in st["conditions"]}["Failed"]
     assert failed["status"] == "True" and failed["reason"] == "PlanChanged"
     assert store.status["phase"] == "Failed"
+
+
+async def test_the_plan_is_made_off_the_event_loop(monkeypatch) -> None:
+    """A siteExclusive plan solves an LP (seconds at many sites): made on the loop it would stall every other run,
+    the probes and kopf's handlers, so the executor plans in a worker thread."""
+    import threading
+
+    from tpcmesh_operator import runs
+
+    planned_on, real_plan = [], runs.plan
+
+    def recording_plan(*args, **kwargs):
+        planned_on.append(threading.get_ident())
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "plan", recording_plan)
+    spec = parse_spec({"protocols": ["builtin"], "streams": [1], "latency": False})
+    status = initial_status(AGENTS) | {"phase": "Running", "totalRounds": 99, "currentRound": 4, "planned": 6,
+                                       "done": 2, "succeeded": 2, "failed": 0, "outbox": []}
+    info = RunInfo(benchmark_namespace="ns", benchmark_name="mesh", run_name="mesh-1", run_uid="uid-1")
+    st = await RunExecutor(spec, info, StaticDirectory(AGENTS), None, None, MemoryStatusStore(status)).execute()
+    assert "PlanChanged" in {c.get("reason") for c in st["conditions"]}  # it did plan, with the real planner
+    assert len(planned_on) == 1 and planned_on[0] != threading.get_ident()

@@ -16,7 +16,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from tpcmesh_agent.servers.supervisor import find_library, free_port
 from tpcmesh_operator import pki
 
 from tests.support.agents import TestPKI
-from tests.support.external_xrootd import wait_listening
+from tests.support.serving import serving
 
 HOST = configs.LOOPBACK
 RUN_USER = "nobody"
@@ -85,17 +84,10 @@ def _instance(role: str, root: Path, work: Path, agents_pki: TestPKI, ca_dir: Pa
     setpriv = shutil.which("setpriv")  # as the agents' supervisor: drop to the run user, die with this process
     argv = (configs.supervised_argv(configs.xrootd_argv(name, port, paths, None), RUN_USER, "nogroup", setpriv)
             if setpriv else configs.xrootd_argv(name, port, paths, RUN_USER))
-    with open(runtime / "stdout.log", "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=runtime)
-    try:
-        wait_listening(port, proc, [runtime / "stdout.log",
-                                    runtime / configs.instance_name(name, port) / "xrootd.log"],
-                       what=f"the anonymous {role} xrootd")
+    with serving(argv, HOST, port, runtime / "stdout.log",
+                 [runtime / configs.instance_name(name, port) / "xrootd.log"], f"the anonymous {role} xrootd",
+                 cwd=runtime):
         yield AnonymousXrootd(role, port, root)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-        proc.wait(timeout=10)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from tpcmesh_agent.servers.supervisor import free_port
 from tpcmesh_operator import pki
 
 from tests.support.agents import TestPKI
-from tests.support.external_xrootd import wait_listening
+from tests.support.serving import serving
 
 HOST = "127.0.0.1"
 RUN_USER = "nobody"
@@ -110,13 +110,8 @@ def external_gridftp(agents_pki: TestPKI, name: str = "site-g") -> Iterator[Exte
     env = {**os.environ, "X509_USER_CERT": str(cert), "X509_USER_KEY": str(key), "X509_CERT_DIR": str(ca_dir),
            "GRIDMAP": str(gridmap)}
     x = ExternalGridftp(HOST, port, work, site, agents_and_site, proxy, stranger, log)
-    with open(work / "stdout.log", "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
-        wait_listening(port, proc, [work / "stdout.log", log], "the external globus-gridftp-server")
-        yield x
+        with serving(argv, HOST, port, work / "stdout.log", [log], "the external globus-gridftp-server", env=env):
+            yield x
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-        proc.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)

@@ -17,9 +17,7 @@ import contextlib
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from tpcmesh_operator.tokens.claims import TokenRequest
 from tpcmesh_operator.tokens.issuer import TokenIssuer
 
 from tests.support.agents import TestPKI
+from tests.support.serving import serving
 from tests.support.tokens import running_issuer
 
 HOST = "127.0.0.1"
@@ -91,22 +90,6 @@ def _config(x: ExternalXrootd, admin: Path, cert: Path, key: Path, ca_dir: Path,
     ])
 
 
-def wait_listening(port: int, proc: subprocess.Popen, logs: list[Path], what: str = "the external xrootd",
-                   timeout: float = 30.0) -> None:
-    """Until the server listens on HOST:port; its logs' ends when it exits first. `what` names it."""
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            said = " | ".join(p.read_text(errors="replace")[-1500:] for p in logs if p.exists())
-            raise RuntimeError(f"{what} exited with {proc.returncode}: {said}")
-        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} did not listen on {HOST}:{port} within {timeout:g} s")
-
-
 @contextlib.contextmanager
 def external_xrootd(agents_pki: TestPKI, name: str = "site-x", scheme: str = "davs") -> Iterator[ExternalXrootd]:
     """Start the endpoint (root needed: the SciTokens plugin trusts the site issuer's CA only through a CA bundle
@@ -150,14 +133,9 @@ def external_xrootd(agents_pki: TestPKI, name: str = "site-x", scheme: str = "da
         os.chown(cache, pw.pw_uid, pw.pw_gid)
         argv = configs.xrootd_private_ca_argv(bundle, ["xrootd", "-R", RUN_USER, "-c", str(config), "-l",
                                                         str(logs / "xrootd.log"), "-n", f"ext-{port}"])
-        with open(work / "stdout.log", "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                    cwd=logs, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
         try:
-            wait_listening(port, proc, [work / "stdout.log", log])
-            yield x
+            with serving(argv, HOST, port, work / "stdout.log", [log], "the external xrootd", cwd=logs,
+                         env={**os.environ, "XDG_CACHE_HOME": str(cache)}):
+                yield x
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
-            proc.wait(timeout=10)
             shutil.rmtree(work, ignore_errors=True)

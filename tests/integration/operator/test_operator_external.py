@@ -15,27 +15,24 @@ from __future__ import annotations
 
 import json
 import ssl
-import uuid
 
 import httpx
 import pytest
-from tpcmesh_operator.agents import Agent, AgentsClient
 from tpcmesh_operator.external_cleanup import clean_up
 from tpcmesh_operator.external_io import StaticCredentials
 from tpcmesh_operator.external_tests import EXTERNAL_LABEL, bench_dir
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.runs import RunExecutor
 from tpcmesh_operator.spec import parse_spec, to_dict
 
 from tests.integration.agent.test_protocols import xrootd_ports
+from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, trusting_mesh, with_endpoint
 from tests.support.external_xrootd import external_xrootd
 from tests.support.tokens import running_issuer
 from tests.unit.operator.test_operator_contract import validator
 
 pytestmark = pytest.mark.integration
 
-FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=1.0)
 PATH = "/store/tpcmesh"
-COUNT, SIZE = 2, 1_000_000
 SCOPES = (f"storage.read:{PATH}", f"storage.create:{PATH}", f"storage.modify:{PATH}")
 
 
@@ -48,37 +45,19 @@ def site(tpcmesh_pki):
 @pytest.fixture(scope="module")
 def mesh(module_agent_factory, site, tmp_path_factory):
     """Two x509-mode agents that trust the site's CA beside their own (their ca_file holds both)."""
-    token = "mesh-" + uuid.uuid4().hex
-    f = tmp_path_factory.mktemp("ext") / "token"
-    f.write_text(token + "\n")
-    handles = [module_agent_factory(protocols=("xrootd-https",), run_user="nobody", token_file=f,
-                                    ca_file=site.agents_ca_file, **xrootd_ports()) for _ in range(2)]
-    agents = [Agent(node=h.name, address=h.address,
-                    ports={"control": h.api_port, "xrootd-https": h.ports["xrootd_https_port"]}) for h in handles]
-    return token, agents
+    return trusting_mesh(module_agent_factory, tmp_path_factory.mktemp("ext"), site.agents_ca_file, "xrootd-https",
+                         xrootd_ports, "xrootd_https_port")
 
 
 def _spec(site, url=None, path=PATH, role="both", auth="x509"):
-    return parse_spec({
-        "protocols": ["xrootd-https"], "streams": [1], "concurrency": 2, "auth": auth,
-        "fileSet": {"count": COUNT, "size": SIZE}, "latency": {"enabled": False}, "loopback": {"enabled": False},
-        "timeoutSeconds": 60, "retries": 0,
-        "externalEndpoints": [{"name": "site-x", "url": url or site.url, "path": path, "credentials": "site-x-cred",
-                               "role": role}],
-    })
+    return parse_spec(one_endpoint_spec("xrootd-https", {"name": "site-x", "url": url or site.url, "path": path,
+                                                         "credentials": "site-x-cred", "role": role}, auth))
 
 
 async def _run(mesh, tpcmesh_pki, site, spec, token, name="ext-bench",
                issuer=None) -> tuple[dict, list, RunExecutor]:
-    mesh_token, agents = mesh
-    events: list = []
-    info = RunInfo("default", name, f"run-{uuid.uuid4().hex[:6]}", str(uuid.uuid4()))
-    async with AgentsClient(mesh_token, tpcmesh_pki.ca_file) as ac:
-        ex = RunExecutor(spec, info, StaticDirectory(agents), ac, None, MemoryStatusStore(), options=FAST,
-                         on_event=lambda *e: events.append(e),
-                         external_credentials=_credentials(token), token_issuer=issuer,
-                         external_ca_file=str(site.site_pki.ca_file))
-        return await ex.execute(), events, ex
+    return await run_external(mesh, tpcmesh_pki.ca_file, spec, {"site-x-cred": {"token": token}},
+                              str(site.site_pki.ca_file), name, token_issuer=issuer)
 
 
 def _credentials(token: str) -> StaticCredentials:
@@ -86,7 +65,7 @@ def _credentials(token: str) -> StaticCredentials:
 
 
 def _external(st: dict) -> list[dict]:
-    return [m for m in st["outbox"] if "site-x" in (m["source"], m["destination"])]
+    return with_endpoint(st, "site-x")
 
 
 async def test_external_source_and_destination_with_real_copies(mesh, tpcmesh_pki, site) -> None:
@@ -207,15 +186,8 @@ def agents_issuer(tpcmesh_pki):
 @pytest.fixture(scope="module")
 def token_mesh(module_agent_factory, site, agents_issuer, tmp_path_factory):
     """Two token-mode agents: their public instances serve /sets only to a read token of the agents' issuer."""
-    token = "mesh-" + uuid.uuid4().hex
-    f = tmp_path_factory.mktemp("ext-tok") / "token"
-    f.write_text(token + "\n")
-    handles = [module_agent_factory(protocols=("xrootd-https",), run_user="nobody", token_file=f,
-                                    ca_file=site.agents_ca_file, xrootd_token_issuer=agents_issuer.issuer,
-                                    **xrootd_ports()) for _ in range(2)]
-    agents = [Agent(node=h.name, address=h.address,
-                    ports={"control": h.api_port, "xrootd-https": h.ports["xrootd_https_port"]}) for h in handles]
-    return token, agents
+    return trusting_mesh(module_agent_factory, tmp_path_factory.mktemp("ext-tok"), site.agents_ca_file,
+                         "xrootd-https", xrootd_ports, "xrootd_https_port", xrootd_token_issuer=agents_issuer.issuer)
 
 
 async def test_token_mode_the_endpoint_pulls_with_a_read_token_minted_for_the_agent(token_mesh, tpcmesh_pki, site,

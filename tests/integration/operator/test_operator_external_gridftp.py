@@ -16,10 +16,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 
 import pytest
-from tpcmesh_operator.agents import Agent
 from tpcmesh_operator.external_cleanup import clean_up
 from tpcmesh_operator.external_io import StaticCredentials
 from tpcmesh_operator.external_tests import bench_dir
@@ -27,7 +25,7 @@ from tpcmesh_operator.runs import RunExecutor
 from tpcmesh_operator.spec import parse_spec, to_dict
 
 from tests.support.external_gridftp import external_gridftp
-from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, with_endpoint
+from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, trusting_mesh, with_endpoint
 from tests.unit.operator.test_operator_contract import validator
 
 pytestmark = pytest.mark.integration
@@ -42,17 +40,10 @@ def site(tpcmesh_pki):
 
 @pytest.fixture(scope="module")
 def mesh(module_agent_factory, site, tmp_path_factory):
-    """Two agents measuring gridftp (gsiftp) whose CA directory holds the site's CA beside their own."""
     from tpcmesh_agent.servers.supervisor import free_port
 
-    token = "mesh-" + uuid.uuid4().hex
-    f = tmp_path_factory.mktemp("ext-gsiftp") / "token"
-    f.write_text(token + "\n")
-    handles = [module_agent_factory(protocols=("gridftp",), run_user="nobody", token_file=f,
-                                    ca_file=site.agents_ca_file, gridftp_port=free_port()) for _ in range(2)]
-    agents = [Agent(node=h.name, address=h.address,
-                    ports={"control": h.api_port, "gridftp": h.ports["gridftp_port"]}) for h in handles]
-    return token, agents
+    return trusting_mesh(module_agent_factory, tmp_path_factory.mktemp("ext-gsiftp"), site.agents_ca_file, "gridftp",
+                         lambda: {"gridftp_port": free_port()}, "gridftp_port")
 
 
 def _spec(site, url=None, path=None, role="both"):

@@ -17,10 +17,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 
 import pytest
-from tpcmesh_operator.agents import Agent
 from tpcmesh_operator.external_cleanup import clean_up
 from tpcmesh_operator.external_io import StaticCredentials
 from tpcmesh_operator.external_tests import bench_dir
@@ -28,7 +26,14 @@ from tpcmesh_operator.runs import RunExecutor
 from tpcmesh_operator.spec import parse_spec, to_dict
 
 from tests.integration.agent.test_protocols import xrootd_ports
-from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, with_endpoint
+from tests.support.external_runs import (
+    COUNT,
+    SIZE,
+    one_endpoint_spec,
+    run_external,
+    trusting_mesh,
+    with_endpoint,
+)
 from tests.support.external_xrootd import external_xrootd
 from tests.unit.operator.test_operator_contract import validator
 
@@ -46,15 +51,8 @@ def site(tpcmesh_pki):
 
 @pytest.fixture(scope="module")
 def mesh(module_agent_factory, site, tmp_path_factory):
-    """Two agents measuring xrootd-root that trust the site's CA beside their own (their CA directory holds both)."""
-    token = "mesh-" + uuid.uuid4().hex
-    f = tmp_path_factory.mktemp("ext-root") / "token"
-    f.write_text(token + "\n")
-    handles = [module_agent_factory(protocols=("xrootd-root",), run_user="nobody", token_file=f,
-                                    ca_file=site.agents_ca_file, **xrootd_ports()) for _ in range(2)]
-    agents = [Agent(node=h.name, address=h.address,
-                    ports={"control": h.api_port, "xrootd-root": h.ports["xrootd_root_port"]}) for h in handles]
-    return token, agents
+    return trusting_mesh(module_agent_factory, tmp_path_factory.mktemp("ext-root"), site.agents_ca_file,
+                         "xrootd-root", xrootd_ports, "xrootd_root_port")
 
 
 def _spec(site, url=None, path=PATH, role="both"):

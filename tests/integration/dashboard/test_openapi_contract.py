@@ -100,7 +100,9 @@ def keep_cross_field_rules(body):
         if not isinstance(m, dict):
             continue
         _ordered(m, "started_at", "finished_at")
-        if isinstance(m.get("source"), str) and m.get("destination") == m["source"]:
+        # equal as the dashboard reads them: it trims names (so "\x1c0" is "0")
+        if (isinstance(m.get("source"), str) and isinstance(m.get("destination"), str)
+                and m["destination"].strip() == m["source"].strip()):
             m["destination"] = (m["source"][:250] + "-to").strip() or "to"
         files = m.get("files")
         for f in files if isinstance(files, list) else []:

@@ -540,71 +540,88 @@ def pair_errors(a: Node, b: Node, bench: Benchmark | None = None, limit: int = 2
     return list(qs.order_by("-finished_at")[:limit])
 
 
-def _pair_rtts(bench: Benchmark) -> dict[tuple[int, int], float]:
+def _pair_rtts(bench: Benchmark) -> dict[tuple[int, int, str], float]:
+    """The latest RTT per (source, destination, address family): an IPv6 path is not the IPv4 one's."""
     rows = PairLatest.objects.filter(benchmark=bench, protocol="rtt").values_list(
-        "source_id", "destination_id", "rtt_ms"
+        "source_id", "destination_id", "address_family", "rtt_ms"
     )
-    return {(s, d): v for s, d, v in rows if v is not None}
+    return {(s, d, f): v for s, d, f, v in rows if v is not None}
+
+
+def _variant(family: str, cc: str | None, auth: str | None) -> dict[str, Any]:
+    """The settings beside protocol and streams that make a cell a cell of its own: comparisons never mix them."""
+    return {"address_family": family, "congestion_control": cc or "", "auth": auth or ""}
 
 
 def throughput_vs_rtt(bench: Benchmark) -> dict[str, list[dict[str, Any]]]:
-    """Latest throughput of every pair against its RTT, per protocol (the 003 paper's figure 7)."""
+    """Latest throughput of every pair against its RTT (of the same address family), per protocol (the 003 paper's
+    figure 7)."""
     rtts = _pair_rtts(bench)
     names = dict(Node.objects.values_list("id", "name"))
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     rows = PairLatest.objects.filter(benchmark=bench).exclude(protocol="rtt").values_list(
-        "protocol", "streams", "source_id", "destination_id", "throughput_gbps", "rtt_ms"
+        "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
+        "throughput_gbps", "rtt_ms"
     )
-    for protocol, st, src, dst, gbps, own_rtt in rows:
-        rtt = own_rtt if own_rtt is not None else rtts.get((src, dst), rtts.get((dst, src)))  # RTT is symmetric
+    for protocol, st, family, cc, auth, src, dst, gbps, own_rtt in rows:
+        # RTT is symmetric: a direction without its own probe takes the other's
+        rtt = own_rtt if own_rtt is not None else rtts.get((src, dst, family), rtts.get((dst, src, family)))
         if gbps is None or rtt is None:
             continue
         out[protocol].append({"source": names[src], "destination": names[dst], "streams": st, "rtt_ms": rtt,
-                              "throughput_gbps": gbps})
+                              "throughput_gbps": gbps, **_variant(family, cc, auth)})
     return dict(out)
 
 
 def streams_pairs(bench: Benchmark, protocol: str | None = None, low: int = 1, high: int = 8) -> list[dict[str, Any]]:
-    """Pairs measured with `low` and `high` streams: both latest throughputs (the 003 paper's figure 8)."""
+    """Pairs measured with `low` and `high` streams: both latest throughputs (the 003 paper's figure 8), each
+    address family, congestion control and auth mode a pair of its own."""
     qs = PairLatest.objects.filter(benchmark=bench, streams__in=[low, high]).exclude(protocol__in=["rtt", "iperf3"])
     if protocol:
         qs = qs.filter(protocol=protocol)
     names = dict(Node.objects.values_list("id", "name"))
     by_key: dict[tuple, dict[int, float]] = defaultdict(dict)
-    for p, st, src, dst, gbps in qs.values_list(
-        "protocol", "streams", "source_id", "destination_id", "throughput_gbps"
+    for p, st, family, cc, auth, src, dst, gbps in qs.values_list(
+        "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
+        "throughput_gbps"
     ):
         if gbps is not None:
-            by_key[(p, src, dst)][st] = gbps
+            by_key[(p, family, cc or "", auth or "", src, dst)][st] = gbps
     out = []
-    for (p, src, dst), values in sorted(by_key.items()):
+    for (p, family, cc, auth, src, dst), values in sorted(by_key.items()):
         if low in values and high in values:
             out.append({"protocol": p, "source": names[src], "destination": names[dst],
-                        "low_streams": low, "high_streams": high, "low_gbps": values[low], "high_gbps": values[high]})
+                        "low_streams": low, "high_streams": high, "low_gbps": values[low], "high_gbps": values[high],
+                        **_variant(family, cc, auth)})
     return out
 
 
 def auth_pairs(bench: Benchmark, since: datetime) -> list[dict[str, Any]]:
     """Pairs of the token-capable protocols measured in more than one auth mode (token, x509, none) since ``since``:
-    each mode's mean throughput and run count, per protocol, stream setting and direction (grouped by the
-    database)."""
+    each mode's mean throughput and run count, per protocol, stream setting, address family, congestion control and
+    direction (grouped by the database)."""
     rows = (Measurement.objects
             .filter(benchmark=bench, protocol__in=TOKEN_PROTOCOLS, status="succeeded", auth__isnull=False,
                     throughput_gbps__isnull=False, finished_at__gte=since)
-            .values_list("protocol", "streams", "source_id", "destination_id", "auth")
+            .values_list("protocol", "streams", "address_family", "congestion_control", "source_id",
+                         "destination_id", "auth")
             .annotate(mean=Avg("throughput_gbps"), runs=Count("id")))
     by_key: dict[tuple, dict[str, tuple[float, int]]] = defaultdict(dict)
-    for protocol, st, src, dst, auth, mean, runs in rows:
-        by_key[(protocol, st or 0, src, dst)][auth] = (mean, runs)
+    for protocol, st, family, cc, src, dst, auth, mean, runs in rows:
+        # '' and NULL are the same default congestion control; their groups are one pair's
+        modes = by_key[(protocol, st or 0, family, cc or "", src, dst)]
+        m0, r0 = modes.get(auth, (0.0, 0))
+        modes[auth] = ((m0 * r0 + mean * runs) / (r0 + runs), r0 + runs)
     names = dict(Node.objects.values_list("id", "name"))
-    return [{"protocol": p, "streams": st, "source": names[src], "destination": names[dst],
-             "gbps": {a: v[0] for a, v in modes.items()}, "runs": {a: v[1] for a, v in modes.items()}}
-            for (p, st, src, dst), modes in sorted(by_key.items()) if len(modes) > 1]
+    return [{"protocol": p, "streams": st, "address_family": family, "congestion_control": cc, "source": names[src],
+             "destination": names[dst], "gbps": {a: v[0] for a, v in modes.items()},
+             "runs": {a: v[1] for a, v in modes.items()}}
+            for (p, st, family, cc, src, dst), modes in sorted(by_key.items()) if len(modes) > 1]
 
 
 def auth_summary(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per protocol, stream setting and mode: the median over pairs of the mode's throughput relative to x509 on
-    the same pair (x509, the mode every install has, is the reference)."""
+    the same pair, family and congestion control (x509, the mode every install has, is the reference)."""
     ratios: dict[tuple, list[float]] = defaultdict(list)
     for p in pairs:
         ref = p["gbps"].get("x509")

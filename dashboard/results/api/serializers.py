@@ -360,6 +360,9 @@ class RttPointSerializer(serializers.Serializer):
     streams = serializers.IntegerField()
     rtt_ms = serializers.FloatField()
     throughput_gbps = serializers.FloatField()
+    address_family = serializers.CharField()
+    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
+    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
 class StreamsPairSerializer(serializers.Serializer):
@@ -370,6 +373,9 @@ class StreamsPairSerializer(serializers.Serializer):
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()
     high_gbps = serializers.FloatField()
+    address_family = serializers.CharField()
+    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
+    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
 # ---- watching over time: changes, problems, maintenance ----

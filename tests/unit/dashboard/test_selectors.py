@@ -88,7 +88,8 @@ def test_pair_history_files_errors_and_comparisons(bench):
         ("a", 1, 12.5, 60), ("a", 8, 12.5, 40), ("b", 1, 12.5, 5)}  # b->a takes a->b's RTT (symmetric)
     pairs = selectors.streams_pairs(bench)
     assert pairs == [{"protocol": "xrootd-https", "source": "a", "destination": "b", "low_streams": 1,
-                      "high_streams": 8, "low_gbps": 60, "high_gbps": 40}]
+                      "high_streams": 8, "low_gbps": 60, "high_gbps": 40, "address_family": "ipv4",
+                      "congestion_control": "", "auth": ""}]
 
 
 def test_pair_files_are_the_latest_runs_per_direction_and_setting():
@@ -114,3 +115,33 @@ def test_pair_files_are_the_latest_runs_per_direction_and_setting():
     ]
     assert selectors.pair_latest_run_files(a, b)["run"] == "r4"  # every benchmark: the other one's newer run
     assert selectors.pair_latest_run_files(a, Node.objects.create(name="c")) is None
+
+
+def test_comparisons_never_mix_address_families_or_auth_modes():
+    """A pair measured over IPv4 and IPv6 (and in two auth modes): the streams pairs, the throughput-vs-RTT points
+    and the auth comparison each pair a value with one of its own family (IPv6's RTT, not IPv4's), never the newer
+    of two families or a mean over both."""
+    h = timedelta(hours=1)
+
+    def m(family, streams, gbps, hours, auth="x509", **kw):
+        out = measurement("a", "b", streams=streams, gbps=gbps, finished=NOW - hours * h, **kw)
+        out["address_family"] = family
+        if out["protocol"] != "rtt":
+            out["auth"] = auth
+        return out
+
+    ingest(batch([m("ipv4", 1, 10, 5), m("ipv4", 8, 40, 5), m("ipv6", 1, 2, 4), m("ipv6", 8, 4, 4),
+                  m("ipv4", 1, 8, 3, auth="token"),
+                  m("ipv4", None, None, 5, protocol="rtt", rtt_ms=10.0),
+                  m("ipv6", None, None, 4, protocol="rtt", rtt_ms=30.0)]))
+    bench = Benchmark.objects.get()
+    pairs = selectors.streams_pairs(bench)
+    assert sorted((p["address_family"], p["auth"], p["low_gbps"], p["high_gbps"]) for p in pairs) == [
+        ("ipv4", "x509", 10, 40), ("ipv6", "x509", 2, 4)]
+    rtt = selectors.throughput_vs_rtt(bench)["xrootd-https"]
+    assert sorted((p["address_family"], p["auth"], p["streams"], p["rtt_ms"]) for p in rtt) == [
+        ("ipv4", "token", 1, 10.0), ("ipv4", "x509", 1, 10.0), ("ipv4", "x509", 8, 10.0),
+        ("ipv6", "x509", 1, 30.0), ("ipv6", "x509", 8, 30.0)]
+    modes = selectors.auth_pairs(bench, NOW - 24 * h)
+    assert [(p["address_family"], p["streams"], p["gbps"]) for p in modes] == [("ipv4", 1, {"x509": 10, "token": 8})]
+    assert selectors.auth_summary(modes)[0]["median_ratio"] == pytest.approx(0.8)

@@ -85,11 +85,18 @@ window.tpcmesh = (function () {
     }
   }
 
+  // What else makes a point's cell its own (IPv6, a congestion control, an auth mode): in its dataset's label.
+  const variant = (p) => [p.address_family === "ipv6" ? "IPv6" : "", p.congestion_control || "", p.auth || ""]
+    .filter(Boolean).map((v) => " · " + v).join("");
+
   function comparePage(data) {
-    // One dataset per protocol and stream setting: its own colour, and a point shape per stream setting.
+    // One dataset per protocol and setting: its own colour, and a point shape per stream setting.
     const settings = {};
     for (const [protocol, points] of Object.entries(data.rtt))
-      for (const p of points) (settings[protocol + " ×" + (p.streams || 1)] = settings[protocol + " ×" + (p.streams || 1)] || []).push(p);
+      for (const p of points) {
+        const label = protocol + " ×" + (p.streams || 1) + variant(p);
+        (settings[label] = settings[label] || []).push(p);
+      }
     const streamCounts = [...new Set(Object.values(data.rtt).flat().map((p) => p.streams || 1))].sort((a, b) => a - b);
     const rttSets = Object.entries(settings).map(([label, points], k) => ({
       label, backgroundColor: color(k), borderColor: color(k), pointRadius: 4,
@@ -103,7 +110,10 @@ window.tpcmesh = (function () {
           label: (ctx) => ctx.dataset.label + " " + ctx.raw.pair + ": " + ctx.parsed.y.toFixed(2) + " Gbit/s at " + ctx.parsed.x.toFixed(1) + " ms" } } } },
     });
     const byProto = {};
-    for (const p of data.streams) (byProto[p.protocol] = byProto[p.protocol] || []).push({ x: p.low_gbps, y: p.high_gbps });
+    for (const p of data.streams) {
+      const label = p.protocol + variant(p);
+      (byProto[label] = byProto[label] || []).push({ x: p.low_gbps, y: p.high_gbps });
+    }
     const max = Math.max(1, ...data.streams.flatMap((p) => [p.low_gbps, p.high_gbps]));
     const sets = Object.entries(byProto).map(([protocol, pts], k) => ({ label: protocol, data: pts, backgroundColor: color(k), pointRadius: 2 }));
     sets.push({ label: "equal", data: [{ x: 0, y: 0 }, { x: max, y: max }], showLine: true, borderColor: "#999", borderDash: [4, 4], pointRadius: 0 });
@@ -121,7 +131,7 @@ window.tpcmesh = (function () {
       if (p.gbps.x509 === undefined) continue;
       for (const [mode, gbps] of Object.entries(p.gbps)) {
         if (mode === "x509") continue;
-        const label = mode + " · " + p.protocol + " ×" + (p.streams || 1);
+        const label = mode + " · " + p.protocol + " ×" + (p.streams || 1) + variant({ ...p, auth: "" });
         (authSets[label] = authSets[label] || []).push({ x: p.gbps.x509, y: gbps, pair: p.source + " → " + p.destination });
       }
     }

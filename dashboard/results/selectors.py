@@ -479,19 +479,33 @@ def link_observations(source: Node, destination: Node, protocol: str, bench: Ben
     return [o for o in (Observation.of(*row) for row in rows) if o is not None]
 
 
+def _variant(family: str, cc: str | None, auth: str | None) -> dict[str, Any]:
+    """The settings beside protocol and streams that make a cell a cell of its own: comparisons never mix them."""
+    return {"address_family": family, "congestion_control": cc or "", "auth": auth or ""}
+
+
+def setting_label(row: dict[str, Any]) -> str:
+    """'xrootd-https ×8', then what else sets the row apart: ' IPv6', a congestion control, an auth mode."""
+    extra = ["IPv6" if row.get("address_family") == "ipv6" else "", row.get("congestion_control") or "",
+             row.get("auth") or ""]
+    return " ".join([f'{row["protocol"]} ×{row.get("streams") or 1}', *filter(None, extra)])
+
+
 def pair_repeated_cells(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
     """The pair's grid cells (both directions) whose value is a median of a run's repeats (spec.repeats)."""
     qs = PairLatest.objects.filter(Q(source=a, destination=b) | Q(source=b, destination=a), repeats__gt=1)
     if bench is not None:
         qs = qs.filter(benchmark=bench)
-    return list(qs.order_by("protocol", "streams", "source__name").values(
-        "source__name", "destination__name", "protocol", "streams", "throughput_gbps", "low", "high", "repeats",
-        "finished_at"))
+    rows = qs.order_by("protocol", "streams", "address_family", "congestion_control", "auth", "source__name").values(
+        "source__name", "destination__name", "protocol", "streams", "address_family", "congestion_control", "auth",
+        "throughput_gbps", "low", "high", "repeats", "finished_at")
+    return [{**r, "setting": setting_label(r)} for r in rows]
 
 
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:
     """Per-file durations of the latest run that has per-file results for this pair: one group per direction
-    and setting (protocol, streams) of that run, each with its files' seconds and a summary. None without any."""
+    and setting (protocol, streams, address family, congestion control, auth mode) of that run, each with its
+    files' seconds and a summary. None without any."""
     qs = Measurement.objects.filter(_pair_q(a, b))
     if bench is not None:
         qs = qs.filter(benchmark=bench)
@@ -503,11 +517,15 @@ def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> d
     groups: dict[tuple, dict[str, Any]] = {}
     files = FileTransfer.objects.filter(measurement__in=qs.filter(run=run)).order_by("name").values_list(
         "measurement__source_id", "measurement__destination_id", "measurement__protocol", "measurement__streams",
+        "measurement__address_family", "measurement__congestion_control", "measurement__auth",
         "name", "seconds", "error")
-    for src, dst, protocol, streams, name, seconds, error in files:
-        g = groups.setdefault((names[src], names[dst], protocol, streams or 0), {
-            "source": names[src], "destination": names[dst], "protocol": protocol, "streams": streams,
-            "files": [], "failed": 0})
+    for src, dst, protocol, streams, family, cc, auth, name, seconds, error in files:
+        key = (names[src], names[dst], protocol, streams or 0, family, cc or "", auth or "")
+        if key not in groups:
+            groups[key] = {"source": names[src], "destination": names[dst], "protocol": protocol, "streams": streams,
+                           **_variant(family, cc, auth), "files": [], "failed": 0}
+            groups[key]["setting"] = setting_label(groups[key])
+        g = groups[key]
         if seconds is None or error:
             g["failed"] += 1
         else:
@@ -548,9 +566,6 @@ def _pair_rtts(bench: Benchmark) -> dict[tuple[int, int, str], float]:
     return {(s, d, f): v for s, d, f, v in rows if v is not None}
 
 
-def _variant(family: str, cc: str | None, auth: str | None) -> dict[str, Any]:
-    """The settings beside protocol and streams that make a cell a cell of its own: comparisons never mix them."""
-    return {"address_family": family, "congestion_control": cc or "", "auth": auth or ""}
 
 
 def throughput_vs_rtt(bench: Benchmark) -> dict[str, list[dict[str, Any]]]:

@@ -283,7 +283,7 @@ def pair_page(request, source: str, destination: str):
         "paths": [[int(p.at.timestamp() * 1000), f"{p.source} → {p.destination}: path changed"]
                   for p in paths if p.changed],
         # The latest run's per-file seconds: a strip of points per direction and setting, with the median.
-        "files": [{"label": [f'{g["source"]} → {g["destination"]}', f'{g["protocol"]} ×{g["streams"] or 1}'],
+        "files": [{"label": [f'{g["source"]} → {g["destination"]}', g["setting"]],
                    "points": [[f["seconds"], f["name"]] for f in g["files"]], "median": g["summary"]["median"]}
                   for g in groups],
     }

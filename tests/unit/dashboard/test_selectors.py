@@ -145,3 +145,17 @@ def test_comparisons_never_mix_address_families_or_auth_modes():
     modes = selectors.auth_pairs(bench, NOW - 24 * h)
     assert [(p["address_family"], p["streams"], p["gbps"]) for p in modes] == [("ipv4", 1, {"x509": 10, "token": 8})]
     assert selectors.auth_summary(modes)[0]["median_ratio"] == pytest.approx(0.8)
+
+
+def test_the_pair_pages_files_and_repeats_keep_families_apart():
+    """A run that measured a→b over IPv4 and IPv6: two strips of per-file seconds, each named by its setting."""
+    v4 = measurement("a", "b", files=2, finished=NOW)
+    v6 = measurement("a", "b", files=3, finished=NOW)
+    v6["address_family"] = "ipv6"
+    ingest(batch([v4, v6], run="r1"))
+    a, b = Node.objects.get(name="a"), Node.objects.get(name="b")
+    files = selectors.pair_latest_run_files(a, b, Benchmark.objects.get())
+    assert [(g["setting"], len(g["files"])) for g in files["groups"]] == [("xrootd-https ×1", 2),
+                                                                         ("xrootd-https ×1 IPv6", 3)]
+    assert selectors.setting_label({"protocol": "builtin", "streams": 8, "address_family": "ipv4",
+                                    "congestion_control": "bbr", "auth": "token"}) == "builtin ×8 bbr token"

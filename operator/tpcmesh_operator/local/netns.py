@@ -312,13 +312,14 @@ class Lab:
                 return
             self._closed = True
             processes = list(self._processes)
-        for proc, _, _ in processes:
-            _terminate(proc)
+        # the lab's processes first (they may still send through the delay line), all at once: one grace period
+        # for all of them, so Ctrl-C stays quick however many agents the lab runs
+        _terminate_all([proc for proc, _, _ in processes])
         if self._delayline is not None:
             if self._delayline.stdin:
                 with contextlib.suppress(OSError):
                     self._delayline.stdin.close()
-            _terminate(self._delayline)
+            _terminate_all([self._delayline])
         for node in self.nodes:
             if node.netns:
                 remove_namespace(node.netns)
@@ -486,23 +487,27 @@ def _address_free(address: str) -> bool:
     return True
 
 
-def _terminate(proc: subprocess.Popen, grace: float = 3.0) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except OSError:
-        with contextlib.suppress(OSError):
-            proc.terminate()
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            proc.kill()
+def _terminate_all(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
+    """SIGTERM to each process group, then one shared grace period, then SIGKILL to what is left."""
+    alive = [p for p in procs if p.poll() is None]
+    for proc in alive:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except OSError:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in alive:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(grace)
+            proc.wait(max(0.0, deadline - time.monotonic()))
+    for proc in alive:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(grace)
 
 
 def _ip(*args: str) -> str:

@@ -67,9 +67,12 @@ class Demo:
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, prefix: Sequence[str] = ()) -> None:
         self.lines: list[str] = []
+        # Ctrl-C as a terminal sends it: a test run started in the background (`cmd &` in a script) inherits
+        # SIGINT ignored, and Python then never turns it into KeyboardInterrupt, so the demo would not stop
         self.proc = subprocess.Popen([*prefix, str(VENV_BIN / "tpcmesh-local"), "demo", *args], cwd=REPO,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})},
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

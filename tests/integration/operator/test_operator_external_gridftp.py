@@ -3,10 +3,13 @@ parts only: two real agents measuring gridftp and an "external" globus-gridftp-s
 own CA, GSI authentication only, a grid-mapfile naming its one user and -restrict-paths to its store
 (tests/support/external_gridftp.py). The site's credential is an X509 proxy made with grid-proxy-init.
 
-- As a source: the operator uploads the set once (an agent pushes it with globus-url-copy -cd), checks every file's
-  size and adler32 through gfal2 (the server's CKSM), and each agent pulls from the endpoint with the site's proxy.
-- As a destination: the agent pushes its copy of the set (globus-url-copy -verify-checksum); the operator removes the
-  copies (globus-url-copy cannot delete; gfal2 can).
+- Every copy is third party, between an agent's GridFTP server (the agent's host certificate) and the endpoint's
+  (the site's proxy): the agents' servers' transfer logs and the endpoint's name each other as the data channel's
+  peer, which a copy through the agent's own client (a file:// end) would not.
+- As a source: the operator uploads the set once (an agent's server sends it, globus-url-copy -cd), checks every
+  file's size and adler32 through gfal2 (the server's CKSM), and each agent's server receives it from the endpoint.
+- As a destination: the agent's server sends its copy of the set (-verify-checksum: both servers' adler32); the
+  operator removes the copies (globus-url-copy cannot delete; gfal2 can).
 - Deleting the benchmark removes its files over gsiftp; a wrong credential, an unreachable endpoint and a path the
   endpoint refuses fail each external pair with a reason naming the endpoint; the mesh's own pair is untouched.
 """
@@ -24,7 +27,7 @@ from tpcmesh_operator.external_tests import bench_dir
 from tpcmesh_operator.runs import RunExecutor
 from tpcmesh_operator.spec import parse_spec, to_dict
 
-from tests.support.external_gridftp import external_gridftp
+from tests.support.external_gridftp import external_gridftp, transfers
 from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, trusting_mesh, with_endpoint
 from tests.unit.operator.test_operator_contract import validator
 
@@ -39,11 +42,29 @@ def site(tpcmesh_pki):
 
 
 @pytest.fixture(scope="module")
-def mesh(module_agent_factory, site, tmp_path_factory):
+def agents(module_agent_factory, site, tmp_path_factory):
+    """The mesh (its token, its agents) and the agents' handles (their data dirs hold their servers' logs)."""
     from tpcmesh_agent.servers.supervisor import free_port
 
-    return trusting_mesh(module_agent_factory, tmp_path_factory.mktemp("ext-gsiftp"), site.agents_ca_file, "gridftp",
+    handles: list = []
+
+    def factory(**settings):
+        handles.append(module_agent_factory(**settings))
+        return handles[-1]
+
+    mesh = trusting_mesh(factory, tmp_path_factory.mktemp("ext-gsiftp"), site.agents_ca_file, "gridftp",
                          lambda: {"gridftp_port": free_port()}, "gridftp_port")
+    return mesh, handles
+
+
+@pytest.fixture(scope="module")
+def mesh(agents):
+    return agents[0]
+
+
+def _served(handle) -> list[dict[str, str]]:
+    """What the agent's own GridFTP server logged as transferred (its -log-transfer file)."""
+    return transfers(handle.data_dir / "data" / "servers" / "gridftp" / "transfers.log")
 
 
 def _spec(site, url=None, path=None, role="both"):
@@ -78,7 +99,9 @@ def _put(site, relative: str) -> None:
                    env=env, check=True, capture_output=True, timeout=60)
 
 
-async def test_gsiftp_source_and_destination_with_real_copies(mesh, tpcmesh_pki, site) -> None:
+async def test_gsiftp_source_and_destination_with_real_copies(agents, mesh, tpcmesh_pki, site) -> None:
+    before = {h.name: len(_served(h)) for h in agents[1]}
+    site_before = len(transfers(site.transfer_log))
     st, events, ex = await _run(mesh, tpcmesh_pki, site, _spec(site), site.proxy_pem)
     ext = _external(st)
     assert (st["planned"], st["succeeded"], st["failed"]) == (6, 6, 0), st.get("recentFailures")
@@ -89,6 +112,26 @@ async def test_gsiftp_source_and_destination_with_real_copies(mesh, tpcmesh_pki,
     sets = f"{bench_dir('default', 'ftp-bench')}/sets/{COUNT}x{SIZE}"
     names = sorted({f["name"] for m in st["outbox"] for f in m.get("files") or []})
     assert site.files() == [f"{sets}/{f}" for f in names]  # the set once; every copy into the endpoint removed
+
+    # third party: each agent's own server sent its set to the endpoint (as a test; one of them also uploaded the
+    # set) and received the endpoint's copy into the test's incoming directory, the endpoint the data channel's
+    # peer (as the in-mesh pair's, the unbound side shows as 127.0.0.1 here: the test's directory tells them
+    # apart); the endpoint sent its copies to the agents' addresses. A copy by the agent's client (a file:// end)
+    # leaves no line in the agent's server's log and shows the client's 127.0.0.1 to the endpoint.
+    site_peer, sent_by_all = f"[{site.address}]", 0
+    for h in agents[1]:
+        served = [t for t in _served(h)[before[h.name]:] if t["DEST"] == site_peer and t["CODE"] == "226"]
+        sent = sorted(t["FILE"].rsplit("/", 1)[1] for t in served if t["TYPE"] == "RETR")
+        assert sorted(set(sent)) == names and len(sent) in (COUNT, 2 * COUNT), (h.name, served)
+        [test_id] = [m["id"] for m in ext if (m["source"], m["destination"]) == ("site-g", h.name)]
+        received = sorted(t["FILE"].rsplit("/", 1)[1] for t in served
+                          if t["TYPE"] == "STOR" and f"/incoming/{test_id}/" in t["FILE"])
+        assert received == names, (h.name, test_id, served)
+        assert {t["NBYTES"] for t in served} == {str(SIZE)}
+        sent_by_all += len(sent)
+    assert sent_by_all == 3 * COUNT  # two tests into the endpoint and the set's upload
+    peers = sorted(t["DEST"] for t in transfers(site.transfer_log)[site_before:] if t["TYPE"] == "RETR")
+    assert peers == sorted(f"[{h.address}]" for h in agents[1] for _ in names), peers
     validator("ingestBatch").validate(ex._batch(st["outbox"]))
     assert "PRIVATE KEY" not in json.dumps(st) and "BEGIN CERTIFICATE" not in json.dumps(st)
 

@@ -21,10 +21,13 @@ side ignores it).
 - as a source: ``gsiftp://<endpoint><path>/<set>/<name>`` -> ``gsiftp://<this agent's server>/~/incoming/<test>/
   <name>``, timed by the stored file's growth, its adler32 checked here too;
 - as a destination: ``gsiftp://<this agent's server>/~/sets/<set>/<name>`` -> ``gsiftp://<endpoint><dir>/<name>``
-  (``-cd``), bytes known when each copy ends (``Progress.end_only``).
+  (``-cd``), bytes known when each copy ends (``Progress.end_only``); that time includes both servers' adler32
+  (globus-url-copy asks the source's before the copy, the destination's after it: about 0.5 s each per 200 MB
+  here).
 Both ends' servers compute the file's adler32 (``-verify-checksum -checksum-alg ADLER32``: ``CKSM ADLER32`` to
 each) and globus-url-copy compares them. Each server's data channel must reach the other's (the endpoint connects
-to this agent's server in a pull, this agent's server to the endpoint's in a push), as between agents. Every
+to this agent's server in a pull, this agent's server to the endpoint's in a push), as between agents, and in one
+address family: the agent's server in the endpoint's (an IPv6 endpoint needs a dual-stack agent). Every
 transfer the agent's server serves is a line of its transfer log (servers/configs.py, gridftp_argv).
 globus-url-copy cannot delete: the operator removes the copies (gfal2, external_io.py).
 """

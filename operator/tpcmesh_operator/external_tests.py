@@ -10,10 +10,11 @@
 - root:// endpoints (xrootd-root): the destination agent pulls with xrdcp and the site's token (a plain pull:
   the token is not delegated to its local TPC instance); into the endpoint, the source agent runs
   ``xrdcp --tpc first`` from its public root:// instance (the endpoint pulls, as FTS drives root TPC).
-- gsiftp:// endpoints (gridftp): the site's X509 proxy (or certificate and key) goes to the agent (`x509`); the
-  destination agent pulls with globus-url-copy into its incoming area; into the endpoint, the source agent pushes
-  its copy of the set (globus-url-copy -cd -verify-checksum), and the operator removes the copies afterwards
-  (globus-url-copy cannot delete; the operator's gfal2 can).
+- gsiftp:// endpoints (gridftp): the site's X509 proxy (or certificate and key) goes to the agent (`x509`); both
+  ways are GridFTP third-party copies between the endpoint's server and the agent's (globus-url-copy with the site's
+  credential for the endpoint, the agent's host certificate for its own server; both servers' adler32 compared):
+  into the destination agent's incoming area, or from the source agent's copy of the set into the endpoint; the
+  operator removes the copies afterwards (globus-url-copy cannot delete; the operator's gfal2 can).
 - Before the first test from a source endpoint, the operator uploads the set there once: the same third-party copy
   from an agent into `.../sets/<set>/`, then it checks every file's size and adler32 itself (`external_io`).
 """

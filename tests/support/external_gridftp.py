@@ -42,6 +42,7 @@ class ExternalGridftp:
     proxy_pem: str  # the site user's X509 proxy (what its credentials Secret holds as "proxy")
     stranger_proxy_pem: str  # a proxy of a CA the site does not trust
     log: Path
+    transfer_log: Path  # the server's -log-transfer file: one NetLogger line per transfer (see transfers())
 
     @property
     def url(self) -> str:
@@ -56,6 +57,16 @@ class ExternalGridftp:
         """Every file below the store, relative to it."""
         base = Path(self.store)
         return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+
+
+def transfers(transfer_log: Path) -> list[dict[str, str]]:
+    """The transfers a globus-gridftp-server logged with -log-transfer (NetLogger lines of KEY=value): each a dict
+    with FILE, NBYTES, TYPE (RETR: it sent the file, STOR: it received it), DEST (``[address]``: the peer of the
+    data channel, the other server in a third-party copy), CODE (226: done), ..."""
+    if not transfer_log.exists():
+        return []
+    return [dict(field.partition("=")[::2] for field in line.split()) for line in transfer_log.read_text().splitlines()
+            if line.strip()]
 
 
 def _proxy(work: Path, ca: pki.KeyPair, name: str) -> tuple[str, str]:
@@ -104,12 +115,13 @@ def external_gridftp(agents_pki: TestPKI, name: str = "site-g") -> Iterator[Exte
     gridmap = work / "grid-mapfile"
     gridmap.write_text(f'"{user_dn}" {RUN_USER}\n')
     port = free_port()
-    log = work / "gridftp.log"
+    log, transfer_log = work / "gridftp.log", work / "transfers.log"
     argv = ["globus-gridftp-server", "-control-interface", HOST, "-data-interface", HOST, "-p", str(port),
-            "-restrict-paths", f"RW{store}", "-log-level", "error,warn,info", "-logfile", str(log)]
+            "-restrict-paths", f"RW{store}", "-log-level", "error,warn,info", "-logfile", str(log),
+            "-log-transfer", str(transfer_log)]
     env = {**os.environ, "X509_USER_CERT": str(cert), "X509_USER_KEY": str(key), "X509_CERT_DIR": str(ca_dir),
            "GRIDMAP": str(gridmap)}
-    x = ExternalGridftp(HOST, port, work, site, agents_and_site, proxy, stranger, log)
+    x = ExternalGridftp(HOST, port, work, site, agents_and_site, proxy, stranger, log, transfer_log)
     try:
         with serving(argv, HOST, port, work / "stdout.log", [log], "the external globus-gridftp-server", env=env):
             yield x

@@ -10,15 +10,26 @@ Destination ``sink``: the local server writes to ``/dev/null`` (as the papers di
 226 reply) counts the whole file, a failed one the last byte count ``globus-url-copy -vb`` printed. Those bytes are
 known only when a copy ends (``Progress.end_only``): the record's peak spreads them over each file's time.
 
-External endpoints (spec.externalEndpoints with a gsiftp:// URL), with the site's X509 credential (``job.x509``: a
-proxy, or a certificate and key, written to a private directory for globus-url-copy) and the agent's CA directory
-(which holds the sites' CAs with their signing policies):
-- as a source: a plain pull, ``globus-url-copy gsiftp://<endpoint><path>/<set>/<name> file://<incoming file>`` (the
-  site's credential is not one the agent's own server accepts, so no third-party copy into it);
-- as a destination: a push from the agent's copy of the set, ``globus-url-copy -cd -verify-checksum
-  file://<sets>/<set>/<name> gsiftp://<endpoint><dir>/<name>`` (globus-url-copy compares the MD5 of both ends; it
-  cannot ask the server for adler32 of a local file). globus-url-copy cannot delete: the operator removes the
-  copies (gfal2, external_io.py).
+External endpoints (spec.externalEndpoints with a gsiftp:// URL) are third-party copies too, as FTS drives GridFTP:
+between this agent's server and the endpoint's, globus-url-copy holding a credential per side (``-src-cred``,
+``-dst-cred``): the agent's host certificate and key (one file in the client's private directory) for its own
+server, the site's X509 credential (``job.x509``: a proxy, or a certificate and key, written to one private file)
+for the endpoint; the agent's CA directory holds the sites' CAs with their signing policies, and ``-nodcau`` leaves
+the data channel between the two servers plain TCP. An anonymous (ftp://) agent's server needs no credential: the
+site's is then the default one (X509_USER_PROXY; globus-url-copy loads a credential for each side and the ftp://
+side ignores it).
+- as a source: ``gsiftp://<endpoint><path>/<set>/<name>`` -> ``gsiftp://<this agent's server>/~/incoming/<test>/
+  <name>``, timed by the stored file's growth, its adler32 checked here too;
+- as a destination: ``gsiftp://<this agent's server>/~/sets/<set>/<name>`` -> ``gsiftp://<endpoint><dir>/<name>``
+  (``-cd``), bytes known when each copy ends (``Progress.end_only``); that time includes both servers' adler32
+  (globus-url-copy asks the source's before the copy, the destination's after it: about 0.5 s each per 200 MB
+  here).
+Both ends' servers compute the file's adler32 (``-verify-checksum -checksum-alg ADLER32``: ``CKSM ADLER32`` to
+each) and globus-url-copy compares them. Each server's data channel must reach the other's (the endpoint connects
+to this agent's server in a pull, this agent's server to the endpoint's in a push), as between agents, and in one
+address family: the agent's server in the endpoint's (an IPv6 endpoint needs a dual-stack agent). Every
+transfer the agent's server serves is a line of its transfer log (servers/configs.py, gridftp_argv).
+globus-url-copy cannot delete: the operator removes the copies (gfal2, external_io.py).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..atomic import write_atomically
 from ..servers.configs import gridftp_env
@@ -109,9 +121,9 @@ class GridftpMover(Mover):
             return await self._push(job, deadline, progress)
         dest = prepare_destination(self.settings, job, self.protocol) if job.destination_dir is not None else None
         if not job.source.is_agent:
-            if job.destination_dir is None:
+            if dest is None:
                 raise MoverUnavailable("a pull from an external gsiftp:// endpoint supports only destination 'store'")
-            return await self._pull_external(job, deadline, progress)
+            return await self._pull_external(job, dest, deadline, progress)
 
         flags, env = self.client_options()
         flags = [*flags, *self.family_flags(job.source.host)]
@@ -148,49 +160,92 @@ class GridftpMover(Mover):
         return result
 
 
+    def _host_credential(self) -> Path:
+        """The agent's host certificate and key in one file (what ``-src-cred``/``-dst-cred`` take), in the
+        client's private directory beside the copies client_options makes."""
+        self.client_options()
+        assert self._client_dir is not None
+        s = self.settings
+        path = self._client_dir / "hostcred.pem"
+        write_atomically(path, Path(s.tls_cert).read_bytes().rstrip(b"\n") + b"\n" + Path(s.tls_key).read_bytes(),
+                         0o600)
+        return path
+
     @contextlib.contextmanager
-    def _site_env(self, cred: X509Credential | None) -> Iterator[dict[str, str]]:
-        """globus-url-copy's environment for an external endpoint: the site's credential in files only this user
-        reads (a private temporary directory, removed after the test), the agent's CA directory."""
+    def _third_party(self, cred: X509Credential | None, agent_side: str,
+                     ) -> Iterator[tuple[list[str], dict[str, str]]]:
+        """globus-url-copy's flags and environment for a third-party copy between this agent's server (the
+        ``agent_side``: "src" or "dst") and an external endpoint, a credential per side (see the module's
+        docstring). The site's is written to a private temporary directory, removed after the test."""
         env: dict[str, str] = {}
         if self.settings.ca_dir is not None:
             env["X509_CERT_DIR"] = str(self.settings.ca_dir)
         with tempfile.TemporaryDirectory(prefix="tpcm-gsiftp-") as d:
+            pem = ""
             if cred is not None and cred.proxy:
-                env["X509_USER_PROXY"] = private_file(Path(d) / "proxy.pem", cred.proxy)
+                pem = cred.proxy
             elif cred is not None and cred.cert and cred.key:
-                env["X509_USER_CERT"] = private_file(Path(d) / "usercert.pem", cred.cert)
-                env["X509_USER_KEY"] = private_file(Path(d) / "userkey.pem", cred.key)
-            yield env
+                pem = cred.cert.rstrip("\n") + "\n" + cred.key
+            if not pem:
+                raise MoverUnavailable("a gsiftp:// external endpoint needs the site's X509 credential (x509: a proxy, "
+                                       "or a certificate and key)")
+            site = private_file(Path(d) / "site-cred.pem", pem)
+            flags = ["-nodcau"]
+            if self.settings.gsiftp:
+                other = "dst" if agent_side == "src" else "src"
+                flags += [f"-{agent_side}-cred", str(self._host_credential()), f"-{other}-cred", site]
+            else:
+                env["X509_USER_PROXY"] = site
+            yield flags, env
 
-    async def _pull_external(self, job: TransferJob, deadline: float, progress: Progress) -> list[FileResult]:
-        def command(spec: FileSpec, target: Path) -> tuple[str, list[str]]:
-            src = f"gsiftp://{job.source.hostport()}{job.source.path}/{job.file_set}/{spec.name}"
-            return src, ["globus-url-copy", "-nodcau", "-p", str(job.streams), "-fast", src, f"file://{target}"]
+    def _checksum_flags(self, job: TransferJob) -> list[str]:
+        """Both servers compute the file's adler32 (``CKSM ADLER32``) and globus-url-copy compares them: the checksum
+        the mesh uses everywhere. Debian's server offers MD5, ADLER32, SHA1, SHA256 and SHA512 (its FEAT reply);
+        CRC32 is refused ("500 Unknown checksum algorithm")."""
+        return ["-verify-checksum", "-checksum-alg", "ADLER32"] if job.verify_checksums else []
 
-        with self._site_env(job.x509) as env:
+    async def _pull_external(self, job: TransferJob, dest: str, deadline: float,
+                             progress: Progress) -> list[FileResult]:
+        """From the endpoint's server into this agent's (third party), timed by the stored file's growth; the
+        received file's adler32 is also checked here against what the operator published (finish_file)."""
+        local = self.local_hostport(job.source.host)
+        family = self.family_flags(job.source.host)
+        with self._third_party(job.x509, "dst") as (flags, env):
+            def command(spec: FileSpec, target: Path) -> tuple[str, list[str]]:
+                src = f"gsiftp://{job.source.hostport()}{job.source.path}/{job.file_set}/{spec.name}"
+                dst = f"{self.scheme}://{local}/~{dest}/{target.name}"
+                # globus-url-copy does not say which server refused: an error names both
+                return f"{src} (third party into {dst})", ["globus-url-copy", *flags, *family,
+                                                           *self._checksum_flags(job), "-p", str(job.streams),
+                                                           "-fast", src, dst]
+
             return await pull_external(job, deadline, progress, env, command)
 
     async def _push(self, job: TransferJob, deadline: float, progress: Progress) -> list[FileResult]:
-        """Into an external endpoint (job.remote): from this agent's copy of the set, MD5 compared at both ends."""
+        """Into an external endpoint (job.remote): from this agent's server to the endpoint's (third party), the
+        adler32 of both ends compared by globus-url-copy."""
         remote = job.remote
         assert remote is not None
         progress.end_only = True  # the remote's file cannot be watched: bytes count when each copy has ended
-        sets = Path(self.settings.sets_dir) / job.file_set
-        with self._site_env(job.x509) as env:
+        host = urlsplit(remote.url).hostname or ""
+        local = self.local_hostport(host)
+        family = self.family_flags(host)
+        with self._third_party(job.x509, "src") as (flags, env):
             async def push(spec: FileSpec) -> FileResult:
                 result = FileResult(name=spec.name, size=spec.size, started_at=now())
-                argv = ["globus-url-copy", "-nodcau", "-cd", "-verify-checksum", "-p", str(job.streams), "-fast",
-                        f"file://{sets / spec.name}", f"{remote.url}/{spec.name}"]
+                src = f"{self.scheme}://{local}/~/sets/{job.file_set}/{spec.name}"
+                argv = ["globus-url-copy", *flags, *family, "-cd", *self._checksum_flags(job), "-p", str(job.streams),
+                        "-fast", src, f"{remote.url}/{spec.name}"]
                 proc = await run_program(argv, deadline, env=env)
                 result.finished_at = now()
                 if proc.timed_out:
                     result.error = f"remote {remote.url}: timed out after {job.timeout:g} s"
-                elif proc.returncode != 0:
-                    result.error = (f"remote {remote.url}: globus-url-copy exited with {proc.returncode}: "
-                                    f"{short(proc.stderr or proc.stdout)}")
-                else:  # the whole file, and the MD5 of both ends matched (-verify-checksum)
-                    result.bytes, result.checksum_ok = spec.size, True
+                elif proc.returncode != 0:  # globus-url-copy does not say which server refused: both are named
+                    result.error = (f"remote {remote.url} (third party from {src}): globus-url-copy exited with "
+                                    f"{proc.returncode}: {short(proc.stderr or proc.stdout)}")
+                else:  # the whole file (the endpoint's 226), and with -verify-checksum the adler32 of both ends
+                    result.bytes = spec.size
+                    result.checksum_ok = True if job.verify_checksums else None
                 progress.add_bytes(result.bytes)
                 progress.files_done += 1
                 return result

@@ -14,6 +14,7 @@ before it checks the writer's rights, so refusing the COPY itself would be too l
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,7 +297,10 @@ def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_g
     (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see gridftp_env); any peer holding a certificate of the
     trusted CAs may read the sets and write into incoming/, as the user the server runs as (``-auth-level 0``: no
     grid-mapfile, which would have to list every node's DN). Anonymous: ftp://, sessions as ``anonymous_user``.
-    It binds one address (``address``, default the agent's): a dual-stack agent runs a second server on address6."""
+    It binds one address (``address``, default the agent's): a dual-stack agent runs a second server on address6.
+    Each transfer it serves is one line of ``transfers.log`` beside ``log_file`` (globus' NetLogger format: file,
+    bytes, streams, TYPE=RETR/STOR, DEST=[the data channel's peer], CODE): what the server itself did, e.g. that a
+    third-party copy into an external endpoint was sent from this server (gridftp_transfer_log)."""
     if settings.gsiftp:
         access = ["-auth-level", "0"]
     else:
@@ -311,7 +315,22 @@ def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_g
         "-restrict-paths", gridftp_restrict_paths(settings),
         "-log-level", "error,warn",
         "-logfile", str(log_file),
+        "-log-transfer", str(log_file.parent / TRANSFER_LOG),
     ]
+
+
+TRANSFER_LOG = "transfers.log"
+TRANSFER_LOG_MAX_BYTES = 16 << 20  # a line is about 400 bytes: some 40 000 transfers
+
+
+def gridftp_transfer_log(log_dir: Path) -> Path:
+    """The GridFTP server's transfer log in ``log_dir``, called as the server starts: one over
+    TRANSFER_LOG_MAX_BYTES is moved to ``.1`` first (replacing the older one)."""
+    path = log_dir / TRANSFER_LOG
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size > TRANSFER_LOG_MAX_BYTES:
+            path.replace(path.with_name(TRANSFER_LOG + ".1"))
+    return path
 
 
 def gridftp_env(cert: Path, key: Path, ca_dir: Path) -> dict[str, str]:

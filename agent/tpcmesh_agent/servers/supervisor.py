@@ -275,6 +275,7 @@ class ServerSupervisor:
             user = self.run_user or pwd.getpwuid(os.geteuid()).pw_name
             _, _, group = _user_ids(user)
             argv = configs.gridftp_argv(s, rt / "gridftp.log", user, group, address)
+            configs.gridftp_transfer_log(rt)
             if not s.gsiftp:  # as root, it switches anonymous sessions to the run user itself
                 return self._wrap(argv)
             self._host_credentials()

@@ -533,6 +533,7 @@ def test_gsiftp_reaches_only_the_sets_and_incoming(pair, tpcmesh_pki, tmp_path):
         return r, out.read_bytes() if out.exists() else b""
 
     for url in (f"{base}{key}", f"{base}/etc/passwd", f"{base}/~/servers/gridftp/stdout.log",
+                f"{base}/~/servers/gridftp/transfers.log",
                 f"{base}/~/ca-dir/ca.pem", f"{base}{data}/ca-dir/ca.pem"):
         r, got = read(url)
         assert r.returncode != 0 and got == b"", (url, r.stdout, r.stderr)

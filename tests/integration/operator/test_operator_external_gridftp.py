@@ -3,12 +3,19 @@ parts only: two real agents measuring gridftp and an "external" globus-gridftp-s
 own CA, GSI authentication only, a grid-mapfile naming its one user and -restrict-paths to its store
 (tests/support/external_gridftp.py). The site's credential is an X509 proxy made with grid-proxy-init.
 
-- As a source: the operator uploads the set once (an agent pushes it with globus-url-copy -cd), checks every file's
-  size and adler32 through gfal2 (the server's CKSM), and each agent pulls from the endpoint with the site's proxy.
-- As a destination: the agent pushes its copy of the set (globus-url-copy -verify-checksum); the operator removes the
-  copies (globus-url-copy cannot delete; gfal2 can).
+- Every copy is third party, between an agent's GridFTP server (the agent's host certificate) and the endpoint's
+  (the site's proxy): the agents' servers' transfer logs and the endpoint's name each other as the data channel's
+  peer, which a copy through the agent's own client (a file:// end) would not.
+- As a source: the operator uploads the set once (an agent's server sends it, globus-url-copy -cd), checks every
+  file's size and adler32 through gfal2 (the server's CKSM), and each agent's server receives it from the endpoint.
+- As a destination: the agent's server sends its copy of the set (-verify-checksum: both servers' adler32); the
+  operator removes the copies (globus-url-copy cannot delete; gfal2 can).
+- Agents whose own servers are anonymous (ftp://) copy third party too, with the site's credential only.
+- An agent asked directly with a refused credential names both servers' URLs (globus-url-copy does not always say
+  which refused).
 - Deleting the benchmark removes its files over gsiftp; a wrong credential, an unreachable endpoint and a path the
-  endpoint refuses fail each external pair with a reason naming the endpoint; the mesh's own pair is untouched.
+  endpoint refuses fail each external pair with a reason naming the endpoint (the operator's own gfal2 checks
+  catch them before an agent copies); the mesh's own pair is untouched.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from tpcmesh_operator.external_tests import bench_dir
 from tpcmesh_operator.runs import RunExecutor
 from tpcmesh_operator.spec import parse_spec, to_dict
 
-from tests.support.external_gridftp import external_gridftp
+from tests.support.external_gridftp import external_gridftp, transfers
 from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, trusting_mesh, with_endpoint
 from tests.unit.operator.test_operator_contract import validator
 
@@ -38,12 +45,35 @@ def site(tpcmesh_pki):
         yield x
 
 
-@pytest.fixture(scope="module")
-def mesh(module_agent_factory, site, tmp_path_factory):
+def _agents(factory, site, directory, **options):
+    """Two agents measuring gridftp (``options``: their settings): the mesh (its token, its agents) and the agents'
+    handles (their data dirs hold their servers' logs)."""
     from tpcmesh_agent.servers.supervisor import free_port
 
-    return trusting_mesh(module_agent_factory, tmp_path_factory.mktemp("ext-gsiftp"), site.agents_ca_file, "gridftp",
-                         lambda: {"gridftp_port": free_port()}, "gridftp_port")
+    handles: list = []
+
+    def start(**settings):
+        handles.append(factory(**settings))
+        return handles[-1]
+
+    mesh = trusting_mesh(start, directory, site.agents_ca_file, "gridftp", lambda: {"gridftp_port": free_port()},
+                         "gridftp_port", **options)
+    return mesh, handles
+
+
+@pytest.fixture(scope="module")
+def agents(module_agent_factory, site, tmp_path_factory):
+    return _agents(module_agent_factory, site, tmp_path_factory.mktemp("ext-gsiftp"))
+
+
+@pytest.fixture(scope="module")
+def mesh(agents):
+    return agents[0]
+
+
+def _served(handle) -> list[dict[str, str]]:
+    """What the agent's own GridFTP server logged as transferred (its -log-transfer file)."""
+    return transfers(handle.data_dir / "data" / "servers" / "gridftp" / "transfers.log")
 
 
 def _spec(site, url=None, path=None, role="both"):
@@ -78,7 +108,33 @@ def _put(site, relative: str) -> None:
                    env=env, check=True, capture_output=True, timeout=60)
 
 
-async def test_gsiftp_source_and_destination_with_real_copies(mesh, tpcmesh_pki, site) -> None:
+def _assert_third_party(handles, site, ext: list[dict], names: list[str], before: dict[str, int],
+                        site_before: int) -> None:
+    """The run's copies (``ext``: its external measurements) were third party. Each agent's own server sent its set
+    to the endpoint (as a test; one of them also uploaded the set) and received the endpoint's copy into the test's
+    incoming directory, the endpoint the data channel's peer (as the in-mesh pair's, the unbound side shows as
+    127.0.0.1 here: the test's directory tells them apart); the endpoint sent its copies to the agents' addresses.
+    A copy by the agent's client (a file:// end) leaves no line in the agent's server's log and shows the client's
+    127.0.0.1 to the endpoint. ``before``/``site_before``: how many lines the logs had before the run."""
+    site_peer, sent_by_all = f"[{site.address}]", 0
+    for h in handles:
+        served = [t for t in _served(h)[before[h.name]:] if t["DEST"] == site_peer and t["CODE"] == "226"]
+        sent = sorted(t["FILE"].rsplit("/", 1)[1] for t in served if t["TYPE"] == "RETR")
+        assert sorted(set(sent)) == names and len(sent) in (len(names), 2 * len(names)), (h.name, served)
+        [test_id] = [m["id"] for m in ext if (m["source"], m["destination"]) == ("site-g", h.name)]
+        received = sorted(t["FILE"].rsplit("/", 1)[1] for t in served
+                          if t["TYPE"] == "STOR" and f"/incoming/{test_id}/" in t["FILE"])
+        assert received == names, (h.name, test_id, served)
+        assert {t["NBYTES"] for t in served} == {str(SIZE)}
+        sent_by_all += len(sent)
+    assert sent_by_all == 3 * len(names)  # two tests into the endpoint and the set's upload
+    peers = sorted(t["DEST"] for t in transfers(site.transfer_log)[site_before:] if t["TYPE"] == "RETR")
+    assert peers == sorted(f"[{h.address}]" for h in handles for _ in names), peers
+
+
+async def test_gsiftp_source_and_destination_with_real_copies(agents, mesh, tpcmesh_pki, site) -> None:
+    before = {h.name: len(_served(h)) for h in agents[1]}
+    site_before = len(transfers(site.transfer_log))
     st, events, ex = await _run(mesh, tpcmesh_pki, site, _spec(site), site.proxy_pem)
     ext = _external(st)
     assert (st["planned"], st["succeeded"], st["failed"]) == (6, 6, 0), st.get("recentFailures")
@@ -89,6 +145,8 @@ async def test_gsiftp_source_and_destination_with_real_copies(mesh, tpcmesh_pki,
     sets = f"{bench_dir('default', 'ftp-bench')}/sets/{COUNT}x{SIZE}"
     names = sorted({f["name"] for m in st["outbox"] for f in m.get("files") or []})
     assert site.files() == [f"{sets}/{f}" for f in names]  # the set once; every copy into the endpoint removed
+
+    _assert_third_party(agents[1], site, ext, names, before, site_before)
     validator("ingestBatch").validate(ex._batch(st["outbox"]))
     assert "PRIVATE KEY" not in json.dumps(st) and "BEGIN CERTIFICATE" not in json.dumps(st)
 
@@ -148,3 +206,49 @@ async def test_a_failed_cleanup_says_why(site, case) -> None:
     assert [(t, r) for t, r, _ in said] == [("Warning", "ExternalCleanupFailed")]
     assert f"from {site.store}/default.gstays on external endpoint site-g" in said[0][2]
     assert keep in site.files()
+
+
+@pytest.mark.parametrize("direction", ["into the endpoint", "from the endpoint"])
+def test_a_refused_third_party_copy_names_both_servers(agents, site, direction) -> None:
+    """An agent asked directly (the operator's own checks would catch a wrong credential first): globus-url-copy
+    does not always say which of the two servers refused, so the error names the endpoint's URL and the agent's."""
+    h = agents[1][0]
+    files = h.file_set(count=COUNT, size=SIZE)["files"]
+    own = f"gsiftp://{h.address}:{h.ports['gridftp_port']}/~/"
+    body = {"protocol": "gridftp", "file_set": {"count": COUNT, "size": SIZE}, "files": files, "concurrency": 1,
+            "streams": 1, "timeout_seconds": 60, "x509": {"proxy": site.stranger_proxy_pem}}
+    if direction == "into the endpoint":
+        url = f"{site.url}{site.store}/direct"
+        rec = h.transfer(source={"host": h.address, "port": h.ports["gridftp_port"]},
+                         remote_destination={"url": url}, **body)
+        expected = [f"remote {url} (third party from {own}sets/{COUNT}x{SIZE}/{f['name']}): " for f in files]
+    else:
+        path = f"{site.store}/direct/sets"
+        rec = h.transfer(source={"host": site.address, "port": site.port, "path": path}, destination="store", **body)
+        expected = [f"source {site.url}{path}/{COUNT}x{SIZE}/{f['name']} (third party into {own}incoming/"
+                    for f in files]
+    assert rec["status"] == "failed", rec
+    errors = sorted(f["error"] for f in rec["files"])
+    assert [e[:len(x)] for e, x in zip(errors, sorted(expected), strict=True)] == sorted(expected), errors
+    assert all("530" in e for e in errors), errors  # GSI authentication refused (the stranger's proxy)
+    assert [p for p in site.files() if "direct" in p] == []
+
+
+@pytest.fixture(scope="module")
+def anonymous_agents(module_agent_factory, site, tmp_path_factory):
+    return _agents(module_agent_factory, site, tmp_path_factory.mktemp("ext-gsiftp-anon"),
+                   gridftp_security="anonymous")
+
+
+async def test_anonymous_agents_copy_third_party_too(anonymous_agents, tpcmesh_pki, site) -> None:
+    """Agents whose own servers are anonymous (ftp://): the site's credential is the only one, for the endpoint."""
+    mesh, handles = anonymous_agents
+    before, site_before = {h.name: len(_served(h)) for h in handles}, len(transfers(site.transfer_log))
+    st, _, ex = await _run(mesh, tpcmesh_pki, site, _spec(site), site.proxy_pem, name="ftp-anon")
+    ext = _external(st)
+    assert (st["planned"], st["succeeded"], st["failed"]) == (6, 6, 0), st.get("recentFailures")
+    assert {m["checksum"] for m in ext} == {"ok"} and {m["total_bytes"] for m in ext} == {COUNT * SIZE}
+    names = sorted({f["name"] for m in ext for f in m.get("files") or []})
+    _assert_third_party(handles, site, ext, names, before, site_before)
+    assert await clean_up(to_dict(ex.spec), "default", "ftp-anon", _credentials(site.proxy_pem), lambda *e: None,
+                          str(site.site_pki.ca_file)) == []

@@ -114,11 +114,26 @@ def test_gridftp_binds_to_the_agent_address(tmp_path, security):
     # clients reach the sets (read), incoming/ (read-write) and /dev/null (the sink), nothing else of the host
     assert argv[argv.index("-restrict-paths") + 1] == \
         "R/dev/shm/agent-x/sets,RW/dev/shm/agent-x/incoming,W/dev/null"
+    # each transfer it serves is logged beside its log (the record that a copy went through this server)
+    assert argv[argv.index("-log-transfer") + 1] == str(tmp_path / "transfers.log")
     if security == "anonymous":
         assert "-aa" in argv and argv[argv.index("-anonymous-user") + 1] == "nobody"
     else:  # GSI: no anonymous access; any holder of a trusted certificate, no grid-mapfile
         assert "-aa" not in argv and "-anonymous-user" not in argv
         assert argv[argv.index("-auth-level") + 1] == "0"
+
+
+def test_a_large_gridftp_transfer_log_is_moved_aside_as_the_server_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(configs, "TRANSFER_LOG_MAX_BYTES", 10)
+    assert configs.gridftp_transfer_log(tmp_path) == tmp_path / "transfers.log"  # none yet: nothing to move
+    (tmp_path / "transfers.log").write_text("small\n")
+    configs.gridftp_transfer_log(tmp_path)
+    assert (tmp_path / "transfers.log").read_text() == "small\n" and not (tmp_path / "transfers.log.1").exists()
+    (tmp_path / "transfers.log.1").write_text("older\n")
+    (tmp_path / "transfers.log").write_text("a line over ten bytes\n")
+    configs.gridftp_transfer_log(tmp_path)
+    assert not (tmp_path / "transfers.log").exists()
+    assert (tmp_path / "transfers.log.1").read_text() == "a line over ten bytes\n"  # the older one replaced
 
 
 def test_a_dual_stack_agent_runs_a_second_gridftp_server_on_its_ipv6_address(tmp_path):

@@ -45,7 +45,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..atomic import write_atomically
-from ..servers.configs import gridftp_env
+from ..servers.configs import gridftp_env, trim_gridftp_transfer_logs
 from .base import (
     FileResult,
     FileSpec,
@@ -117,6 +117,7 @@ class GridftpMover(Mover):
             raise MoverUnavailable(why)
         deadline = time.monotonic() + job.timeout
         progress.files_total = len(job.files)
+        trim_gridftp_transfer_logs(self.settings.data_dir)
         if job.remote is not None:
             return await self._push(job, deadline, progress)
         dest = prepare_destination(self.settings, job, self.protocol) if job.destination_dir is not None else None

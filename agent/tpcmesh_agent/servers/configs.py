@@ -15,6 +15,7 @@ before it checks the writer's rights, so refusing the COPY itself would be too l
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,6 +332,17 @@ def gridftp_transfer_log(log_dir: Path) -> Path:
         if path.stat().st_size > TRANSFER_LOG_MAX_BYTES:
             path.replace(path.with_name(TRANSFER_LOG + ".1"))
     return path
+
+
+def trim_gridftp_transfer_logs(data_dir: str | Path) -> None:
+    """Empty a running GridFTP server's transfer log once it passed TRANSFER_LOG_MAX_BYTES (called before each
+    GridFTP test): it lives on the agent's memory-backed volume and a long-lived server would grow it without end.
+    Truncated in place, as the server keeps it open (its next line lands at its own offset: at worst a sparse gap,
+    which costs no memory)."""
+    for path in (Path(data_dir) / "servers").glob(f"gridftp*/{TRANSFER_LOG}"):
+        with contextlib.suppress(OSError):
+            if path.stat().st_size > TRANSFER_LOG_MAX_BYTES:
+                os.truncate(path, 0)
 
 
 def gridftp_env(cert: Path, key: Path, ca_dir: Path) -> dict[str, str]:

@@ -272,3 +272,19 @@ def test_bundle_has_finds_a_ca_among_others_whatever_the_layout() -> None:
     assert configs.bundle_has(bundle, ca)
     assert not configs.bundle_has(other, ca)
     assert not configs.bundle_has(bundle, b"not a certificate")
+
+
+def test_a_running_gridftp_servers_transfer_log_is_emptied_once_too_large(tmp_path, monkeypatch):
+    """The log lives on the memory-backed volume and a server may run for months: each GridFTP test empties one
+    over the limit in place (the server keeps writing to it); a small one and other files are left alone."""
+    monkeypatch.setattr(configs, "TRANSFER_LOG_MAX_BYTES", 10)
+    v4, v6 = tmp_path / "servers" / "gridftp", tmp_path / "servers" / "gridftp6"
+    for d in (v4, v6):
+        d.mkdir(parents=True)
+    (v4 / "transfers.log").write_text("x" * 11)
+    (v6 / "transfers.log").write_text("small")
+    (v4 / "gridftp.log").write_text("y" * 11)
+    configs.trim_gridftp_transfer_logs(tmp_path)
+    assert (v4 / "transfers.log").read_text() == "" and (v6 / "transfers.log").read_text() == "small"
+    assert (v4 / "gridftp.log").read_text() == "y" * 11
+    configs.trim_gridftp_transfer_logs(tmp_path / "nowhere")  # no servers yet: nothing to do

@@ -6,6 +6,7 @@ window aggregates, the page's drawn cells) equal the portable one. TPCMESH_TEST_
 portable paths)."""
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -121,6 +122,44 @@ def test_a_bad_streams_value_is_refused_naming_the_allowed_ones(client, tuned):
         assert r.status_code == 400, (bad, r.content)
         [error] = r.json()["errors"]
         assert error["field"] == "streams" and "0 to 100" in error["message"] and "newest" in error["message"], error
+    page = client.get(f"/grid/{BENCH}/?protocol=builtin&streams=most")
+    assert page.status_code == 400 and "nor newest" in page.content.decode()
+
+
+def _tips(page: str) -> dict:
+    return json.loads(re.search(r'<script id="grid-data" type="application/json">(.*?)</script>', page, re.S)[1])
+
+
+def test_the_page_defaults_to_newest_for_a_tuned_benchmark(client, tuned):
+    page = client.get(f"/grid/{BENCH}/?protocol=builtin").content.decode()
+    assert '<option value="newest" selected>newest (tuned)</option>' in page
+    assert '<option value="16">16</option>' in page and 'value="streams"' not in page  # no "N vs M streams"
+    data = _tips(page)
+    assert data["high"] == "newest"
+    # rows and columns a, b, c; each half [value, epoch, status, error, streams, concurrency]
+    names = ["a", "b", "c"]
+    halves = {names[r] + names[c]: cell[0] for r, row in enumerate(data["cells"]) for c, cell in enumerate(row)
+              if cell is not None}
+    assert {link: (h[2], h[3], h[4], h[5]) for link, h in halves.items()} == {
+        link: (None, None, st, files) for link, (st, files, _) in NEWEST.items()}
+    assert {link: h[0] for link, h in halves.items()} == {link: pytest.approx(g) for link, (_, _, g) in NEWEST.items()}
+    # an integer pick draws that stream count's cells only, as before
+    four = _tips(client.get(f"/grid/{BENCH}/?protocol=builtin&streams=4").content.decode())
+    drawn = {names[r] + names[c]: cell[0] for r, row in enumerate(four["cells"]) for c, cell in enumerate(row)
+             if cell is not None and cell[0] is not None}
+    assert four["high"] == 4 and sorted(drawn) == ["ab", "bc", "cb"] and all(len(h) == 2 for h in drawn.values())
+
+
+def test_the_page_defaults_to_the_largest_streams_when_not_tuned(client, write_key, tuned):
+    # the operator's next batch carries the spec without optimize (a measurement older than every cell's)
+    _ingest(client, write_key, [measurement("a", "b", protocol="builtin", finished=tuned - timedelta(days=1))],
+            "untuned", spec={"streams": [1, 16]})
+    page = client.get(f"/grid/{BENCH}/?protocol=builtin").content.decode()
+    assert '<option value="16" selected>16</option>' in page
+    assert '<option value="newest">newest (tuned)</option>' in page
+    assert _tips(page)["high"] == 16
+    newest = client.get(f"/grid/{BENCH}/?protocol=builtin&streams=newest&split=streams").content.decode()
+    assert '<option value="newest" selected>' in newest and _tips(newest)["split"] == "direction"
 
 
 def test_the_combined_grid_of_clusters_shows_each_links_newest(client, write_key):
@@ -143,6 +182,7 @@ def _postgresql_only() -> None:
 
 
 def test_database_paths_equal_the_portable_one(client, write_key, tuned):
+    from django.utils import timezone
     from results import maintenance, selectors
     from results.api.views import grid_json
     from results.models import Benchmark
@@ -177,3 +217,16 @@ def test_database_paths_equal_the_portable_one(client, write_key, tuned):
                         for c in got] == [(key(c), c["streams"], c["concurrency"], c["status"], c["state"],
                                            c["count"]) for c in want], (mode, pick)
                 assert [c["value"] for c in got] == pytest.approx([c["value"] for c in want]), (mode, pick)
+    # the page's cells, drawn by the database from PairLatest (lean) and from grid() (portable)
+    at = timezone.now()
+    lean = selectors.drawn_cells(None, bench, "builtin", selectors.NEWEST, at, "ipv4", "", "")
+    portable_drawn = selectors.drawn_cells(selectors.grid(bench, "builtin", selectors.NEWEST, now=at,
+                                                          address_family="ipv4", congestion_control="", auth=""),
+                                           bench, "builtin", selectors.NEWEST, at, "ipv4", "", "")
+    assert lean.keys() == portable_drawn.keys() and len(lean) == 6
+    assert all(k[2] == selectors.NEWEST for k in lean)
+    for k, (state, stale, info) in portable_drawn.items():
+        have, want_info = json.loads(lean[k][2]), json.loads(info)
+        assert lean[k][:2] == (state, stale) and have[1:] == want_info[1:], k
+        assert have[0] == (None if want_info[0] is None else pytest.approx(want_info[0], abs=0.0011)), k
+    assert json.loads(lean[("c", "a", selectors.NEWEST)][2])[2:] == ["failed", "agent c gone", 8, 2]

@@ -59,6 +59,23 @@ def integer(param: str, value: str | None, default: int | None = None, lo: int =
     return number
 
 
+NEWEST_STREAMS = "newest"  # the grid's pick of each link's newest cell whatever its streams (selectors.NEWEST)
+STREAMS_MAX = 100
+
+
+def streams(param: str, value: str | None, default: int | str | None = None) -> int | str | None:
+    """The grid's stream setting: a count from 0 (no stream count) to 100, or "newest"."""
+    if value in (None, ""):
+        return default
+    if value == NEWEST_STREAMS:
+        return NEWEST_STREAMS
+    try:
+        return integer(param, value, None, 0, STREAMS_MAX)
+    except ParamError:
+        raise ParamError(param, f"{value!r} is not a stream count from 0 to {STREAMS_MAX}, nor {NEWEST_STREAMS} "
+                                "(each link's newest cell, whatever its streams)") from None
+
+
 CONGESTION_PATTERN = r"^([a-z0-9_]{1,15})$"  # an algorithm's name; "default" names the nodes' own
 
 

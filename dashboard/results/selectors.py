@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import Avg, Count, Max, Q
 from django.utils import timezone
 
-from results import maintenance, thresholds
+from results import maintenance, params, thresholds
 from results.models import (
     AUTH_MODES,
     TOKEN_PROTOCOLS,
@@ -30,18 +30,42 @@ from results.models import (
 from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
+# The streams pick of a tuned benchmark (spec.optimize): per link, the newest cell whatever its stream count.
+NEWEST = params.NEWEST_STREAMS
+NEWEST_ORDER = ("source_id", "destination_id", "address_family", "congestion_control", "auth")
 
 
 @dataclass(frozen=True)
 class Pick:
     """Which settings of a protocol a grid shows; None: every one. Like streams, the address family, the
     congestion control ("" = the nodes' default) and the auth mode ("" = a protocol without modes) are settings of
-    their own: each is a cell of its own."""
+    their own: each is a cell of its own.
 
-    streams: int | None = None
+    ``streams=NEWEST`` ("newest"): for a benchmark with spec.optimize, whose links each run the streams × files the
+    optimizer chose for them, so that one stream count shows part of the mesh only. Each link (source →
+    destination, under each family, congestion control and auth mode picked) shows its newest cell whatever its
+    streams (of equally new ones the most streams), and the cell names the concurrency (files at once) its
+    measurement ran too (``concurrency``, latest mode; null in a window, whose measurements may mix them). In a
+    window (mean, median) each link shows the aggregate of that newest cell's stream count: the level of the
+    setting it runs now."""
+
+    streams: int | str | None = None
     address_family: str | None = None
     congestion_control: str | None = None
     auth: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.streams, str) and self.streams != NEWEST:
+            raise ValueError(f"streams must be a stream count, None or {NEWEST!r}, not {self.streams!r}")
+
+    @property
+    def newest(self) -> bool:
+        return self.streams == NEWEST
+
+    @property
+    def stream_count(self) -> int | None:
+        """The one stream count picked; None for every one, and for newest (each link's own)."""
+        return None if isinstance(self.streams, str) else self.streams
 
     def sql(self, alias: str) -> str:
         """The condition on a PairLatest row ``alias`` (arguments: self.args())."""
@@ -51,12 +75,12 @@ class Pick:
                 f" AND (%(auth)s::text IS NULL OR {alias}.auth = %(auth)s::text)")
 
     def args(self) -> dict[str, Any]:
-        return {"streams": self.streams, "family": self.address_family, "cc": self.congestion_control,
+        return {"streams": self.stream_count, "family": self.address_family, "cc": self.congestion_control,
                 "auth": self.auth}
 
     def filter_latest(self, qs: Any) -> Any:
-        if self.streams is not None:
-            qs = qs.filter(streams=self.streams)
+        if self.stream_count is not None:
+            qs = qs.filter(streams=self.stream_count)
         if self.address_family is not None:
             qs = qs.filter(address_family=self.address_family)
         if self.congestion_control is not None:
@@ -66,8 +90,9 @@ class Pick:
         return qs
 
     def filter_measurements(self, qs: Any) -> Any:
-        if self.streams is not None:
-            qs = qs.filter(streams__isnull=True) if self.streams == 0 else qs.filter(streams=self.streams)
+        streams = self.stream_count
+        if streams is not None:
+            qs = qs.filter(streams__isnull=True) if streams == 0 else qs.filter(streams=streams)
         if self.address_family is not None:
             qs = qs.filter(address_family=self.address_family)
         if self.congestion_control:
@@ -79,6 +104,25 @@ class Pick:
         elif self.auth == "":
             qs = qs.filter(Q(auth__isnull=True) | Q(auth=""))
         return qs
+
+
+def newest_per_link(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of cells (source, destination, address_family, congestion_control, auth, finished_at, streams), each link's
+    newest whatever its streams; of equally new ones the most streams (Pick's NEWEST, the portable path; the SQL
+    paths' DISTINCT ON orders the same way)."""
+    best: dict[tuple, dict[str, Any]] = {}
+    for c in cells:
+        key = (c["source"], c["destination"], c["address_family"], c["congestion_control"], c["auth"])
+        if key not in best or (c["finished_at"], c["streams"]) > (best[key]["finished_at"], best[key]["streams"]):
+            best[key] = c
+    return list(best.values())
+
+
+def _newest_sql(inner: str) -> str:
+    """SQL keeping each link's newest row of ``inner`` (rows with PairLatest's key columns, finished_at and
+    streams), as newest_per_link does."""
+    return (f"SELECT DISTINCT ON ({', '.join(NEWEST_ORDER)}) * FROM ({inner}) n "
+            f"ORDER BY {', '.join(NEWEST_ORDER)}, finished_at DESC, streams DESC")
 
 
 def metric_for(protocol: str) -> str:
@@ -159,7 +203,7 @@ def benchmark_nodes(bench: Benchmark) -> list[Node]:
 def grid(
     bench: Benchmark,
     protocol: str,
-    streams: int | None = None,
+    streams: int | str | None = None,
     mode: str = "latest",
     window: timedelta = timedelta(days=7),
     now: datetime | None = None,
@@ -176,7 +220,8 @@ def grid(
     (Gbit/s or ms), finished_at, age_seconds, stale, status, error, count (latest: the run's repeats the value is
     the median of), low/high (that median's 95 % interval, 3+ repeats; else null), state (ok / warning / critical /
     failed / none by the benchmark's thresholds; maintenance for a node or pair in a maintenance window).
-    `streams=None` returns every stream setting (so do address_family, congestion_control and auth). `cells_json`
+    `streams=None` returns every stream setting (so do address_family, congestion_control and auth);
+    `streams=NEWEST` each link's newest cell whatever its streams, with the concurrency it ran (Pick). `cells_json`
     (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
     """
@@ -200,7 +245,8 @@ def grid(
         sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover, iso_times=False)
         with connection.cursor() as cur:
             cur.execute(sql, args)
-            cells = [dict(zip(CELL_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+            columns = cell_columns(pick)
+            cells = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
     else:
         cells = _cells_in_python(bench, protocol, pick, now, bounds, mode, window, names, cover)
     out = {
@@ -233,13 +279,16 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     cells: list[dict[str, Any]] = []
     if mode == "latest":
         qs = pick.filter_latest(PairLatest.objects.filter(benchmark=bench, protocol=protocol))
-        for src, dst, st, family, cc, auth, finished, value, status, error, repeats, low, high in qs.values_list(
-                "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
-                "finished_at", metric, "status", "error", "repeats", "low", "high"):
+        # newest: the concurrency its measurement ran (a grid cell has no column of it)
+        extra = ["measurement__concurrency"] if pick.newest else []
+        for src, dst, st, family, cc, auth, finished, value, status, error, repeats, low, high, *more in (
+                qs.values_list("source_id", "destination_id", "streams", "address_family", "congestion_control",
+                               "auth", "finished_at", metric, "status", "error", "repeats", "low", "high", *extra)):
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
                           "address_family": family, "congestion_control": cc, "auth": auth, "value": value,
                           "finished_at": finished, "status": status, "error": error, "count": repeats,
-                          "low": low, "high": high, "maintenance": cover.covers(src, dst)})
+                          "low": low, "high": high, "maintenance": cover.covers(src, dst),
+                          **({"concurrency": more[0]} if pick.newest else {})})
     else:
         qs = pick.filter_measurements(
             Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window))
@@ -258,7 +307,10 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
             cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
                           "address_family": family, "congestion_control": cc, "auth": auth, "value": value,
                           "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
-                          "count": len(items), "low": None, "high": None, "maintenance": cover.covers(src, dst)})
+                          "count": len(items), "low": None, "high": None, "maintenance": cover.covers(src, dst),
+                          **({"concurrency": None} if pick.newest else {})})
+    if pick.newest:
+        cells = newest_per_link(cells)
     stale_after = settings.STALE_SECONDS
     for cell in cells:
         age = (now - cell["finished_at"]).total_seconds()
@@ -271,14 +323,26 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
 
 
 def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str, dict[str, Any]]:
-    """The grid's cells in the latest mode, from the PairLatest summary (one row per cell)."""
+    """The grid's cells in the latest mode, from the PairLatest summary (one row per cell; newest: each link's
+    newest, with its measurement's concurrency)."""
     metric = metric_for(protocol)
+    rows, concurrency, join = _latest_rows_sql(pick, "l")
     return f"""
-        SELECT source_id, destination_id, streams, address_family, congestion_control, auth, {metric} AS value,
-               finished_at, status, error, repeats AS count, low, high
-        FROM {PairLatest._meta.db_table} l
-        WHERE benchmark_id = %(bench)s AND protocol = %(protocol)s AND {pick.sql("l")}
+        SELECT l.source_id, l.destination_id, l.streams, l.address_family, l.congestion_control, l.auth,
+               l.{metric} AS value, l.finished_at, l.status, l.error, l.repeats AS count, l.low, l.high{concurrency}
+        FROM ({rows}) l{join}
     """, {"bench": bench.id, "protocol": protocol, **pick.args()}
+
+
+def _latest_rows_sql(pick: Pick, alias: str) -> tuple[str, str, str]:
+    """The picked PairLatest rows of %(bench)s and %(protocol)s (SQL for a subquery to name ``alias``); for
+    newest also the select list's tail and the join that give each row's concurrency, "" otherwise."""
+    rows = (f"SELECT * FROM {PairLatest._meta.db_table} p "
+            f"WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s AND {pick.sql('p')}")
+    if not pick.newest:
+        return rows, "", ""
+    return (_newest_sql(rows), ", m.concurrency",
+            f" LEFT JOIN {Measurement._meta.db_table} m ON m.id = {alias}.measurement_id")
 
 
 def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, mode: str,
@@ -290,13 +354,13 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
     column = f"m.{metric_for(protocol)}"
     value = f"avg({column})" if mode == "mean" else f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {column})"
     ok = f"m.status = 'succeeded' AND {column} IS NOT NULL"
-    if pick.streams is None:
+    if pick.stream_count is None:
         settings_ = sorted(set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
                                .values_list("streams", flat=True)))
     else:
-        settings_ = [pick.streams]
+        settings_ = [pick.stream_count]
     ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
-    return f"""
+    sql = f"""
         SELECT w.source_id, w.destination_id, w.streams, w.address_family, w.congestion_control, w.auth, w.value,
                w.finished_at,
                CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END AS status,
@@ -316,7 +380,10 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
             AND l.congestion_control = w.congestion_control AND l.auth = w.auth
             AND l.source_id = w.source_id AND l.destination_id = w.destination_id
         WHERE {pick.sql("w")}
-    """, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args()}
+    """
+    if pick.newest:  # each link's cell of its newest measurement's streams; no one concurrency over a window
+        sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql)}) n"
+    return sql, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args()}
 
 
 def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
@@ -340,9 +407,14 @@ CELL_COLUMNS = ("source", "destination", "streams", "address_family", "congestio
                 "finished_at", "age_seconds", "stale", "status", "error", "count", "low", "high", "state")
 
 
+def cell_columns(pick: Pick) -> tuple[str, ...]:
+    """_cells_sql's columns: CELL_COLUMNS, and concurrency for newest."""
+    return (*CELL_COLUMNS, "concurrency") if pick.newest else CELL_COLUMNS
+
+
 def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
                mode: str, window: timedelta, cover: maintenance.Overlay, iso_times: bool) -> tuple[str, dict[str, Any]]:
-    """PostgreSQL: the grid's cells (CELL_COLUMNS) with their state, age and staleness; ``iso_times`` writes
+    """PostgreSQL: the grid's cells (cell_columns) with their state, age and staleness; ``iso_times`` writes
     finished_at as RFC 3339 text (for JSON) instead of a timestamp."""
     if mode == "latest":
         inner, args = _latest_cells_sql(bench, protocol, pick)
@@ -356,7 +428,7 @@ def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bound
             {finished} AS finished_at,
             round(age.seconds * 10) / 10 AS age_seconds, age.seconds > %(stale)s AS stale,
             p.status, p.error, p.count, p.low, p.high,
-            {_state_sql("p.value", protocol, cover)} AS state
+            {_state_sql("p.value", protocol, cover)} AS state{", p.concurrency" if pick.newest else ""}
         FROM ({inner}) p
         JOIN {Node._meta.db_table} s ON s.id = p.source_id
         JOIN {Node._meta.db_table} d ON d.id = p.destination_id
@@ -390,54 +462,68 @@ def grid_cells_json(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
 def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
                      bounds: dict[str, float], cover: maintenance.Overlay) -> tuple[str, dict[str, Any]]:
     metric = metric_for(protocol)
+    rows, _, join = _latest_rows_sql(pick, "p")
+    concurrency = """ || '"concurrency":' || coalesce(m.concurrency::text, 'null') || ','""" if pick.newest else ""
     return f"""
         SELECT '[' || COALESCE(string_agg(
             '{{"age_seconds":' || round(age.seconds * 10) / 10 || ',"stale":' || (age.seconds > %(stale)s)
             || ',"state":"' || {_state_sql("p." + metric, protocol, cover)}
-            || '",' || p.cell_json || '}}', ','), '') || ']'
-        FROM {PairLatest._meta.db_table} p
+            || '",'{concurrency} || p.cell_json || '}}', ','), '') || ']'
+        FROM ({rows}) p{join}
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
-        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s AND {pick.sql("p")}
     """, {"bench": bench.id, "protocol": protocol, **pick.args(), "now": now.timestamp(),
           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]}
 
 
-def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: str, streams: int | None,
+def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: str, streams: int | str | None,
                 now: datetime, address_family: str | None = None, congestion_control: str | None = None,
-                auth: str | None = None) -> dict[tuple[str, str, int], tuple[str, bool, str]]:
+                auth: str | None = None) -> dict[tuple[str, str, int | str], tuple[str, bool, str]]:
     """What the grid page draws per cell: (state, stale, tooltip JSON) by (source, destination, streams) of one
     address family, congestion control and auth mode (the page picks one of each); the
-    tooltip is [value to 3 decimals, finished epoch] plus [status, error] when it did not succeed.
+    tooltip is [value to 3 decimals, finished epoch] plus [status, error] when it did not succeed. With
+    ``streams=NEWEST`` the key's streams is NEWEST (one cell per link) and the tooltip is always
+    [value, finished epoch, status or null, error or null, streams, concurrency or null]: the setting it ran.
     ``grid_data`` (grid()'s output) gives them for any mode and database; without it (PostgreSQL, latest) the
     database writes them from PairLatest, sparing a dict, a classification and a JSON encoding per cell."""
+    newest = streams == NEWEST
     if grid_data is not None:
-        out = {}
+        out: dict[tuple[str, str, int | str], tuple[str, bool, str]] = {}
         for c in grid_data["cells"]:
             info = [None if c["value"] is None else round(c["value"], 3), int(c["finished_at"].timestamp())]
-            if c["status"] != "succeeded":
-                info += [c["status"], (c["error"] or "")[:200]]
-            out[(c["source"], c["destination"], c["streams"])] = (c["state"], c["stale"], json.dumps(info))
+            failed = c["status"] != "succeeded"
+            if failed or newest:
+                info += [c["status"], (c["error"] or "")[:200]] if failed else [None, None]
+            if newest:
+                info += [c["streams"], c["concurrency"]]
+            key = (c["source"], c["destination"], NEWEST if newest else c["streams"])
+            out[key] = (c["state"], c["stale"], json.dumps(info))
         return out
     metric, kind = metric_for(protocol), kind_for(protocol)
     bounds = bench.effective_thresholds()[kind]
     pick = Pick(streams, address_family, congestion_control, auth)
+    rows, _, join = _latest_rows_sql(pick, "p")
+    failure = "',' || to_json(p.status)::text || ',' || to_json(coalesce(p.error, ''))::text"
+    if newest:
+        tail = (f"|| CASE WHEN p.status <> 'succeeded' THEN {failure} ELSE ',null,null' END"
+                " || ',' || p.streams || ',' || coalesce(m.concurrency::text, 'null')")
+    else:
+        tail = f"|| CASE WHEN p.status <> 'succeeded' THEN {failure} ELSE '' END"
     sql = f"""
         SELECT s.name, d.name, p.streams,
             {_state_sql("p." + metric, protocol, maintenance.overlay(now))},
             %(now)s - date_part('epoch', p.finished_at) > %(stale)s,
             '[' || coalesce(round(p.{metric}::numeric, 3)::float8::text, 'null') || ','
                 || floor(date_part('epoch', p.finished_at))::bigint
-                || CASE WHEN p.status <> 'succeeded'
-                        THEN ',' || to_json(p.status)::text || ',' || to_json(coalesce(p.error, ''))::text ELSE '' END
+                {tail}
                 || ']'
-        FROM {PairLatest._meta.db_table} p
+        FROM ({rows}) p{join}
         JOIN {Node._meta.db_table} s ON s.id = p.source_id JOIN {Node._meta.db_table} d ON d.id = p.destination_id
-        WHERE p.benchmark_id = %(bench)s AND p.protocol = %(protocol)s AND {pick.sql("p")}
     """
     with connection.cursor() as cur:
         cur.execute(sql, {"bench": bench.id, "protocol": protocol, **pick.args(), "now": now.timestamp(),
                           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]})
-        return {(src, dst, st): (state, stale, info) for src, dst, st, state, stale, info in cur.fetchall()}
+        return {(src, dst, NEWEST if newest else st): (state, stale, info)
+                for src, dst, st, state, stale, info in cur.fetchall()}
 
 
 def _pair_q(a: Node, b: Node) -> Q:

@@ -20,7 +20,7 @@ from results import federation, params, selectors, services, thresholds
 from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
-from results.models import ADDRESS_FAMILIES, AUTH_MODES, Benchmark, Maintenance, Node, Problem, Run
+from results.models import ADDRESS_FAMILIES, AUTH_MODES, TPC_PROTOCOLS, Benchmark, Maintenance, Node, Problem, Run
 from results.stats import changes as change_detection
 from results.stats.advice import KNEE_MARGIN, MIN_RUNS, Observation, advise
 from results.stats.level import LEVEL_RUNS, recent_level
@@ -77,9 +77,19 @@ def _node_title(node: dict) -> str:
     site = html.escape(node.get("site") or "")
     return f"external endpoint at {site}" if node.get("external") else site
 
+def _tuned(benches: list[Benchmark], protocol: str) -> bool:
+    """Whether the page's default stream pick is "newest (tuned)": the benchmark's spec as its operator last sent
+    it (every batch carries it) asks for optimize: true, and the protocol is one the optimizer tunes (the file
+    movers). Nothing is read from the cells: a benchmark tuned now shows each link's newest setting, one that was
+    tuned once and no longer is shows its largest stream count again (its newest runs share their settings)."""
+    return protocol in TPC_PROTOCOLS and any((b.spec or {}).get("optimize") is True for b in benches)
+
+
 @read_access_required
 def grid_page(request, namespace: str, name: str):
-    """One cluster's grid (?cluster=), or every cluster's benchmark of this namespace/name in one grid."""
+    """One cluster's grid (?cluster=), or every cluster's benchmark of this namespace/name in one grid. One stream
+    setting at a time: ?streams= a count (default the largest), or newest, each link's newest cell whatever its
+    streams (the default for a tuned benchmark: _tuned)."""
     q = request.GET
     every = selectors.benchmarks_named(namespace, name)
     cluster = q.get("cluster") or None
@@ -101,7 +111,9 @@ def grid_page(request, namespace: str, name: str):
         sort = params.choice("sort", q.get("sort"), ("name", "site"), "name")
         mode = params.choice("mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = params.duration("window", q.get("window"), timedelta(days=7))
-        high = params.integer("streams", q.get("streams"), max(settings_, default=0), 0, 100)
+        tuned = _tuned(benches, protocol)
+        high = params.streams("streams", q.get("streams"),
+                              selectors.NEWEST if tuned else max(settings_, default=0))
         low = params.integer("low", q.get("low"), min(settings_, default=0), 0, 100)
         # one address family and one congestion control at a time: each is a grid of its own, like a stream count
         kinds = selectors.cell_settings(bench, protocol)
@@ -117,7 +129,8 @@ def grid_page(request, namespace: str, name: str):
         auths = [a for a in AUTH_MODES if a in kinds["auth"]]
     except params.ParamError as err:
         return HttpResponseBadRequest(str(err))
-    if split == "streams" and low == high:
+    newest = high == selectors.NEWEST
+    if split == "streams" and (low == high or newest):  # newest: a link's own streams, no second setting to show
         split = "direction"
     wanted = high if split == "direction" else None
     lean = mode == "latest" and connection.vendor == "postgresql" and not combined
@@ -191,6 +204,10 @@ def grid_page(request, namespace: str, name: str):
         "window": q.get("window") or "7d",
         "high": high,
         "low": low,
+        # the streams select: every count, and newest for a tuned benchmark or a protocol of several counts
+        "stream_choices": settings_,
+        "offer_newest": tuned or newest or len(settings_) > 1,
+        "newest": newest,
         "families": families,
         "family": family,
         "ccs": ccs,

@@ -222,3 +222,30 @@ def test_legend_and_latency_grid_follow_the_thresholds(page, live_server, transa
     assert cell_colours(page, "n1", "n2") == (OK, WARNING)  # 45, 25 Gbit/s
     assert cell_colours(page, "n1", "n3")[0] == CRITICAL  # 15 Gbit/s
     assert "ok ≥ 40 Gbit/s warning ≥ 20 Gbit/s critical < 20 Gbit/s" in legend(page)[0]
+
+
+def test_a_tuned_grid_names_each_links_setting(page, live_server, transactional_db):
+    """A benchmark with optimize: true opens on "newest (tuned)": links that ran 8, 4 and 16 streams are drawn in
+    one grid, and the tooltip names each half's streams × files."""
+    now = datetime.now(UTC)
+    body = batch([measurement("n1", "n2", streams=8, concurrency=2, gbps=45, finished=now - timedelta(hours=1)),
+                  measurement("n2", "n1", streams=4, concurrency=1, gbps=5.5, finished=now - timedelta(hours=1)),
+                  measurement("n1", "n3", streams=16, concurrency=4, gbps=25, finished=now - timedelta(hours=2)),
+                  measurement("n1", "n3", streams=8, concurrency=4, gbps=1, finished=now - timedelta(hours=3))],
+                 name="tuned")
+    body["benchmark"]["spec"] = {"optimize": True}
+    ingest(body)
+    page.goto(f"{live_server.url}/grid/mesh/tuned/?protocol=xrootd-https")
+    assert page.locator('select[name="streams"]').evaluate("s => s.options[s.selectedIndex].text") == "newest (tuned)"
+    assert cell_colours(page, "n1", "n2") == (OK, CRITICAL)
+    assert cell_colours(page, "n1", "n3") == (WARNING, NONE)  # its newest, 16 streams, not the older 8-stream run
+    cell(page, "n1", "n2").hover()
+    tip = page.locator("#tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert "n1 → n2 ×8 streams × 2 files: 45.00 Gbit/s" in text, text
+    assert "n2 → n1 ×4 streams × 1 file: 5.50 Gbit/s" in text, text
+    cell(page, "n1", "n3").hover()
+    assert "n1 → n3 ×16 streams × 4 files: 25.00 Gbit/s" in tip.inner_text() and "n3 → n1: no data" in tip.inner_text()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "grid-tuned.png"), full_page=True)

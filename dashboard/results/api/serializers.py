@@ -310,6 +310,9 @@ class GridCellSerializer(serializers.Serializer):
     high = serializers.FloatField(allow_null=True)
     state = serializers.ChoiceField(choices=thresholds.STATES, help_text=(
         "by the benchmark's thresholds, or maintenance (a window on its node or pair)"))
+    concurrency = serializers.IntegerField(allow_null=True, required=False, help_text=(
+        "streams=newest only: the files at once the cell's measurement ran (its setting is streams × "
+        "concurrency); null in mode mean or median, or when not recorded"))
 
 
 class GridNodeSerializer(serializers.Serializer):

@@ -56,6 +56,10 @@ def _streams(lo: int) -> dict:
     return {"type": "integer", "minimum": lo, "maximum": 100}
 
 
+# the grid's streams: a count, or each link's newest cell whatever its streams (a tuned benchmark, spec.optimize)
+GRID_STREAMS = {"oneOf": [_streams(0), {"type": "string", "enum": [params.NEWEST_STREAMS]}]}
+
+
 
 CLUSTER = OpenApiParameter("cluster", NAME, description="one cluster's (the operator's cluster.name); "
                            "default: a benchmark or node name unique across clusters")
@@ -217,7 +221,11 @@ class GridView(APIView):
                              "of that namespace/name in one grid, its nodes named cluster:node when there are "
                              "several"),
             OpenApiParameter("protocol", PROTOCOL, required=True),
-            OpenApiParameter("streams", _streams(0), description="one stream setting (default: all)"),
+            OpenApiParameter("streams", GRID_STREAMS, description=(
+                "one stream setting (default: all); newest: each link's newest cell whatever its streams (a "
+                "benchmark with optimize: true, whose links run the streams × files tuned for each), its cells "
+                "naming the concurrency it ran too; with mode mean or median each link's aggregate of its newest "
+                "cell's streams")),
             OpenApiParameter("address_family", FAMILY, description="one address family (default: both)"),
             OpenApiParameter("congestion_control", CONGESTION,
                              description="one congestion control; default: the nodes' own (default: all)"),
@@ -232,7 +240,7 @@ class GridView(APIView):
         benches = _grid_benchmarks(request)
         q = request.query_params
         protocol = _params(params.protocol, "protocol", q.get("protocol"))
-        streams = _params(params.integer, "streams", q.get("streams"), None, 0, 100)
+        streams = _params(params.streams, "streams", q.get("streams"))
         family = _params(params.choice, "address_family", q.get("address_family"), tuple(ADDRESS_FAMILIES), None)
         cc = _params(params.congestion_control, "congestion_control", q.get("congestion_control"))
         auth = _params(params.choice, "auth", q.get("auth"), tuple(AUTH_MODES), "")

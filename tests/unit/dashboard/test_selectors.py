@@ -159,3 +159,29 @@ def test_the_pair_pages_files_and_repeats_keep_families_apart():
                                                                          ("xrootd-https ×1 IPv6", 3)]
     assert selectors.setting_label({"protocol": "builtin", "streams": 8, "address_family": "ipv4",
                                     "congestion_control": "bbr", "auth": "token"}) == "builtin ×8 bbr token"
+
+
+def test_the_streams_pick_reads_a_count_or_newest():
+    from results import params
+
+    assert [params.streams("streams", v, 16) for v in (None, "", "0", "8", "newest")] == [16, 16, 0, 8, "newest"]
+    for bad in ("most", "101", "-1", "8.0", "NEWEST"):
+        with pytest.raises(params.ParamError) as err:
+            params.streams("streams", bad)
+        assert err.value.param == "streams" and "from 0 to 100, nor newest" in err.value.message, bad
+    newest = selectors.Pick(selectors.NEWEST, "ipv4")
+    assert newest.newest and newest.stream_count is None and newest.args()["streams"] is None
+    assert selectors.Pick(8).stream_count == 8 and not selectors.Pick(8).newest
+    with pytest.raises(ValueError, match="newest"):
+        selectors.Pick("most")
+
+
+def test_newest_per_link_takes_each_links_newest_then_most_streams():
+    def c(src, dst, streams, hours, family="ipv4"):
+        return {"source": src, "destination": dst, "streams": streams, "address_family": family,
+                "congestion_control": "", "auth": "", "finished_at": NOW - timedelta(hours=hours)}
+
+    cells = [c("a", "b", 4, 3), c("a", "b", 8, 1), c("a", "b", 32, 2), c("b", "a", 2, 1), c("b", "a", 16, 1),
+             c("a", "b", 1, 5, "ipv6")]
+    got = sorted((x["source"], x["address_family"], x["streams"]) for x in selectors.newest_per_link(cells))
+    assert got == [("a", "ipv4", 8), ("a", "ipv6", 1), ("b", "ipv4", 16)]

@@ -14,9 +14,17 @@
     const age = ageH < 48 ? ageH.toFixed(1) + " h ago" : (ageH / 24).toFixed(1) + " d ago";
     return d.toISOString().slice(0, 16).replace("T", " ") + " UTC (" + age + ")";
   }
-  // A half is [value, epoch] or [value, epoch, status, error]; who measured what follows from the split.
+  // A half is [value, epoch] or [value, epoch, status, error]; who measured what follows from the split. In the
+  // newest pick (streams=newest: each link at the setting it ran last) a half names its own setting:
+  // [value, epoch, status or null, error or null, streams, concurrency or null].
+  function setting(streams, concurrency) {
+    if (streams === "newest") return "";
+    const files = concurrency ? " × " + concurrency + (concurrency === 1 ? " file" : " files") : "";
+    return streams ? " ×" + streams + (files ? " streams" + files : "") : files;
+  }
   function half(h, src, dst, streams) {
-    const label = src + " → " + dst + (streams ? " ×" + streams : "") + ": ";
+    const own = h && h.length > 4;
+    const label = src + " → " + dst + (own ? setting(h[4], h[5]) : setting(streams, null)) + ": ";
     if (!h) return label + "no data";
     const [value, t, status, error] = h;
     const v = value === null ? "–" : (+value).toFixed(2) + " " + data.unit;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import grp
 import logging
 import os
@@ -64,6 +65,9 @@ class ServerSpec:
     cwd: Path | None = None
     diag_logs: tuple[Path, ...] = ()  # the server's own logs, searched for the reason of an exit
     env: dict[str, str] | None = None  # added to the agent's environment
+    # a port the agent chose itself (free_port): when another process took it before the server bound it, the
+    # same server on a new free port (see _watch)
+    repick: Callable[[], ServerSpec] | None = None
 
 
 @dataclass
@@ -244,6 +248,16 @@ class ServerSupervisor:
         return ServerSpec(name, port, self.settings.address, requires, prepare, rt / "stdout.log", rt,
                           (rt / configs.instance_name(name, port) / "xrootd.log",), env)
 
+    def _tpc_spec_on_a_free_port(self, name: str, setting: str, build: Callable[[Any, configs.XrootdPaths], str],
+                                 tls: bool, requires: tuple[str, ...]) -> ServerSpec:
+        """A local TPC instance on a port free now, written to the settings (``setting``) the movers read. Free
+        now is not free at its bind: another agent starting beside this one can be given the same port, so the
+        spec can move to another (repick)."""
+        setattr(self.settings, setting, free_port())
+        spec = self._xrootd_spec(name, getattr(self.settings, setting), build, tls, requires)
+        return dataclasses.replace(
+            spec, repick=lambda: self._tpc_spec_on_a_free_port(name, setting, build, tls, requires))
+
     def _token_validation(self, paths: configs.XrootdPaths, argv: list[str]) -> list[str]:
         """Token mode: the SciTokens plugin's configuration, a key cache the run user may write, and the issuer's CA
         in the CA bundle the plugin's HTTPS client trusts (a private mount namespace; see
@@ -301,11 +315,13 @@ class ServerSupervisor:
         for protocol, port, tpc_setting, public, local, tls, requires in xrootd:
             if protocol not in enabled:
                 continue
-            if not getattr(s, tpc_setting):  # only this agent connects to it: any free port (movers read it here)
-                setattr(s, tpc_setting, free_port())
             out.append(self._xrootd_spec(protocol, port, public, tls, requires))
-            out.append(self._xrootd_spec(configs.TPC_SERVERS[protocol], getattr(s, tpc_setting), local, tls,
-                                         requires))
+            if getattr(s, tpc_setting):
+                out.append(self._xrootd_spec(configs.TPC_SERVERS[protocol], getattr(s, tpc_setting), local, tls,
+                                             requires))
+            else:  # only this agent connects to it: any free port (the movers read it from the settings)
+                out.append(self._tpc_spec_on_a_free_port(configs.TPC_SERVERS[protocol], tpc_setting, local, tls,
+                                                         requires))
         if "gridftp" in enabled:
             # GridFTP binds one address: a dual-stack agent runs a second server on the IPv6 one
             for name, address in (("gridftp", s.address), ("gridftp-ipv6", s.address6)):
@@ -413,6 +429,9 @@ class ServerSupervisor:
             tail = _reason(spec.diag_logs + (spec.log_file,))
             server.message = f"exited with status {code}, restarting (restart {server.restarts})" + (
                 f": {tail}" if tail else "")
+            if spec.repick is not None and PORT_TAKEN in tail.lower():
+                server.spec = spec = spec.repick()
+                server.message += f"; moved to port {spec.port}"
             server.last_exit_message = server.message  # kept once the restarted server is up again
             log.warning("Server %s exited with status %s; restarting in %.1f s", spec.name, code, server.backoff)
             await asyncio.sleep(server.backoff)
@@ -458,6 +477,9 @@ def _kill_group(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> 
 
 
 REASON_WORDS = (("unable", "in use", "denied", "refus", "no such"), ("error", "failed", "fatal"))
+
+
+PORT_TAKEN = "address already in use"  # how XRootD (and the C library) say a port was taken
 
 
 def _reason(paths: tuple[Path, ...]) -> str:

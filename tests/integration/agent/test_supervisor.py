@@ -156,3 +156,68 @@ def test_a_stopped_agent_leaves_nothing_of_xrootd_in_tmp(agent_factory):
     agent.stop()
     assert not [p for p in envs if p.exists()]
     assert not [d for d in admin_dirs if d.exists()]
+
+
+async def test_a_server_whose_chosen_port_was_taken_moves_to_a_free_one(tmp_path):
+    """A port the agent chose (free_port) may be taken before its server binds it (another agent starting beside
+    it was given the same one; CI saw a local TPC instance fail to bind for good): the supervisor restarts that
+    server on a new free port and says so; a real process, a real bind."""
+    import asyncio
+    import dataclasses
+    import sys
+
+    from tpcmesh_agent.servers.supervisor import ManagedServer, ServerSpec, ServerSupervisor, free_port
+
+    from tests.unit.agent.test_server_configs import _settings
+
+    server_code = ("import socket, sys, time\n"
+                   "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
+                   "time.sleep(600)\n")
+
+    def spec_on(port: int) -> ServerSpec:
+        return ServerSpec("toy", port, "127.0.0.1", (), lambda: [sys.executable, "-c", server_code, str(port)],
+                          tmp_path / f"toy-{port}.log", tmp_path)
+
+    supervisor = ServerSupervisor(_settings(data_dir=tmp_path))
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        moved: list[int] = []
+
+        def repick() -> ServerSpec:
+            moved.append(free_port())
+            return spec_on(moved[-1])
+
+        server = ManagedServer(dataclasses.replace(spec_on(taken), repick=repick))
+        server.task = asyncio.create_task(supervisor._watch(server))
+        try:
+            for _ in range(200):
+                if moved and listening("127.0.0.1", moved[-1]):
+                    break
+                await asyncio.sleep(0.1)
+            assert moved and server.spec.port == moved[-1] != taken and listening("127.0.0.1", moved[-1])
+            assert server.restarts == 1 and "address already in use" in server.last_exit_message.lower()
+            assert f"moved to port {moved[-1]}" in server.last_exit_message
+        finally:
+            supervisor._stopping = True
+            if server.process is not None and server.process.returncode is None:
+                server.process.kill()
+            await asyncio.wait_for(server.task, 10)
+
+
+def test_an_agents_local_tpc_instances_may_move_but_configured_ports_do_not(tmp_path):
+    from tpcmesh_agent.servers.supervisor import ServerSupervisor
+
+    from tests.unit.agent.test_server_configs import _settings
+
+    chosen = _settings(data_dir=tmp_path, protocols=("xrootd-https",))
+    spec = {s.name: s for s in ServerSupervisor(chosen).specs()}["xrootd-https-tpc"]
+    assert spec.port == chosen.xrootd_tpc_port and spec.repick is not None
+    again = spec.repick()
+    assert again.port == chosen.xrootd_tpc_port and again.repick is not None  # the movers read the new port
+    fixed = _settings(data_dir=tmp_path, protocols=("xrootd-https",), xrootd_tpc_port=19999)
+    assert [(s.port, s.repick) for s in ServerSupervisor(fixed).specs() if s.name == "xrootd-https-tpc"] == [
+        (19999, None)]
+    public = {s.name: s for s in ServerSupervisor(fixed).specs()}["xrootd-https"]
+    assert public.repick is None  # the public ports are the chart's: never moved

@@ -27,6 +27,12 @@ demo: setup ## Run a measured mesh on this machine (local agents, dashboard on S
 test: setup control-plane ## Run every test: unit, integration, cluster (real nodes too), browser, e2e
 	$(PYTEST) tests
 
+N ?= 3
+LOAD ?= 2
+.PHONY: test-repeat
+test-repeat: setup ## Find flakes: the modules that start real servers, N rounds (N=3) beside LOAD busy processes (LOAD=2); MODULES="..." to choose
+	$(PY) hack/test_repeat.py --times $(N) --load $(LOAD) $(MODULES)
+
 .PHONY: test-unit
 test-unit: setup ## Run the fast unit tests only
 	$(PYTEST) tests/unit

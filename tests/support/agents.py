@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -38,6 +39,7 @@ import httpx
 import pytest
 
 from tests.support.paths import VENV_BIN
+from tests.support.serving import record_crash
 
 DEFAULT_PORTS = {
     "api_port": 9443,
@@ -198,7 +200,22 @@ class AgentHandle:
             self.kill()
         with contextlib.suppress(ProcessLookupError):  # children (xrootd, ...) the agent did not reap
             os.killpg(self.process.pid, signal.SIGKILL)
+        self._report_server_crashes()
 
+    def _report_server_crashes(self) -> None:
+        """Its servers that crashed (a signal nobody sends on purpose: SIGSEGV, SIGABRT, ...) and were restarted by
+        its supervisor, in the session's report of restarted servers (tests/support/serving.py)."""
+        with contextlib.suppress(OSError):
+            for line in self.log_file.read_text(errors="replace").splitlines():
+                crash = AGENT_SERVER_CRASH.search(line)
+                if crash:
+                    record_crash(f"the agent {self.name}'s {crash['server']}", crash["how"], line.strip()[-300:])
+
+
+# the agent supervisor's log line of a crashed server (tpcmesh_agent.servers.supervisor); SIGKILL and SIGTERM are
+# what tests (and the OOM killer) send on purpose
+AGENT_SERVER_CRASH = re.compile(
+    r"Server (?P<server>\S+) (?P<how>exited with status -\d+ \((?!SIGKILL|SIGTERM)SIG\w+\))")
 
 PROTOCOL_PORTS = {"xrootd-root": "xrootd_root_port", "xrootd-https": "xrootd_https_port",
                   "gridftp": "gridftp_port", "iperf3": "iperf3_port"}

@@ -29,7 +29,7 @@ from tpcmesh_operator.tokens.claims import TokenRequest
 from tpcmesh_operator.tokens.issuer import TokenIssuer
 
 from tests.support.agents import TestPKI
-from tests.support.serving import serving
+from tests.support.serving import Supervised, serving
 from tests.support.tokens import running_issuer
 
 HOST = "127.0.0.1"
@@ -46,6 +46,7 @@ class ExternalXrootd:
     agents_ca_file: Path  # the agents' CA plus this site's: give it to the agents as their ca_file
     log: Path
     scheme: str = "davs"
+    server: Supervised | None = None  # its process and restarts, once started
 
     @property
     def url(self) -> str:
@@ -135,7 +136,7 @@ def external_xrootd(agents_pki: TestPKI, name: str = "site-x", scheme: str = "da
                                                         str(logs / "xrootd.log"), "-n", f"ext-{port}"])
         try:
             with serving(argv, HOST, port, work / "stdout.log", [log], "the external xrootd", cwd=logs,
-                         env={**os.environ, "XDG_CACHE_HOME": str(cache)}):
+                         env={**os.environ, "XDG_CACHE_HOME": str(cache)}) as x.server:
                 yield x
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -1,5 +1,11 @@
-"""A test server as a context: started in its own session, waited for until it listens, killed with its children
-on the way out. The external and anonymous XRootD endpoints and the external GridFTP server share it."""
+"""A test server as a context, supervised like the agents' own servers: started in its own session, waited for until
+it listens, restarted when it exits without being asked to, killed with its children on the way out. The external and
+anonymous XRootD endpoints and the external GridFTP server share it.
+
+A restart is not itself a test failure: the crash (exit signal or status, the tail of the server's logs, the test
+that was running) is kept in ``CRASHES``, and this module (a pytest plugin, listed in tests/conftest.py) names it in
+that test's report and in the session's summary. A test about the server's own failure reads ``Supervised.restarts``.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,52 @@ import contextlib
 import os
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
+from tpcmesh_agent.servers.supervisor import exit_description
+
+BACKOFF_FIRST = 0.2
+BACKOFF_MAX = 5.0
+TAIL_LINES = 6  # of each log, in a crash's description
+
+
+@dataclass(frozen=True)
+class Crash:
+    """One exit of a supervised test server that nobody asked for."""
+
+    what: str  # the server, e.g. "the external xrootd (pid 123)"
+    how: str  # exit_description()
+    log_tail: str
+    test: str | None  # pytest's current test when the exit was seen
+
+    def describe(self) -> str:
+        return (f"{self.what} {self.how} during {self.test or 'set-up'}; restarted. "
+                f"Its logs end: {self.log_tail or '(empty)'}")
+
+
+CRASHES: list[Crash] = []  # the session's, in order; read by tests/conftest.py
+_crashes_lock = threading.Lock()
+
+
+def record_crash(what: str, how: str, log_tail: str) -> None:
+    with _crashes_lock:
+        CRASHES.append(Crash(what, how, log_tail, _current_test()))
+
+
+def _current_test() -> str | None:
+    current = os.environ.get("PYTEST_CURRENT_TEST")
+    return current.rsplit(" (", 1)[0] if current else None
+
+
+def _logs_tail(logs: Sequence[Path]) -> str:
+    return " | ".join(" / ".join(p.read_text(errors="replace").strip().splitlines()[-TAIL_LINES:])
+                      for p in logs if p.exists())
 
 
 def wait_listening(host: str, port: int, proc: subprocess.Popen, logs: Sequence[Path], what: str,
@@ -19,24 +67,109 @@ def wait_listening(host: str, port: int, proc: subprocess.Popen, logs: Sequence[
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            said = " | ".join(p.read_text(errors="replace")[-1500:] for p in logs if p.exists())
-            raise RuntimeError(f"{what} exited with {proc.returncode}: {said}")
+            raise RuntimeError(f"{what} {exit_description(proc.returncode)}: {_logs_tail(logs)}")
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
             return
         time.sleep(0.1)
     raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout:g} s")
 
 
+class Supervised:
+    """One server process and the thread that restarts it (same argv, same port) whenever it exits on its own."""
+
+    def __init__(self, argv: Sequence[str], host: str, port: int, stdout: Path, logs: Sequence[Path], what: str,
+                 popen: dict[str, Any]) -> None:
+        self.argv, self.host, self.port, self.what, self.popen = list(argv), host, port, what, popen
+        self.stdout = stdout
+        self.logs = [stdout, *logs]
+        self.restarts = 0
+        self.proc: subprocess.Popen | None = None
+        self._stopping = threading.Event()
+        self._launching = threading.Lock()  # stop() never misses a process the watcher is starting
+        self._watcher: threading.Thread | None = None
+
+    def _launch(self) -> subprocess.Popen:
+        with open(self.stdout, "ab") as out:
+            return subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                    **self.popen)
+
+    def start(self) -> None:
+        self.proc = self._launch()
+        wait_listening(self.host, self.port, self.proc, self.logs, self.what)
+        self._watcher = threading.Thread(target=self._watch, name=f"supervise {self.what}", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        backoff = BACKOFF_FIRST
+        while not self._stopping.is_set():
+            assert self.proc is not None
+            code = self.proc.wait()
+            if self._stopping.is_set():
+                return
+            _kill_session(self.proc)  # children it forked (xrootd's helpers, gridftp's sessions) go with it
+            record_crash(f"{self.what} (pid {self.proc.pid})", exit_description(code), _logs_tail(self.logs))
+            self.restarts += 1
+            if self._stopping.wait(backoff):
+                return
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            with self._launching:
+                if self._stopping.is_set():
+                    return
+                self.proc = self._launch()
+            with contextlib.suppress(RuntimeError):  # it may crash again at once: the loop sees that exit too
+                wait_listening(self.host, self.port, self.proc, self.logs, self.what)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._launching:
+            proc = self.proc
+        if proc is not None:
+            _kill_session(proc)
+            proc.wait(timeout=10)
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, 9)
+
+
 @contextlib.contextmanager
 def serving(argv: Sequence[str], host: str, port: int, stdout: Path, logs: Sequence[Path], what: str,
-            **popen: Any) -> Iterator[subprocess.Popen]:
-    """Run `argv` (its output in `stdout`) until the block ends; `logs` (stdout first) are quoted if it dies."""
-    with open(stdout, "wb") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **popen)
+            **popen: Any) -> Iterator[Supervised]:
+    """Run `argv` (its output in `stdout`) until the block ends, restarted whenever it exits; `logs` are quoted
+    when it does."""
+    server = Supervised(argv, host, port, stdout, logs, what, popen)
     try:
-        wait_listening(host, port, proc, [stdout, *logs], what)
-        yield proc
+        server.start()
+        yield server
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)  # its session: xrootd's and gridftp's children too
-        proc.wait(timeout=10)
+        server.stop()
+
+
+# ---- the pytest plugin: each restart named in its test's report and in the session's summary -----------------------
+_first_crash = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_first_crash] = len(CRASHES)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.when == "teardown" or report.failed:
+        new = CRASHES[item.stash.get(_first_crash, len(CRASHES)):]
+        if new:
+            report.sections.append(("supervised servers restarted", "\n".join(c.describe() for c in new)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if CRASHES:
+        terminalreporter.section("supervised servers restarted")
+        for crash in CRASHES:
+            terminalreporter.write_line(crash.describe())

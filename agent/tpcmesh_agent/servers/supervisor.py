@@ -427,13 +427,13 @@ class ServerSupervisor:
             if time.monotonic() - server.started_at > STABLE_AFTER:
                 server.backoff = BACKOFF_FIRST
             tail = _reason(spec.diag_logs + (spec.log_file,))
-            server.message = f"exited with status {code}, restarting (restart {server.restarts})" + (
+            server.message = f"{exit_description(code)}, restarting (restart {server.restarts})" + (
                 f": {tail}" if tail else "")
             if spec.repick is not None and PORT_TAKEN in tail.lower():
                 server.spec = spec = spec.repick()
                 server.message += f"; moved to port {spec.port}"
             server.last_exit_message = server.message  # kept once the restarted server is up again
-            log.warning("Server %s exited with status %s; restarting in %.1f s", spec.name, code, server.backoff)
+            log.warning("Server %s %s; restarting in %.1f s", spec.name, exit_description(code), server.backoff)
             await asyncio.sleep(server.backoff)
             server.backoff = min(server.backoff * 2, BACKOFF_MAX)
             _kill_group(server.process)
@@ -469,6 +469,14 @@ class ServerSupervisor:
 
     def status(self) -> dict[str, dict]:
         return {name: server.status() for name, server in self.servers.items()}
+
+
+def exit_description(code: int | None) -> str:
+    """How a server ended, naming the signal that killed it: "exited with status -11 (SIGSEGV)"."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"exited with status {code} ({signal.Signals(-code).name})"
+    return f"exited with status {code}"
 
 
 def _kill_group(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:

@@ -72,6 +72,19 @@ def test_killed_server_is_restarted_and_counted(agent_factory):
     assert agent.metric("tpcmesh_agent_server_up", server="iperf3") == 1.0
 
 
+def test_a_crashed_server_names_its_signal_and_reaches_the_sessions_report(agent_factory):
+    from tests.support import serving
+
+    agent = agent_factory(protocols=("builtin", "iperf3"), run_user="nobody")
+    [pid] = server_pids("iperf3", agent.address)
+    os.kill(pid, signal.SIGSEGV)
+    wait_for(lambda: agent.get("/api/v1/info").json()["protocols"]["iperf3"]["restarts"] == 1, 10, "iperf3 restart")
+    before = len(serving.CRASHES)
+    agent.stop()
+    [crash] = serving.CRASHES[before:]
+    assert crash.what == f"the agent {agent.name}'s iperf3" and crash.how == "exited with status -11 (SIGSEGV)"
+
+
 def test_missing_program_is_reported_with_its_package_and_the_rest_works(agent_factory, tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -44,7 +44,9 @@ def test_parse_reads_the_kernels_struct_for_a_loopback_transfer():
     assert after["bytes_acked"] >= len(payload)  # a u64 field past the first u64 group
     assert recv_side["bytes_received"] >= len(payload)
     assert after["min_rtt"] is not None and 0 < after["min_rtt"] < 1_000_000  # µs: loopback is far below 1 s
-    assert after["total_retrans"] == 0
+    # a count, not garbage from a wrong offset: loopback on a loaded machine can retransmit (an RTO while the
+    # receiver waits for a core), so not necessarily 0
+    assert 0 <= after["total_retrans"] <= after["data_segs_out"]
 
 
 def test_parse_leaves_fields_of_a_shorter_struct_as_none():

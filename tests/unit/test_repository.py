@@ -42,3 +42,21 @@ def test_make_help_lists_every_target():
     listed = {line.split()[0] for line in plain.splitlines() if line.strip()}
     missing = sorted(targets - listed)
     assert not missing, f"targets without a '## ' help text: {missing}"
+
+
+def test_where_things_live_names_only_what_exists():
+    """Every path in the README's "Where things live" table exists: relative to the repository, or to the row's
+    first folder (`runner.py` in the row of `agent/tpcmesh_agent/...`)."""
+    text = (REPO / "README.md").read_text()
+    section = re.search(r"^## Where things live\n(.*?)^## ", text, re.S | re.M)
+    assert section, "README.md has no 'Where things live' section"
+    missing = []
+    for row in re.findall(r"^\|[^|]+\|([^|]+)\|$", section.group(1), re.M):
+        names = [n for n in re.findall(r"`([^`\s]+)`", row) if "/" in n or n.endswith((".py", ".yaml", ".json"))]
+        folders = [n for n in names if "/" in n]
+        if not folders:
+            continue
+        base = REPO / folders[0]
+        base = base if base.is_dir() else base.parent
+        missing += [n for n in names if not (REPO / n.rstrip("/")).exists() and not (base / n.rstrip("/")).exists()]
+    assert not missing, f"README's 'Where things live' names paths that do not exist: {missing}"

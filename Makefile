@@ -59,8 +59,12 @@ K8S_BIN = $$(tests/cluster/build-control-plane.sh)
 IMAGE_REGISTRY ?= ghcr.io/tpcmesh
 IMAGE_TAG ?= $$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml)
 
+.PHONY: protocols
+protocols: setup ## Write every protocol list (CRD, schemas, chart, each package's protocols.py) from manifests/protocols.yaml
+	$(PY) hack/protocols.py
+
 .PHONY: chart
-chart: setup control-plane ## Copy manifests/crds into the chart, lint it and package it into dist/
+chart: setup control-plane protocols ## Copy manifests/crds into the chart, lint it and package it into dist/
 	@rm -f charts/tpcmesh/crds/*.yaml && cp manifests/crds/*.yaml charts/tpcmesh/crds/
 	@helm="$(K8S_BIN)/helm"; $$helm lint --strict charts/tpcmesh --kube-version 1.34.4 && \
 	  for v in charts/tpcmesh/ci/*-values.yaml; do $$helm lint --strict charts/tpcmesh --kube-version 1.34.4 -f $$v >/dev/null || exit 1; done && \

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-ALL_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
+from .protocols import PROTOCOLS as ALL_PROTOCOLS
+
 ENV_PREFIX = "TPCMESH_AGENT_"
 GRIDFTP_SECURITY = ("gsi", "anonymous")
 MIN_TOKEN_LENGTH = 16  # at start-up and for every rotated token

@@ -15,7 +15,6 @@ from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
     METRICS,
-    PROTOCOLS,
     SEVERITIES,
     STATUSES,
     ApiToken,
@@ -28,6 +27,7 @@ from results.models import (
     Problem,
     Run,
 )
+from results.protocols import PROTOCOLS
 
 
 class RFC3339FormField(forms.DateTimeField):

@@ -19,13 +19,11 @@ import uuid
 
 from django.db import models
 
+from results.protocols import PROTOCOLS
 from results.thresholds import effective as effective_bounds
 
-PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3", "rtt"]
-TPC_PROTOCOLS = ["builtin", "xrootd-https", "xrootd-root", "gridftp"]
 STATUSES = ["succeeded", "failed", "cancelled"]
 AUTH_MODES = ["token", "x509", "none"]
-TOKEN_PROTOCOLS = ["builtin", "xrootd-https"]  # the HTTP-based copies, which a benchmark may run with tokens
 ADDRESS_FAMILIES = ["ipv4", "ipv6"]
 METRICS = ["throughput_gbps", "rtt_ms", "path"]
 SEVERITIES = ["critical", "warning"]

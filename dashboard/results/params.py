@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from results.models import PROTOCOLS
+from results.protocols import PROTOCOLS
 
 # Also the OpenAPI schema's pattern for duration parameters (results.api.openapi): one rule, two readers.
 DURATION_PATTERN = r"^([0-9]{1,12})([smhd]?)$"

@@ -17,8 +17,6 @@ from django.utils import timezone
 from results import maintenance, params, thresholds
 from results.models import (
     AUTH_MODES,
-    TOKEN_PROTOCOLS,
-    TPC_PROTOCOLS,
     Benchmark,
     FileTransfer,
     Measurement,
@@ -27,6 +25,7 @@ from results.models import (
     Path,
     Run,
 )
+from results.protocols import TOKEN_PROTOCOLS, TPC_PROTOCOLS
 from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")

@@ -20,7 +20,8 @@ from results import federation, params, selectors, services, thresholds
 from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
-from results.models import ADDRESS_FAMILIES, AUTH_MODES, TPC_PROTOCOLS, Benchmark, Maintenance, Node, Problem, Run
+from results.models import ADDRESS_FAMILIES, AUTH_MODES, Benchmark, Maintenance, Node, Problem, Run
+from results.protocols import TPC_PROTOCOLS
 from results.stats import changes as change_detection
 from results.stats.advice import KNEE_MARGIN, MIN_RUNS, Observation, advise
 from results.stats.level import LEVEL_RUNS, recent_level

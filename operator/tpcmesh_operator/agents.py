@@ -15,15 +15,9 @@ from typing import Any
 
 import httpx
 
-DEFAULT_PORTS: Mapping[str, int] = {
-    "control": 9443,
-    "metrics": 9464,
-    "builtin": 9080,
-    "xrootd-root": 1094,
-    "xrootd-https": 8444,
-    "gridftp": 2811,
-    "iperf3": 5201,
-}
+from . import protocols
+
+DEFAULT_PORTS: Mapping[str, int] = {"control": 9443, "metrics": 9464, **protocols.DEFAULT_PORTS}
 
 
 @dataclass(frozen=True)

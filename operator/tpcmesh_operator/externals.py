@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .protocols import SCHEME_PROTOCOLS  # URL scheme -> the benchmark protocol whose tests run against it
 from .spec import SpecError  # spec imports this module lazily (in parse_spec)
 
-# URL scheme -> the benchmark protocol whose tests run against it
-SCHEME_PROTOCOLS: Mapping[str, str] = {"davs": "xrootd-https", "https": "xrootd-https", "root": "xrootd-root",
-                                       "gsiftp": "gridftp"}
 # what the operator and agents drive: davs/https (HTTP-TPC), root:// (xrdcp, a token over ztn), gsiftp://
 # (globus-url-copy with an X509 proxy or certificate; the operator's checks and cleanup through gfal2)
 DRIVEN_SCHEMES = ("davs", "https", "root", "gsiftp")

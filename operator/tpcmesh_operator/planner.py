@@ -52,7 +52,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field
 
 from . import siteschedule
-from .spec import TPC_PROTOCOLS, BenchmarkSpec
+from .protocols import TPC_PROTOCOLS
+from .spec import BenchmarkSpec
 
 RTT = "rtt"
 FAMILY_NAMES = {"ipv4": "IPv4", "ipv6": "IPv6"}

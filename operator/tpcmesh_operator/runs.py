@@ -84,6 +84,7 @@ from .outbox import describe, migrate, settle
 from .outbox import encoded_size as status_size_bytes
 from .planner import RTT, Plan, Setting, Test, plan
 from .probing import probe_pair
+from .protocols import TOKEN_PROTOCOLS, TPC_PROTOCOLS
 from .results import MAX_BATCH, BatchTooLarge, DeliveryFailed, Outcome, deliver_with_backoff, post_bisecting
 from .runports import (  # re-exported: the executor's interface is runs.py's (its docstring)
     AgentDirectory,
@@ -110,7 +111,7 @@ from .runstatus import (
     set_condition,
     test_id,
 )
-from .spec import TOKEN_PROTOCOLS, TPC_PROTOCOLS, BenchmarkSpec
+from .spec import BenchmarkSpec
 from .statusbudget import Room, min_test_bytes
 from .tokens.claims import ClaimsError
 from .tokens.external import ExternalIssuerError

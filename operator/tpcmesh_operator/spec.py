@@ -12,18 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .protocols import PROTOCOLS, TPC_PROTOCOLS
+
 if TYPE_CHECKING:
     from .externals import ExternalEndpoint
 
-PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
-TPC_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp")
 DATASETS = ("small", "medium", "large")
 PAIR_MODES = ("fullMesh", "explicit", "groups")
 ROUND_POLICIES = ("nodeExclusive", "siteExclusive", "serial")
 # How HTTP-TPC pulls (xrootd-https, builtin) are authorized: bearer tokens from the operator's issuer, or the host
 # certificates alone (the source's public instance reads anonymously). "" = the operator's default.
 AUTH_MODES = ("token", "x509")
-TOKEN_PROTOCOLS = ("xrootd-https", "builtin")
 DEFAULT_SITE_LABEL = "topology.kubernetes.io/zone"
 DIRECTIONS = ("both", "aToB", "bToA")
 CONCURRENCY_POLICIES = ("Forbid", "Replace")

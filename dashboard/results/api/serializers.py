@@ -14,7 +14,6 @@ from results import contract, rfc3339, selectors, thresholds
 from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
-    PROTOCOLS,
     STATUSES,
     Benchmark,
     Change,
@@ -26,6 +25,7 @@ from results.models import (
     Problem,
     Run,
 )
+from results.protocols import PROTOCOLS
 from results.stats.advice import ACTIONS
 
 log = logging.getLogger(__name__)

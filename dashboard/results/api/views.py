@@ -29,7 +29,6 @@ from results.contract import contract_errors
 from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
-    PROTOCOLS,
     Benchmark,
     Change,
     Maintenance,
@@ -39,6 +38,7 @@ from results.models import (
     Problem,
     Run,
 )
+from results.protocols import PROTOCOLS
 from results.stats import advice
 
 LIST_RENDERERS = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]

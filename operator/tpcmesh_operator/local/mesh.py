@@ -24,13 +24,13 @@ import httpx
 
 from .. import pki
 from ..agents import DEFAULT_PORTS, Agent
+from ..protocols import PROTOCOLS as ALL_PROTOCOLS
 from .netns import Lab, Node
 
 log = logging.getLogger("tpcmesh.local")
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD_DIR = REPO / "dashboard"
-ALL_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp", "iperf3")
 
 
 class MeshError(RuntimeError):

@@ -7,6 +7,8 @@ frozen into a TransferRun and parses back to an equal object.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -245,7 +247,21 @@ def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
 
 
 def parse_spec(spec: Mapping[str, Any] | None, path: str = "spec") -> BenchmarkSpec:
-    """Validate a TransferBenchmark spec (as stored in Kubernetes or read from YAML)."""
+    """Validate a TransferBenchmark spec (as stored in Kubernetes or read from YAML). Each distinct spec is parsed
+    once (the result is frozen): a timer tick, its status and its run ask for the same spec several times."""
+    try:
+        key = json.dumps(spec, sort_keys=True, default=dict)  # kopf hands its own Mapping views
+    except (TypeError, ValueError):  # not JSON (a non-string key): parse it as it is, to name what is wrong
+        return _parse_spec(spec, path)
+    return _parse_spec_once(key, path)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_spec_once(key: str, path: str) -> BenchmarkSpec:
+    return _parse_spec(json.loads(key), path)
+
+
+def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
     from .externals import parse_external_endpoints  # local imports: neither depends on spec's dataclasses
     from .schedule import parse_schedule
 

@@ -125,3 +125,22 @@ def test_a_same_named_benchmark_in_another_namespace_is_another_benchmark() -> N
     assert p.stop == [] and p.create is None  # not ours to stop; but it runs on our agents
     assert "TransferRun mesh-old is running on its agents" in p.events[0][2]
     assert p.patch["active"] == []
+
+
+def test_a_tick_parses_its_spec_once(monkeypatch) -> None:
+    """A due tick plans up to three times (its own runs, then every run, then with the agents) and each plan reads the
+    spec twice: the spec is parsed once, and again only when it changes."""
+    from tpcmesh_operator import spec as spec_module
+
+    parsed = []
+    real = spec_module._parse_spec
+    monkeypatch.setattr(spec_module, "_parse_spec", lambda s, path: parsed.append(path) or real(s, path))
+    spec_module._parse_spec_once.cache_clear()
+    body = bench(streams=[4])
+    first = plan_tick("mesh", body, [], T0 + H, others_listed=False)
+    assert first.needs_others
+    assert plan_tick("mesh", body, [run("by-hand", benchmark=None)], T0 + H).needs_agents
+    assert plan_tick("mesh", body, [run("by-hand", benchmark=None)], T0 + H, NODES).create is None
+    assert len(parsed) == 1
+    plan_tick("mesh", bench(streams=[8]), [], T0 + H)
+    assert len(parsed) == 2

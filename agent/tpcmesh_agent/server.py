@@ -11,14 +11,13 @@ import json
 import logging
 import signal
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from . import __version__, congestion
-from .atomic import write_atomically
+from .cadir import write_ca_dir
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .files import FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import CONTENT_TYPE, AgentMetrics
@@ -80,32 +79,6 @@ def _load_supervisor(settings: Settings) -> Any | None:
             return None
         raise
     return mod.ServerSupervisor(settings)
-
-
-def write_ca_dir(ca_file: Path, directory: Path) -> None:
-    """<hash>.0 entries (one per CA in the bundle) for programs that want an OpenSSL CA directory."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pem = ca_file.read_bytes()
-    write_atomically(directory / "ca.pem", pem)
-    blocks = [b + b"-----END CERTIFICATE-----\n" for b in pem.split(b"-----END CERTIFICATE-----") if b"BEGIN" in b]
-    for block in blocks:
-        try:
-            h = subprocess.run(["openssl", "x509", "-noout", "-subject_hash"], input=block.strip() + b"\n",
-                               capture_output=True, check=True).stdout.decode().strip()
-        except (OSError, subprocess.CalledProcessError) as e:
-            log.warning("Could not hash CA certificate for %s: %s", directory, e)
-            return
-        write_atomically(directory / f"{h}.0", block.strip() + b"\n")
-        write_atomically(directory / f"{h}.signing_policy", signing_policy(block).encode())
-
-
-def signing_policy(ca_pem: bytes) -> str:
-    """The Globus signing policy a CA directory entry needs for gsiftp: this CA may sign any subject (which CAs
-    are trusted at all is what ca_file says)."""
-    from .servers.configs import one_line_dn
-
-    return (f"access_id_CA X509 '{one_line_dn(ca_pem)}'\npos_rights globus CA:sign\n"
-            "cond_subjects globus '\"*\"'\n")
 
 
 def _protocol_server_status(protocol: str, servers: dict[str, dict]) -> dict:

@@ -7,13 +7,11 @@ sent in the batch's `nodes`. The nodes are the run's frozen agents, described fr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .agents import Agent
+from .runports import RunInfo
 from .spec import BenchmarkSpec, to_dict
-
-if TYPE_CHECKING:
-    from .runs import RunInfo
 
 
 def node_description(agent: Agent, loopback_gbps: float | None = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .protocols import SCHEME_PROTOCOLS  # URL scheme -> the benchmark protocol whose tests run against it
-from .spec import SpecError  # spec imports this module lazily (in parse_spec)
+from .specerror import SpecError
 
 # what the operator and agents drive: davs/https (HTTP-TPC), root:// (xrdcp, a token over ztn), gsiftp://
 # (globus-url-copy with an X509 proxy or certificate; the operator's checks and cleanup through gfal2)

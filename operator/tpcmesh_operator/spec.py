@@ -12,12 +12,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .externals import ExternalEndpoint, parse_external_endpoints
 from .protocols import PROTOCOLS, TPC_PROTOCOLS
-
-if TYPE_CHECKING:
-    from .externals import ExternalEndpoint
+from .schedule import parse_schedule
+from .specerror import SpecError
 
 DATASETS = ("small", "medium", "large")
 PAIR_MODES = ("fullMesh", "explicit", "groups")
@@ -54,15 +54,6 @@ _UNITS = {
     "Ki": 2**10, "KiB": 2**10, "kiB": 2**10, "Mi": 2**20, "MiB": 2**20, "Gi": 2**30, "GiB": 2**30,
     "Ti": 2**40, "TiB": 2**40,
 }
-
-
-class SpecError(ValueError):
-    """An invalid spec. `field` is the dotted path of the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 def parse_size(value: Any, field: str = "size") -> int:
@@ -262,9 +253,6 @@ def _parse_spec_once(key: str, path: str) -> BenchmarkSpec:
 
 
 def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
-    from .externals import parse_external_endpoints  # local imports: neither depends on spec's dataclasses
-    from .schedule import parse_schedule
-
     d: Mapping[str, Any] = spec or {}
     if not isinstance(d, Mapping):
         raise SpecError(path, f"expected an object, got {d!r}")

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpcmesh_agent.server import write_ca_dir
-from tpcmesh_agent.servers.configs import one_line_dn
+from tpcmesh_agent.cadir import one_line_dn, write_ca_dir
 from tpcmesh_agent.servers.supervisor import free_port
 from tpcmesh_operator import pki
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpcmesh_agent.cadir import write_ca_dir
 from tpcmesh_agent.servers import configs
 from tpcmesh_agent.servers.supervisor import find_library, free_port
 from tpcmesh_operator import pki
@@ -115,8 +116,6 @@ def external_xrootd(agents_pki: TestPKI, name: str = "site-x", scheme: str = "da
     agents_and_site = work / "agents-and-site-ca.pem"
     agents_and_site.write_bytes(agents_pki.ca_file.read_bytes() + site.ca_file.read_bytes())
     ca_dir = work / "ca-dir"
-    from tpcmesh_agent.server import write_ca_dir
-
     write_ca_dir(agents_and_site, ca_dir)
     log = logs / f"ext-{port}" / "xrootd.log"  # xrootd -n <name> puts its log in a directory of that name
     with running_issuer(site, f"{name}-issuer") as issuer:

@@ -366,11 +366,3 @@ def supervised_argv(argv: list[str], switch_user: str | None, switch_group: str 
     if switch_user:
         wrapped += ["--reuid", switch_user, "--regid", switch_group or switch_user, "--clear-groups"]
     return [*wrapped, "--pdeathsig", "KILL", *argv]
-
-
-def one_line_dn(pem: bytes) -> str:
-    """A PEM certificate's subject in OpenSSL's one-line form (``/O=tpcmesh/CN=node``): how XrdHttp names a client
-    certificate (the gridmap) and how a Globus signing policy names a CA."""
-    subject = x509.load_pem_x509_certificate(pem).subject
-    return "".join(f"/{a.rfc4514_attribute_name}="
-                   f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in subject)

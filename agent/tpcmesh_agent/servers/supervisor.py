@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_atomically
+from ..cadir import one_line_dn, write_ca_dir
 from . import configs
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,6 @@ class ServerSupervisor:
         write_atomically(key, Path(s.tls_key).read_bytes(), 0o600, self._own)
         ca_dir = s.ca_dir
         if ca_dir is None or not Path(ca_dir).is_dir():
-            from ..server import write_ca_dir
-
             ca_dir = self._private("ca-dir")
             write_ca_dir(s.ca_file, ca_dir)
         return cert, key, Path(ca_dir)
@@ -230,7 +229,7 @@ class ServerSupervisor:
             paths = self._xrootd_paths(name, tls)
             # who may pull: over HTTPS the agent's own host certificate, over root:// whoever holds its sss key
             if name == configs.TPC_SERVERS["xrootd-https"]:
-                paths.gridmap.write_text(configs.xrootd_gridmap(configs.one_line_dn(Path(self.settings.tls_cert).read_bytes())))
+                paths.gridmap.write_text(configs.xrootd_gridmap(one_line_dn(Path(self.settings.tls_cert).read_bytes())))
             if name == configs.TPC_SERVERS["xrootd-root"]:
                 self._sss_keytab()
             if name in configs.TPC_SERVERS.values():

@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Removed {len(removed)} leftovers" + (f": {', '.join(removed)}" if removed else ""))
         return 0
     if args.command == "cluster":
-        from .cluster import cluster_main
+        from .clustercli import cluster_main
 
         return cluster_main(args)
     if args.command == "bench-fidelity":

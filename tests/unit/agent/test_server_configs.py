@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tpcmesh_agent.cadir import one_line_dn
 from tpcmesh_agent.config import Settings
 from tpcmesh_agent.servers import configs
 from tpcmesh_agent.servers.supervisor import missing_message
@@ -170,7 +171,7 @@ def test_gsiftp_without_certificates_says_what_to_configure():
 
 
 def test_ca_directory_entries_carry_a_globus_signing_policy(tmp_path):
-    from tpcmesh_agent.server import write_ca_dir
+    from tpcmesh_agent.cadir import write_ca_dir
     from tpcmesh_operator import pki
 
     one, two = pki.create_ca("site CA one"), pki.create_ca("site CA two")
@@ -220,7 +221,7 @@ def test_one_line_dn_is_what_openssl_prints(tmp_path):
     cert.write_bytes(ca.cert_pem)
     openssl = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "compat", "-in", str(cert)],
                              capture_output=True, text=True, check=True).stdout.strip().removeprefix("subject=")
-    assert configs.one_line_dn(ca.cert_pem) == openssl.strip() == "/O=tpcmesh/CN=site CA, with a comma"
+    assert one_line_dn(ca.cert_pem) == openssl.strip() == "/O=tpcmesh/CN=site CA, with a comma"
 
 
 ISSUER = "https://127.0.0.1:8443"

@@ -20,21 +20,32 @@ import ssl
 import struct
 import time
 import urllib.parse
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ... import congestion
 from ...files import FileSetError, validate_name
 from ...tcpsampler import SAMPLER, wait_drained
-from ...token_check import TokenRefused, bearer
+from ...token_check import TokenRefused, TokenValidator, bearer
 from .client import CHUNK, CONNECT_TIMEOUT, TELEMETRY_HEADER
-from .telemetry import DRAIN_TIMEOUT, PATH_RE, parse_key
-
-if TYPE_CHECKING:
-    from .server import DataServer
+from .landed import LandedChecksums
+from .telemetry import DRAIN_TIMEOUT, PATH_RE, SenderViews, parse_key
 
 log = logging.getLogger(__name__)
+
+
+class FileServer(Protocol):
+    """What the handlers read of the server that runs them (server.DataServer)."""
+
+    settings: Any
+    token: Callable[[], str]  # the agents' shared bearer token, as it is now
+    validator: TokenValidator | None
+    sender_views: SenderViews
+    landed: LandedChecksums  # received files' checksums (the COPY handler's)
+
+    def checksum(self, set_name: str, name: str, size: int) -> str | None: ...
 
 
 class FilesHandler(BaseHTTPRequestHandler):
@@ -42,7 +53,7 @@ class FilesHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "tpcmesh-builtin"
-    server: DataServer
+    server: FileServer  # type: ignore[assignment]  # BaseHTTPRequestHandler's is the socketserver base
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("builtin %s: " + format, self.client_address[0], *args)

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from results import analysis, metrics, paths, scope
+from results import analysis, contract, metrics, paths, scope
 from results.celljson import cell_json_sql, fill_sql
 from results.models import (
     DEFAULT_CLUSTER,
@@ -38,11 +38,11 @@ from results.stats.level import recent_level
 
 log = logging.getLogger(__name__)
 
-MEASUREMENT_FIELDS = [
-    "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
-    "aggregate_gbps", "peak_gbps", "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum",
-    "destination_kind", "auth", "started_at", "finished_at", "tcp", "congestion_control", "repeat",
-]
+# A record's own columns: every field of the contract's `measurement` (manifests/schemas/measurement.v1.schema.json)
+# but those stored apart: its identity and nodes (keys), its files and path (tables of their own), its address family
+# (below: a default when left out)
+STORED_APART = ("id", "source", "destination", "files", "path", "address_family")
+MEASUREMENT_FIELDS = [f for f in contract.schema()["$defs"]["measurement"]["properties"] if f not in STORED_APART]
 # retransmits: tcp.retransmits in a column, for filtering; address_family: "ipv4" when a batch leaves it out
 STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits", "address_family"]
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]

@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import Avg, Count, Max, Q
 from django.utils import timezone
 
-from results import maintenance, params, thresholds
+from results import celljson, gridcell, maintenance, params, thresholds
 from results.models import (
     AUTH_MODES,
     Benchmark,
@@ -280,14 +280,15 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
         qs = pick.filter_latest(PairLatest.objects.filter(benchmark=bench, protocol=protocol))
         # newest: the concurrency its measurement ran (a grid cell has no column of it)
         extra = ["measurement__concurrency"] if pick.newest else []
-        for src, dst, st, family, cc, auth, finished, value, status, error, repeats, low, high, *more in (
-                qs.values_list("source_id", "destination_id", "streams", "address_family", "congestion_control",
-                               "auth", "finished_at", metric, "status", "error", "repeats", "low", "high", *extra)):
-            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
-                          "address_family": family, "congestion_control": cc, "auth": auth, "value": value,
-                          "finished_at": finished, "status": status, "error": error, "count": repeats,
-                          "low": low, "high": high, "maintenance": cover.covers(src, dst),
-                          **({"concurrency": more[0]} if pick.newest else {})})
+        columns = [f.latest_column(metric) for f in gridcell.STORED]
+        for row in qs.values_list(*columns, *extra):
+            cell = dict(zip(gridcell.STORED_NAMES, row[:len(columns)], strict=True))  # in gridcell's order
+            src, dst = cell["source"], cell["destination"]
+            cell["source"], cell["destination"] = names.get(src), names.get(dst)
+            cell["maintenance"] = cover.covers(src, dst)
+            if pick.newest:
+                cell["concurrency"] = row[-1]
+            cells.append(cell)
     else:
         qs = pick.filter_measurements(
             Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window))
@@ -303,11 +304,14 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
             value = None
             if values:
                 value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
-            cells.append({"source": names.get(src), "destination": names.get(dst), "streams": st,
-                          "address_family": family, "congestion_control": cc, "auth": auth, "value": value,
-                          "finished_at": last[0], "status": "succeeded" if values else last[2], "error": None,
-                          "count": len(items), "low": None, "high": None, "maintenance": cover.covers(src, dst),
-                          **({"concurrency": None} if pick.newest else {})})
+            cell = gridcell.stored_cell(source=names.get(src), destination=names.get(dst), streams=st,
+                                        address_family=family, congestion_control=cc, auth=auth, value=value,
+                                        finished_at=last[0], status="succeeded" if values else last[2], error=None,
+                                        count=len(items), low=None, high=None)
+            cell["maintenance"] = cover.covers(src, dst)
+            if pick.newest:
+                cell["concurrency"] = None
+            cells.append(cell)
     if pick.newest:
         cells = newest_per_link(cells)
     stale_after = settings.STALE_SECONDS
@@ -326,9 +330,10 @@ def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str,
     newest, with its measurement's concurrency)."""
     metric = metric_for(protocol)
     rows, concurrency, join = _latest_rows_sql(pick, "l")
+    columns = gridcell.select_sql({f.name: f"l.{f.latest_column(metric)}" for f in gridcell.STORED},
+                                  gridcell.STORED, as_rows=True)
     return f"""
-        SELECT l.source_id, l.destination_id, l.streams, l.address_family, l.congestion_control, l.auth,
-               l.{metric} AS value, l.finished_at, l.status, l.error, l.repeats AS count, l.low, l.high{concurrency}
+        SELECT {columns}{concurrency}
         FROM ({rows}) l{join}
     """, {"bench": bench.id, "protocol": protocol, **pick.args()}
 
@@ -359,11 +364,13 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
     else:
         settings_ = [pick.stream_count]
     ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
+    columns = gridcell.select_sql({
+        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED},
+        "status": "CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END",
+        "error": "NULL", "low": "NULL::float8", "high": "NULL::float8",
+    }, gridcell.STORED, as_rows=True)
     sql = f"""
-        SELECT w.source_id, w.destination_id, w.streams, w.address_family, w.congestion_control, w.auth, w.value,
-               w.finished_at,
-               CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END AS status,
-               NULL AS error, w.count, NULL::float8 AS low, NULL::float8 AS high
+        SELECT {columns}
         FROM (
             SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
                    coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
@@ -402,13 +409,19 @@ def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
             "ELSE 'critical' END")
 
 
-CELL_COLUMNS = ("source", "destination", "streams", "address_family", "congestion_control", "auth", "value",
-                "finished_at", "age_seconds", "stale", "status", "error", "count", "low", "high", "state")
+CELL_COLUMNS = gridcell.NAMES
 
 
 def cell_columns(pick: Pick) -> tuple[str, ...]:
     """_cells_sql's columns: CELL_COLUMNS, and concurrency for newest."""
-    return (*CELL_COLUMNS, "concurrency") if pick.newest else CELL_COLUMNS
+    return gridcell.names(pick.newest)
+
+
+def _per_request_sql(value: str, protocol: str, cover: maintenance.Overlay) -> dict[str, str]:
+    """SQL for the fields computed per request (gridcell.PER_REQUEST) of a row ``p`` joined to ``age``, with its
+    ``value`` column (parameters: %(stale)s, %(ok)s, %(warning)s)."""
+    return {"age_seconds": "round(age.seconds * 10) / 10", "stale": "age.seconds > %(stale)s",
+            "state": _state_sql(value, protocol, cover)}
 
 
 def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
@@ -421,13 +434,12 @@ def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bound
         inner, args = _window_cells_sql(bench, protocol, pick, now, mode, window)
     finished = ("""to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')""" if iso_times
                 else "p.finished_at")
+    columns = gridcell.select_sql({
+        **{f.name: f"p.{f.name}" for f in gridcell.FIELDS}, "source": "s.name", "destination": "d.name",
+        "finished_at": finished, **_per_request_sql("p.value", protocol, cover),
+    })
     sql = f"""
-        SELECT s.name AS source, d.name AS destination, p.streams, p.address_family, p.congestion_control, p.auth,
-            p.value,
-            {finished} AS finished_at,
-            round(age.seconds * 10) / 10 AS age_seconds, age.seconds > %(stale)s AS stale,
-            p.status, p.error, p.count, p.low, p.high,
-            {_state_sql("p.value", protocol, cover)} AS state{", p.concurrency" if pick.newest else ""}
+        SELECT {columns}{", p.concurrency" if pick.newest else ""}
         FROM ({inner}) p
         JOIN {Node._meta.db_table} s ON s.id = p.source_id
         JOIN {Node._meta.db_table} d ON d.id = p.destination_id
@@ -462,12 +474,14 @@ def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
                      bounds: dict[str, float], cover: maintenance.Overlay) -> tuple[str, dict[str, Any]]:
     metric = metric_for(protocol)
     rows, _, join = _latest_rows_sql(pick, "p")
-    concurrency = """ || '"concurrency":' || coalesce(m.concurrency::text, 'null') || ','""" if pick.newest else ""
+    # the fields computed per request, then concurrency (newest), then the stored body (celljson)
+    members = celljson.json_members_sql(_per_request_sql("p." + metric, protocol, cover), gridcell.PER_REQUEST)
+    if pick.newest:
+        members += f" || ',' || {celljson.json_members_sql({'concurrency': 'm.concurrency'}, (gridcell.CONCURRENCY,))}"
     return f"""
         SELECT '[' || COALESCE(string_agg(
-            '{{"age_seconds":' || round(age.seconds * 10) / 10 || ',"stale":' || (age.seconds > %(stale)s)
-            || ',"state":"' || {_state_sql("p." + metric, protocol, cover)}
-            || '",'{concurrency} || p.cell_json || '}}', ','), '') || ']'
+            '{{' || {members}
+            || ',' || p.cell_json || '}}', ','), '') || ']'
         FROM ({rows}) p{join}
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
     """, {"bench": bench.id, "protocol": protocol, **pick.args(), "now": now.timestamp(),

@@ -46,6 +46,9 @@ MEASUREMENT_FIELDS = [f for f in contract.schema()["$defs"]["measurement"]["prop
 # retransmits: tcp.retransmits in a column, for filtering; address_family: "ipv4" when a batch leaves it out
 STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits", "address_family"]
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
+# A PairLatest row's copy of its newest measurement, which an upsert rewrites. Not a grid cell's fields
+# (results.gridcell): a row keeps both metrics and its measurement, and a cell is built from a row by protocol;
+# test_grid_cell_fields checks that every PairLatest column a cell reads is written here or in LATEST_KEY.
 LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error", "repeats", "low",
                  "high"]
 NODE_FIELDS = ["site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "external"]

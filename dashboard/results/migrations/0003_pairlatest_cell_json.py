@@ -3,8 +3,8 @@ from django.db import migrations, models
 
 def fill_cell_json(apps, schema_editor):
     """Nothing any more: today's fill_sql names columns added later, and the newest migration that changed the JSON's
-    fields (0011_auth_cells) (re)writes every cell's JSON itself. A migration that changes those fields calls
-    fill_sql and makes the one before it a no-op; earlier ones must not."""
+    fields (0011_auth_cells) (re)writes every cell's JSON itself, with its own frozen copy of fill_sql. A migration
+    that changes those fields does the same; earlier ones must not."""
 
 
 class Migration(migrations.Migration):

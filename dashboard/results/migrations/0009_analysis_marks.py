@@ -16,7 +16,7 @@ def copy_marks(apps, schema_editor):
 
 def fill_cell_json(apps, schema_editor):
     """Nothing any more: the cells' JSON gained count/low/high here, and 0011_auth_cells, the newest migration that
-    changed its fields, rewrites every cell's JSON with the live fill_sql (which names columns 0010 and 0011 add)."""
+    changed its fields, rewrites every cell's JSON with its copy of fill_sql (which names columns 0010 and 0011 add)."""
 
 
 def copy_back(apps, schema_editor):

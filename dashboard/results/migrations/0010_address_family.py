@@ -7,7 +7,7 @@ from django.db import migrations, models
 def fill_settings(apps, schema_editor):
     """The cells that exist take their newest measurement's congestion control (every stored one is IPv4). Their
     stored JSON gained the two fields here; 0011_auth_cells, which changed its fields again, now rewrites every
-    cell's JSON with the live fill_sql (which names the column 0011 adds)."""
+    cell's JSON with its copy of fill_sql (which names the column 0011 adds)."""
     table = "results_pairlatest"
     schema_editor.execute(f"""
         UPDATE {table} SET congestion_control = coalesce(

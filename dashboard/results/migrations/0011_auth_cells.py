@@ -6,9 +6,22 @@ the field."""
 
 from django.db import migrations, models
 
-from results.celljson import fill_sql
-
 CELLS, MEASUREMENTS, CHANGES = "results_pairlatest", "results_measurement", "results_change"
+# The cells' stored JSON as this migration wrote it (results.celljson.fill_sql of its day, frozen here: a
+# migration keeps doing what it did when the live definition, results.gridcell, changes).
+FILL_CELL_JSON = """
+        UPDATE results_pairlatest p SET cell_json = (
+        '"source":' || to_json(s.name)::text || ',"destination":' || to_json(d.name)::text
+        || ',"streams":' || p.streams || ',"address_family":' || to_json(p.address_family)::text
+        || ',"congestion_control":' || to_json(p.congestion_control)::text
+        || ',"auth":' || to_json(p.auth)::text
+        || ',"value":' || coalesce((CASE WHEN p.protocol = 'rtt' THEN p.rtt_ms
+                                         ELSE p.throughput_gbps END)::text, 'null')
+        || ',"finished_at":"' || to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+        || '","status":' || to_json(p.status)::text || ',"error":' || coalesce(to_json(p.error)::text, 'null')
+        || ',"count":' || p.repeats || ',"low":' || coalesce(p.low::text, 'null')
+        || ',"high":' || coalesce(p.high::text, 'null'))
+        FROM results_node s, results_node d WHERE s.id = p.source_id AND d.id = p.destination_id AND (true)"""
 # a cell's key before this migration, as columns of a PairLatest row and as expressions over a measurement's
 OLD_KEY = ["benchmark_id", "protocol", "streams", "address_family", "congestion_control", "source_id",
            "destination_id"]
@@ -46,10 +59,10 @@ def fill_auth(apps, schema_editor):
         ) o
         WHERE newest = 1""")
     if postgresql:
-        # the newest migration that changes the cells' JSON fields writes every cell's JSON (celljson.fill_sql
-        # names today's columns); the earlier ones (0003, 0009, 0010) no longer do. Still with immediate checks:
-        # an update of a row this transaction inserted queues its key checks again.
-        schema_editor.execute(fill_sql())
+        # the newest migration that changes the cells' JSON fields writes every cell's JSON (FILL_CELL_JSON
+        # names the columns of this migration's day); the earlier ones (0003, 0009, 0010) no longer do. Still with
+        # immediate checks: an update of a row this transaction inserted queues its key checks again.
+        schema_editor.execute(FILL_CELL_JSON)
         schema_editor.execute("SET CONSTRAINTS ALL DEFERRED")
 
 

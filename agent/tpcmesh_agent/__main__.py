@@ -18,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .server import serve
+    from .controlapi import serve
 
     try:
         asyncio.run(serve(settings))

@@ -212,7 +212,7 @@ class AgentHandle:
                     record_crash(f"the agent {self.name}'s {crash['server']}", crash["how"], line.strip()[-300:])
 
 
-# the agent supervisor's log line of a crashed server (tpcmesh_agent.servers.supervisor); SIGKILL and SIGTERM are
+# the agent supervisor's log line of a crashed server (tpcmesh_agent.daemons.supervisor); SIGKILL and SIGTERM are
 # what tests (and the OOM killer) send on purpose
 AGENT_SERVER_CRASH = re.compile(
     r"Server (?P<server>\S+) (?P<how>exited with status -\d+ \((?!SIGKILL|SIGTERM)SIG\w+\))")

@@ -5,7 +5,7 @@ Not the agents': an agent never runs an anonymous landing (its local HTTP-TPC in
 certificate or a token), and must not. The source serves ``<sets_root>/sets`` read-only to anyone; the landing has
 the HTTP-TPC handler and lets anyone write ``/incoming`` (no ``ofs.authorize``, so no check of any kind). Both speak
 HTTPS with a host certificate of the agents' CA (the TLS work is the same as in the token and x509 rows), their
-configuration built from the agents' own pieces (tpcmesh_agent.servers.configs), and take connections from loopback
+configuration built from the agents' own pieces (tpcmesh_agent.daemons.configs), and take connections from loopback
 only (``xrd.allow``: XRootD listens on every address of the host, and an anonymous writer must not be reachable from
 elsewhere).
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from tpcmesh_agent.servers import configs
-from tpcmesh_agent.servers.supervisor import find_library, free_port
+from tpcmesh_agent.daemons import configs
+from tpcmesh_agent.daemons.supervisor import find_library, free_port
 from tpcmesh_operator import pki
 
 from tests.support.agents import TestPKI

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpcmesh_agent.cadir import one_line_dn, write_ca_dir
-from tpcmesh_agent.servers.supervisor import free_port
+from tpcmesh_agent.daemons.supervisor import free_port
 from tpcmesh_operator import pki
 
 from tests.support.agents import TestPKI

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpcmesh_agent.cadir import write_ca_dir
-from tpcmesh_agent.servers import configs
-from tpcmesh_agent.servers.supervisor import find_library, free_port
+from tpcmesh_agent.daemons import configs
+from tpcmesh_agent.daemons.supervisor import find_library, free_port
 from tpcmesh_operator import pki
 from tpcmesh_operator.tokens.claims import TokenRequest
 from tpcmesh_operator.tokens.issuer import TokenIssuer

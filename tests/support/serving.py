@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tpcmesh_agent.servers.supervisor import exit_description
+from tpcmesh_agent.daemons.supervisor import exit_description
 
 BACKOFF_FIRST = 0.2
 BACKOFF_MAX = 5.0

@@ -28,7 +28,7 @@ Both ends' servers compute the file's adler32 (``-verify-checksum -checksum-alg 
 each) and globus-url-copy compares them. Each server's data channel must reach the other's (the endpoint connects
 to this agent's server in a pull, this agent's server to the endpoint's in a push), as between agents, and in one
 address family: the agent's server in the endpoint's (an IPv6 endpoint needs a dual-stack agent). Every
-transfer the agent's server serves is a line of its transfer log (servers/configs.py, gridftp_argv).
+transfer the agent's server serves is a line of its transfer log (daemons/configs.py, gridftp_argv).
 globus-url-copy cannot delete: the operator removes the copies (gfal2, external_io.py).
 """
 
@@ -45,7 +45,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..atomic import write_atomically
-from ..servers.configs import gridftp_env, trim_gridftp_transfer_logs
+from ..daemons.configs import gridftp_env, trim_gridftp_transfer_logs
 from .base import (
     FileResult,
     FileSpec,

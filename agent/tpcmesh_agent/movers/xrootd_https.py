@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
+from ..daemons.configs import TPC_SERVERS
 from ..markers import MarkerParser, MarkerStreamError
-from ..servers.configs import TPC_SERVERS
 from ..tokens import Expectation, refusal_reason
 from .base import (
     BearerTokens,
@@ -71,7 +71,7 @@ class XrootdHttpsMover(Mover):
 
     def _ssl(self) -> ssl.SSLContext:
         """Trusts the agents' CA and presents this agent's host certificate: the local XRootD lets only that
-        identity write into /incoming (see servers.configs.xrootd_tpc_config)."""
+        identity write into /incoming (see daemons.configs.xrootd_tpc_config)."""
         ctx = ssl.create_default_context(cafile=str(self.settings.ca_file))
         ctx.load_cert_chain(str(self.settings.tls_cert), str(self.settings.tls_key))
         return ctx

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..servers.configs import TPC_SERVERS, root_tpc_keytab, xrdcp_sss_env
+from ..daemons.configs import TPC_SERVERS, root_tpc_keytab, xrdcp_sss_env
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import (
     copy_one_file,

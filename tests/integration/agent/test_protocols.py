@@ -417,7 +417,7 @@ def test_root_public_instance_is_read_only_and_the_local_one_takes_only_this_age
         except ConnectionResetError:
             pass
 
-    from tpcmesh_agent.servers import configs
+    from tpcmesh_agent.daemons import configs
 
     stranger = tmp_path / "stranger.keytab"  # same key name and identity as the agent's, another key
     subprocess.run(configs.sss_keytab_argv(stranger), input="y\n", text=True, capture_output=True, check=True)

@@ -179,7 +179,7 @@ async def test_a_server_whose_chosen_port_was_taken_moves_to_a_free_one(tmp_path
     import dataclasses
     import sys
 
-    from tpcmesh_agent.servers.supervisor import ManagedServer, ServerSpec, ServerSupervisor, free_port
+    from tpcmesh_agent.daemons.supervisor import ManagedServer, ServerSpec, ServerSupervisor, free_port
 
     from tests.unit.agent.test_server_configs import _settings
 
@@ -220,7 +220,7 @@ async def test_a_server_whose_chosen_port_was_taken_moves_to_a_free_one(tmp_path
 
 
 def test_an_agents_local_tpc_instances_may_move_but_configured_ports_do_not(tmp_path):
-    from tpcmesh_agent.servers.supervisor import ServerSupervisor
+    from tpcmesh_agent.daemons.supervisor import ServerSupervisor
 
     from tests.unit.agent.test_server_configs import _settings
 

@@ -114,7 +114,7 @@ def _set_names(st) -> list[str]:
 
 @pytest.mark.parametrize("case", ["wrong credential", "unreachable", "refused path"])
 async def test_failures_name_the_endpoint(mesh, tpcmesh_pki, site, case) -> None:
-    from tpcmesh_agent.servers.supervisor import free_port
+    from tpcmesh_agent.daemons.supervisor import free_port
 
     token = site.token(*SCOPES)
     url, path = None, PATH
@@ -157,7 +157,7 @@ async def test_copies_the_endpoint_will_not_remove_or_overwrite_fail_naming_it(m
 
 @pytest.mark.parametrize("case", ["unreachable", "refused"])
 async def test_a_failed_cleanup_says_why(site, case) -> None:
-    from tpcmesh_agent.servers.supervisor import free_port
+    from tpcmesh_agent.daemons.supervisor import free_port
 
     url = f"davs://127.0.0.1:{free_port()}" if case == "unreachable" else None
     token = site.token(f"storage.read:{PATH}", f"storage.create:{PATH}", f"storage.modify:{PATH}")

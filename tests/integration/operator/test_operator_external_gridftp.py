@@ -48,7 +48,7 @@ def site(tpcmesh_pki):
 def _agents(factory, site, directory, **options):
     """Two agents measuring gridftp (``options``: their settings): the mesh (its token, its agents) and the agents'
     handles (their data dirs hold their servers' logs)."""
-    from tpcmesh_agent.servers.supervisor import free_port
+    from tpcmesh_agent.daemons.supervisor import free_port
 
     handles: list = []
 
@@ -167,7 +167,7 @@ async def test_gsiftp_source_and_destination_with_real_copies(agents, mesh, tpcm
 
 @pytest.mark.parametrize("case", ["wrong credential", "unreachable", "refused path"])
 async def test_failures_name_the_endpoint(mesh, tpcmesh_pki, site, case) -> None:
-    from tpcmesh_agent.servers.supervisor import free_port
+    from tpcmesh_agent.daemons.supervisor import free_port
 
     proxy, url, path = site.proxy_pem, None, None
     if case == "wrong credential":  # a proxy of a CA the site does not trust
@@ -192,7 +192,7 @@ async def test_failures_name_the_endpoint(mesh, tpcmesh_pki, site, case) -> None
 
 @pytest.mark.parametrize("case", ["unreachable", "refused"])
 async def test_a_failed_cleanup_says_why(site, case) -> None:
-    from tpcmesh_agent.servers.supervisor import free_port
+    from tpcmesh_agent.daemons.supervisor import free_port
 
     url = f"gsiftp://127.0.0.1:{free_port()}" if case == "unreachable" else None
     keep = "default.gstays/sets/f"

@@ -114,7 +114,7 @@ async def test_root_source_and_destination_with_real_copies(mesh, tpcmesh_pki, s
 
 @pytest.mark.parametrize("case", ["wrong credential", "unreachable", "refused path"])
 async def test_failures_name_the_endpoint(mesh, tpcmesh_pki, site, case) -> None:
-    from tpcmesh_agent.servers.supervisor import free_port
+    from tpcmesh_agent.daemons.supervisor import free_port
 
     token = site.token(*SCOPES)
     url, path = None, PATH
@@ -154,7 +154,7 @@ async def test_copies_into_the_endpoint_fail_naming_it_when_it_refuses_them(mesh
 
 @pytest.mark.parametrize("case", ["unreachable", "refused"])
 async def test_a_failed_cleanup_says_why(site, case) -> None:
-    from tpcmesh_agent.servers.supervisor import free_port
+    from tpcmesh_agent.daemons.supervisor import free_port
 
     url = f"root://127.0.0.1:{free_port()}" if case == "unreachable" else None
     token = site.token(*SCOPES)

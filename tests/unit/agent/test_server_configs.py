@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from tpcmesh_agent.cadir import one_line_dn
 from tpcmesh_agent.config import Settings
-from tpcmesh_agent.servers import configs
-from tpcmesh_agent.servers.supervisor import missing_message
+from tpcmesh_agent.daemons import configs
+from tpcmesh_agent.daemons.supervisor import missing_message
 
 from tests.support.paths import REPO
 
@@ -138,7 +138,7 @@ def test_a_large_gridftp_transfer_log_is_moved_aside_as_the_server_starts(tmp_pa
 
 
 def test_a_dual_stack_agent_runs_a_second_gridftp_server_on_its_ipv6_address(tmp_path):
-    from tpcmesh_agent.servers.supervisor import ServerSupervisor
+    from tpcmesh_agent.daemons.supervisor import ServerSupervisor
 
     dual = _settings(address6="2001:db8::7", protocols=("gridftp", "iperf3"), gridftp_security="anonymous",
                      data_dir=tmp_path)

@@ -24,7 +24,7 @@ Modules: client.py (pull), mover.py (BuiltinMover), handler.py (GET/HEAD/DELETE)
 """
 
 from .client import PullError, digest_checksum, pull, split_ranges
+from .dataserver import DataServer
 from .mover import BuiltinMover
-from .server import DataServer
 
 __all__ = ["BuiltinMover", "DataServer", "PullError", "digest_checksum", "pull", "split_ranges"]

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class FileServer(Protocol):
-    """What the handlers read of the server that runs them (server.DataServer)."""
+    """What the handlers read of the server that runs them (dataserver.DataServer)."""
 
     settings: Any
     token: Callable[[], str]  # the agents' shared bearer token, as it is now

@@ -73,9 +73,9 @@ class TokenSource:
 
 def _load_supervisor(settings: Settings) -> Any | None:
     try:
-        mod = importlib.import_module("tpcmesh_agent.servers")
+        mod = importlib.import_module("tpcmesh_agent.daemons")
     except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("tpcmesh_agent.servers"):
+        if e.name and e.name.startswith("tpcmesh_agent.daemons"):
             return None
         raise
     return mod.ServerSupervisor(settings)

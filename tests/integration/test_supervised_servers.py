@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import ssl
+import subprocess
 import sys
 import time
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests.support import serving as serving_module
 from tests.support.external_xrootd import external_xrootd
+from tests.support.paths import REPO
 from tests.support.serving import serving
 
 pytestmark = pytest.mark.integration
@@ -46,6 +48,7 @@ def _listening(port: int) -> bool:
         return False
 
 
+@pytest.mark.about_dependency
 def test_a_server_killed_by_a_signal_is_restarted_counted_and_named(tmp_path):
     port = _free_port()
     before = len(serving_module.CRASHES)
@@ -66,6 +69,7 @@ def test_a_server_killed_by_a_signal_is_restarted_counted_and_named(tmp_path):
     assert len(serving_module.CRASHES) == before + 1
 
 
+@pytest.mark.about_dependency
 def test_the_external_xrootd_comes_back_on_its_port_after_a_segfault(tpcmesh_pki):
     if os.geteuid() != 0:
         pytest.skip("the external XRootD needs root")
@@ -80,3 +84,62 @@ def test_the_external_xrootd_comes_back_on_its_port_after_a_segfault(tpcmesh_pki
         assert r.status_code < 500, r.text
     assert any("the external xrootd" in c.what and "SIGSEGV" in c.how for c in serving_module.CRASHES)
 
+
+
+SESSION = """
+import os, pathlib, signal, socket, sys, time
+import pytest
+from tests.support.serving import serving
+
+ATTEMPTS = pathlib.Path(__file__).with_name("attempts")
+LISTENER = {listener!r}
+
+
+def _hit(name, fault):
+    seen = ATTEMPTS.read_text().split() if ATTEMPTS.exists() else []
+    ATTEMPTS.write_text(" ".join([*seen, name]))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with serving([sys.executable, "-c", LISTENER, str(port)], "127.0.0.1", port,
+                 ATTEMPTS.with_name(name + ".log"), [], "the " + name + " listener") as server:
+        if name not in seen:  # the first attempt: the dependency dies under the test
+            os.kill(server.proc.pid, fault)
+            while server.restarts == 0:
+                time.sleep(0.05)
+            raise AssertionError("a transfer through the dead " + name + " failed")
+
+
+def test_hit_by_a_segfault():
+    _hit("segv", signal.SIGSEGV)
+
+
+def test_hit_by_a_kill():  # SIGKILL is sent on purpose (a test, the OOM killer): the failure is the test's
+    _hit("kill", signal.SIGKILL)
+
+
+@pytest.mark.about_dependency
+def test_about_the_dependency():
+    _hit("about", signal.SIGABRT)
+
+
+def test_failing_alone():
+    raise AssertionError("nothing crashed")
+"""
+
+
+def test_a_test_hit_by_a_dependency_fault_runs_once_more_and_nothing_else_does(tmp_path):
+    (tmp_path / "test_session.py").write_text(SESSION.format(listener=LISTENER))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+                        "--rootdir", str(tmp_path), "-p", "no:django", "-p", "tests.support.serving",
+                        str(tmp_path / "test_session.py")],
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       timeout=120)
+    out = r.stdout
+    assert "3 failed, 1 passed" in out, out + r.stderr
+    attempts = (tmp_path / "attempts").read_text().split()
+    assert attempts == ["segv", "segv", "kill", "about"], attempts
+    assert ("test_session.py::test_hit_by_a_segfault: run again after the segv listener (pid" in out
+            and "exited with status -11 (SIGSEGV); its first attempt failed with: AssertionError: a transfer "
+                "through the dead segv failed" in out), out
+    assert "test_hit_by_a_kill: run again" not in out and "test_about_the_dependency: run again" not in out

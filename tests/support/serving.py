@@ -4,13 +4,17 @@ anonymous XRootD endpoints and the external GridFTP server share it.
 
 A restart is not itself a test failure: the crash (exit signal or status, the tail of the server's logs, the test
 that was running) is kept in ``CRASHES``, and this module (a pytest plugin, listed in tests/conftest.py) names it in
-that test's report and in the session's summary. A test about the server's own failure reads ``Supervised.restarts``.
+that test's report and in the session's summary. A test that fails while one of these servers (a dependency, not
+the product) faulted under it (SIGSEGV, SIGABRT, ...: XRootD 5.5.3's TLS races, hack/xrootd_tls_stress.py) is run
+once more against the restarted server, and the summary says so with the first attempt's error; a test about the
+server itself is marked ``about_dependency`` and is never run again. Nothing else is retried.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.runner import runtestprotocol
 from tpcmesh_agent.daemons.supervisor import exit_description
 
 BACKOFF_FIRST = 0.2
@@ -36,6 +41,7 @@ class Crash:
     how: str  # exit_description()
     log_tail: str
     test: str | None  # pytest's current test when the exit was seen
+    dependency_fault: bool = False  # a test server (not the product) killed by a fault: a test it hit runs again
 
     def describe(self) -> str:
         return (f"{self.what} {self.how} during {self.test or 'set-up'}; restarted. "
@@ -46,9 +52,17 @@ CRASHES: list[Crash] = []  # the session's, in order; read by tests/conftest.py
 _crashes_lock = threading.Lock()
 
 
-def record_crash(what: str, how: str, log_tail: str) -> None:
+def record_crash(what: str, how: str, log_tail: str, dependency_fault: bool = False) -> None:
     with _crashes_lock:
-        CRASHES.append(Crash(what, how, log_tail, _current_test()))
+        CRASHES.append(Crash(what, how, log_tail, _current_test(), dependency_fault))
+
+
+SENT_ON_PURPOSE = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)  # by a test, a user or the OOM killer
+
+
+def is_fault(returncode: int) -> bool:
+    """An exit by a signal the process brought on itself (SIGSEGV, SIGABRT, SIGBUS, ...)."""
+    return returncode < 0 and -returncode not in SENT_ON_PURPOSE
 
 
 def _current_test() -> str | None:
@@ -107,7 +121,8 @@ class Supervised:
             if self._stopping.is_set():
                 return
             _kill_session(self.proc)  # children it forked (xrootd's helpers, gridftp's sessions) go with it
-            record_crash(f"{self.what} (pid {self.proc.pid})", exit_description(code), _logs_tail(self.logs))
+            record_crash(f"{self.what} (pid {self.proc.pid})", exit_description(code), _logs_tail(self.logs),
+                         dependency_fault=is_fault(code))
             self.restarts += 1
             if self._stopping.wait(backoff):
                 return
@@ -168,8 +183,41 @@ def pytest_runtest_makereport(item: pytest.Item,
     return report
 
 
+RUN_AGAIN: list[str] = []  # "<test>: <first attempt's error>", for the session's summary
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "about_dependency: the test is about a supervised test server itself (its "
+                                       "failure is the test's: never run again after the server faulted)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """Run the test; once more if it failed while a supervised dependency faulted under it (see the docstring)."""
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    first = len(CRASHES)
+    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    faulted = [c for c in CRASHES[first:] if c.dependency_fault]
+    if faulted and any(r.failed for r in reports) and item.get_closest_marker("about_dependency") is None:
+        failed = next(r for r in reports if r.failed)
+        crash = getattr(failed.longrepr, "reprcrash", None)
+        error = crash.message if crash is not None else failed.longreprtext.strip()[-300:]
+        RUN_AGAIN.append(f"{item.nodeid}: run again after {faulted[0].what} {faulted[0].how}; its first attempt "
+                         f"failed with: {error}")
+        item._initrequest()  # type: ignore[attr-defined]  # fresh fixture requests, as pytest-rerunfailures does
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    for report in reports:
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if CRASHES:
         terminalreporter.section("supervised servers restarted")
         for crash in CRASHES:
             terminalreporter.write_line(crash.describe())
+    if RUN_AGAIN:
+        terminalreporter.section("tests run again after a supervised dependency faulted under them")
+        for line in RUN_AGAIN:
+            terminalreporter.write_line(line)

@@ -28,6 +28,7 @@ from ... import congestion
 from ...files import FileSetError, validate_name
 from ...tcpsampler import SAMPLER, wait_drained
 from ...token_check import TokenRefused, bearer
+from ...versions import agent_version
 from .client import CHUNK, CONNECT_TIMEOUT, TELEMETRY_HEADER
 from .telemetry import DRAIN_TIMEOUT, PATH_RE, parse_key
 
@@ -41,7 +42,7 @@ class FilesHandler(BaseHTTPRequestHandler):
     """GET/HEAD of set and incoming files (zero-copy), DELETE of incoming ones, and the helpers COPY shares."""
 
     protocol_version = "HTTP/1.1"
-    server_version = "tpcmesh-builtin"
+    server_version = f"tpcmesh-agent/{agent_version()}"  # the peer's version for a record (versions.py)
     server: DataServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002

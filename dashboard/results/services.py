@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 MEASUREMENT_FIELDS = [
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "rtt_ms", "rtt_min_ms", "rtt_max_ms", "status", "error", "checksum",
-    "destination_kind", "auth", "started_at", "finished_at", "tcp", "congestion_control", "repeat",
+    "destination_kind", "auth", "started_at", "finished_at", "tcp", "congestion_control", "repeat", "implementation",
 ]
 # retransmits: tcp.retransmits in a column, for filtering; address_family: "ipv4" when a batch leaves it out
 STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits", "address_family"]

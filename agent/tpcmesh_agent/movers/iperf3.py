@@ -140,7 +140,8 @@ class Iperf3Mover(Mover):
         result.finished_at = start + timedelta(seconds=report.seconds)
         result.peak_bps = report.peak_bps
         result.tcp = report.tcp
-        self._sender_versions[job.test_id] = report.sender_version
+        if report.bytes:  # the runner asks the peer's version only of a test that moved data (no entry left behind)
+            self._sender_versions[job.test_id] = report.sender_version
         progress.add_bytes(report.bytes)
         progress.files_done = 1
         return [result]

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import __version__, congestion
+from . import __version__, congestion, versions
 from .cadir import write_ca_dir
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .files import FileSetError, FileSets, spec_from_request, validate_name
@@ -162,6 +162,9 @@ class Agent:
         if s.incoming_dir.exists():
             await asyncio.to_thread(__import__("shutil").rmtree, s.incoming_dir, True)
         s.incoming_dir.mkdir(parents=True, exist_ok=True)
+        self.runner.versions = await asyncio.to_thread(versions.local_versions)
+        log.info("Found the implementations' versions: %s", ", ".join(
+            f"{name} {version or 'unknown'}" for name, version in self.runner.versions.items()))
         if s.ca_file is not None and s.ca_dir is not None:
             write_ca_dir(s.ca_file, s.ca_dir)
         if "builtin" in s.protocols and "builtin" in self.movers:
@@ -259,6 +262,7 @@ class Agent:
             "address": self.settings.address,
             "address6": self.settings.address6 or None,
             "version": __version__,
+            "versions": self.runner.versions,
             "protocols": self.protocols_info(),
             "congestion_control": congestion.kernel_algorithms(),
             "servers": self.servers_status(),

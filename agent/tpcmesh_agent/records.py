@@ -141,8 +141,10 @@ def build_record(
     error: str | None = None,
     samples: Iterable[tuple[float, int]] = (),
     receiver_view: dict[str, Any] | None = None,
+    implementation: dict[str, str | None] | None = None,
 ) -> dict:
-    """A finished record (status succeeded|failed|cancelled) that validates as the contract's transferRecord."""
+    """A finished record (status succeeded|failed|cancelled) that validates as the contract's transferRecord;
+    ``implementation`` (versions.implementation) says which program, in which versions, made it."""
     total = sum(r.bytes for r in results)
     ends = [r.finished_at for r in results if r.finished_at is not None and r.bytes > 0]
     data_end = min(max(ends), finished_at) if ends else finished_at
@@ -193,4 +195,6 @@ def build_record(
     tcp = tcp_summary(results, receiver_view)
     if tcp is not None:
         record["tcp"] = tcp
+    if implementation is not None:
+        record["implementation"] = implementation
     return record

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import congestion, memory, records
+from . import congestion, memory, records, versions
 from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
@@ -137,6 +137,8 @@ class TransferRunner:
         # the protocol servers' status (Supervisor.status), set once they run: a failed test then says when the
         # local server died under it, which the client side only sees as a cut connection
         self.server_status: Callable[[], dict[str, dict]] | None = None
+        # this node's implementations' versions (versions.local_versions), found when the agent starts
+        self.versions: dict[str, str | None] = {versions.PACKAGE: versions.agent_version()}
 
     # ---- validation --------------------------------------------------------------------------------------
     def parse(self, body: Any) -> TransferJob:
@@ -348,8 +350,10 @@ class TransferRunner:
                 if job.destination_dir is not None:  # free the memory before the record says "done"
                     await asyncio.to_thread(shutil.rmtree, job.destination_dir, True)
                 samples = records.spread_samples(results) if run.progress.end_only else run.samples
+                implementation = versions.implementation(mover.implementation, self.versions,
+                                                         await self._peer_version(mover, job, results))
                 run.record = records.build_record(job, results, run.started_at, finished, status, error, samples,
-                                                  receiver_view)
+                                                  receiver_view, implementation)
             except Exception as e:  # a malformed mover result must not leave the agent busy forever
                 log.exception("Transfer %s: building the record failed", job.test_id)
                 status, error = "failed", f"agent error building the record: {type(e).__name__}: {e}"
@@ -366,6 +370,17 @@ class TransferRunner:
                      job.test_id, status, run.record["total_bytes"], _fmt(run.record["throughput_gbps"]),
                      _fmt(run.record["aggregate_gbps"]), f" ({error})" if error else "")
 
+
+    async def _peer_version(self, mover: Mover, job: TransferJob, results: list[FileResult]) -> str | None:
+        """The other end's version (Mover.peer_version), asked only when data came (a source that sent nothing may
+        be down: no wait for it); None when unknown."""
+        if not any(r.bytes for r in results):
+            return None
+        try:
+            return await asyncio.wait_for(mover.peer_version(job), versions.TIMEOUT + 1)
+        except Exception as e:  # a version is worth no failed record
+            log.info("Transfer %s: the source's %s version is unknown: %s", job.test_id, mover.implementation, e)
+            return None
 
     def _local_server(self, protocol: str) -> str:
         """The server doing ``protocol``'s destination side here, whose death a failed test should name."""

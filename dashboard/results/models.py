@@ -137,6 +137,8 @@ class Measurement(models.Model):
     retransmits = models.BigIntegerField(null=True, blank=True,
                                          help_text="TCP segments the senders retransmitted (tcp.retransmits)")
     tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
+    implementation = models.JSONField(null=True, blank=True, help_text=(
+        "the program and versions that made the measurement (the contract's implementation); null: not recorded"))
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
                                           help_text="the congestion control the test asked for (null: default)")
     repeat = models.PositiveSmallIntegerField(null=True, blank=True,

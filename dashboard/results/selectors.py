@@ -557,7 +557,7 @@ def pair_history(
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
         "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "auth", "status", "error",
-        "finished_at",
+        "finished_at", "implementation",
     ):
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]

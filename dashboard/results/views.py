@@ -17,6 +17,7 @@ from django.utils.safestring import mark_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from results import federation, params, selectors, services, thresholds
+from results import implementations as implementations_
 from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
@@ -251,6 +252,9 @@ def _protocols(benches: list[Benchmark]) -> dict[str, list[int]]:
     return {p: sorted(v) for p, v in sorted(out.items())}
 
 
+NEWEST_ROWS = 20  # the pair page's newest transfers, each with the versions that made it
+
+
 @read_access_required
 def pair_page(request, source: str, destination: str):
     cluster = request.GET.get("cluster") or None
@@ -267,8 +271,11 @@ def pair_page(request, source: str, destination: str):
         return HttpResponseBadRequest(str(err))
     history = selectors.pair_history(a, b, bench, since=timezone.now() - since)
     series: dict[str, list] = {}
+    implementations: dict[str, list] = {}  # per series, each point's implementation (None: not recorded)
     rtt: dict[str, list] = {}
     retransmits: dict[str, list] = {}
+    transfers: list[dict] = []  # every transfer, with what changed in its implementation since the cell's last run
+    known: dict[str, dict] = {}  # per series, the newest implementation recorded so far
     for p in history:
         t = int(p["finished_at"].timestamp() * 1000)
         # IPv6 is a setting of its own too: its series are named so (IPv4 ones as before IPv6)
@@ -285,12 +292,18 @@ def pair_page(request, source: str, destination: str):
         label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth} {direction}'
         if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
             retransmits.setdefault(label, []).append([t, p["retransmits"]])
+        impl = p["implementation"]
+        transfers.append({**p, "series": label, "version": implementations_.label(impl),
+                          "version_change": implementations_.change(known.get(label), impl)})
+        if impl:
+            known[label] = impl
         if p["throughput_gbps"] is None:
             continue
         series.setdefault(label, []).append([t, round(p["throughput_gbps"], 3)])
+        implementations.setdefault(label, []).append(impl)
     files = selectors.pair_latest_run_files(a, b, bench)
     groups = files["groups"] if files else []
-    changes, levels, recent = _steps(series)
+    changes, levels, recent = _steps(series, implementations)
     paths = selectors.pair_paths(a, b, bench, since=timezone.now() - since)
     plot = {
         "throughput": series,
@@ -307,6 +320,7 @@ def pair_page(request, source: str, destination: str):
     }
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
+        "newest": transfers[::-1][:NEWEST_ROWS],
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
         "repeated": selectors.pair_repeated_cells(a, b, bench),
         "advice": _advice(history), "advice_terms": {"runs": LEVEL_RUNS, "min_runs": MIN_RUNS,
@@ -334,10 +348,14 @@ def _advice(history: list[dict]) -> list[dict]:
     return out
 
 
-def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list], list[dict]]:
+def _steps(series: dict[str, list], implementations: dict[str, list] | None = None
+           ) -> tuple[list[dict], dict[str, list], list[dict]]:
     """Step changes in each throughput series of the pair page (stats.changes, over the shown history), the
     levels between them as [[t, median], [t, median], null, ...] line segments for the plot, and each series'
-    recent level (since its last step) with a 95 % interval."""
+    recent level (since its last step) with a 95 % interval. A step whose first run was made by another version
+    than the run before it (``implementations``: each point's, parallel to ``series``) says so (version_change):
+    the step may be the software's, not the network's."""
+    implementations = implementations or {}
     found, levels, recent = [], {}, []
     for label, points in series.items():
         values = [v for _, v in points]
@@ -351,9 +369,12 @@ def _steps(series: dict[str, list]) -> tuple[list[dict], dict[str, list], list[d
         for first, last, median in change_detection.levels(values, steps):
             line += [[points[first][0], median], [points[last][0], median], None]
         levels[label] = line[:-1]
+        impls = implementations.get(label) or [None] * len(points)
         for c in steps:
+            before = next((i for i in reversed(impls[:c.index]) if i), None)
             found.append({"series": label, "at": datetime.fromtimestamp(points[c.index][0] / 1000, UTC),
-                          "before": c.before, "after": c.after, "percent": (c.ratio - 1) * 100})
+                          "before": c.before, "after": c.after, "percent": (c.ratio - 1) * 100,
+                          "version_change": implementations_.change(before, impls[c.index])})
     return sorted(found, key=lambda c: c["at"], reverse=True), levels, recent
 
 

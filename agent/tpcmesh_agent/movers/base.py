@@ -141,6 +141,8 @@ class Mover(abc.ABC):
 
     protocol: str
     local_server: str | None = None  # the local server doing the destination side, when not named ``protocol``
+    # the implementation doing this end's part, as versions.local_versions names it (its version goes in the record)
+    implementation: str = "tpcmesh-agent"
 
     @abc.abstractmethod
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
@@ -156,6 +158,11 @@ class Mover(abc.ABC):
 
     def memory_needed(self, job: TransferJob) -> tuple[int, str] | None:
         """Worst-case RAM this protocol's programs take for ``job`` beyond the stored files, and why; None: small."""
+        return None
+
+    async def peer_version(self, job: TransferJob) -> str | None:
+        """The other end's version of the implementation, asked over the protocol once the job's data has moved
+        (versions.py); None when unknown. Never raises."""
         return None
 
     def close(self) -> None:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import versions
 from ..atomic import write_atomically
 from ..daemons.configs import gridftp_env, trim_gridftp_transfer_logs
 from .base import (
@@ -71,10 +72,17 @@ from .external import (
 
 class GridftpMover(Mover):
     protocol = "gridftp"
+    implementation = "globus-gridftp-server"
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
         self._client_dir: Path | None = None  # the client's private copy of the host credential (never in data_dir)
+
+    async def peer_version(self, job: TransferJob) -> str | None:
+        """The source server's version from its greeting (a pull; a push's peer is an external endpoint: unknown)."""
+        if job.remote is not None:
+            return None
+        return await versions.gridftp_banner_version(job.source.host, job.source.port)
 
     def close(self) -> None:
         if self._client_dir is not None:

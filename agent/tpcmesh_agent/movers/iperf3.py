@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .. import tcpinfo
+from .. import tcpinfo, versions
 from .base import FileResult, Mover, MoverUnavailable, Progress, TransferJob
 from .external import missing, now, run_program, short
 
@@ -49,6 +49,7 @@ class Report:
     bps: float  # the mean received rate
     peak_bps: float | None  # the fastest interval (iperf3 reports every second), None without intervals
     tcp: dict[str, Any] | None = None  # {"sender": summary, "receiver": None} (tcpinfo's shape)
+    sender_version: str | None = None  # the sender's iperf3 version (its own JSON's start.version)
 
 
 def _us_to_ms(v: Any) -> float | None:
@@ -96,15 +97,22 @@ def parse_report(text: str) -> Report:
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"iperf3 report has a malformed interval: {e}") from e
     sender = sender_view(data)
+    server_start = (data.get("server_output_json") or {}).get("start") or {}
     return Report(int(received["bytes"]), float(received["seconds"]), float(received["bits_per_second"]),
-                  max(rates) if rates else None, {"sender": sender, "receiver": None} if sender else None)
+                  max(rates) if rates else None, {"sender": sender, "receiver": None} if sender else None,
+                  versions.parse_iperf3(str(server_start.get("version") or "")))
 
 
 class Iperf3Mover(Mover):
     protocol = "iperf3"
+    implementation = "iperf3"
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
+        self._sender_versions: dict[str, str | None] = {}  # test id -> the sender's version, until asked
+
+    async def peer_version(self, job: TransferJob) -> str | None:
+        return self._sender_versions.pop(job.test_id, None)
 
     def available(self) -> str | None:
         return missing("iperf3")
@@ -132,6 +140,8 @@ class Iperf3Mover(Mover):
         result.finished_at = start + timedelta(seconds=report.seconds)
         result.peak_bps = report.peak_bps
         result.tcp = report.tcp
+        if report.bytes:  # the runner asks the peer's version only of a test that moved data (no entry left behind)
+            self._sender_versions[job.test_id] = report.sender_version
         progress.add_bytes(report.bytes)
         progress.files_done = 1
         return [result]

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from .. import versions
 from ..daemons.configs import TPC_SERVERS
 from ..markers import MarkerParser, MarkerStreamError
 from ..tokens import Expectation, refusal_reason
@@ -44,11 +45,19 @@ SMALL_BLOCK = 2**20
 
 class XrootdHttpsMover(Mover):
     protocol = "xrootd-https"
+    implementation = "xrootd"
     local_server = TPC_SERVERS["xrootd-https"]
     source_scheme = "https"  # the URL scheme the local XRootD uses to reach the source
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
+
+    async def peer_version(self, job: TransferJob) -> str | None:
+        """The source agent's XRootD, asked ``query config version`` on its public port (the root protocol shares
+        it); an external endpoint's is not asked (it may want the site's credential): unknown."""
+        if job.remote is not None or not job.source.is_agent:
+            return None
+        return await versions.xrootd_server_version(job.source.host, job.source.port)
 
     def available(self) -> str | None:
         if not shutil.which("xrootd"):

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import versions
 from ..daemons.configs import TPC_SERVERS, root_tpc_keytab, xrdcp_sss_env
 from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
 from .external import (
@@ -51,10 +52,18 @@ SIZE_RE = re.compile(r"^Size:\s+(\d+)\s*$", re.MULTILINE)
 
 class XrootdRootMover(Mover):
     protocol = "xrootd-root"
+    implementation = "xrootd"
     local_server = TPC_SERVERS["xrootd-root"]
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
+
+    async def peer_version(self, job: TransferJob) -> str | None:
+        """The source agent's XRootD, asked ``query config version`` on its public port (the root protocol shares
+        it); an external endpoint's is not asked (it may want the site's credential): unknown."""
+        if job.remote is not None or not job.source.is_agent:
+            return None
+        return await versions.xrootd_server_version(job.source.host, job.source.port)
 
     def available(self) -> str | None:
         return missing("xrdcp") or missing("xrootd")

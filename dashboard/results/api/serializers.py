@@ -123,6 +123,8 @@ class MeasurementIn(serializers.Serializer):
     finished_at = RFC3339Field()
     files = FileResultIn(many=True, required=False)
     tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
+    implementation = JSONObjectField(required=False, help_text=(
+        "the program and versions that made it (the contract's implementation)"))
     congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
     path = PathIn(required=False, help_text="rtt rows: the source's path to the destination (tracepath)")
     repeat = serializers.IntegerField(min_value=0, max_value=19, allow_null=True, required=False,
@@ -258,6 +260,11 @@ class TestTcpField(serializers.JSONField):
     """A test's TCP view as ingested (the contract's testTcp), or null."""
 
 
+@extend_schema_field(_contract_or_null("implementation"))
+class ImplementationField(serializers.JSONField):
+    """The program and versions that made a measurement as ingested (the contract's implementation), or null."""
+
+
 class FileTransferSerializer(serializers.ModelSerializer):
     tcp = FileTcpField(read_only=True)
 
@@ -272,14 +279,15 @@ class MeasurementSerializer(serializers.ModelSerializer):
     run = serializers.SlugRelatedField(slug_field="uid", read_only=True)
     cluster = _cluster_of("benchmark.cluster.name")
     benchmark = serializers.StringRelatedField()
+    implementation = ImplementationField(read_only=True)
 
     class Meta:
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
                   "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "address_family",
-                  "repeat", "status", "error", "checksum", "destination_kind", "auth", "started_at", "finished_at",
-                  "ingested_at", "cluster"]
+                  "repeat", "status", "error", "checksum", "destination_kind", "auth", "implementation",
+                  "started_at", "finished_at", "ingested_at", "cluster"]
 
 
 class MeasurementDetailSerializer(MeasurementSerializer):

@@ -35,12 +35,17 @@ def _t(s: str) -> datetime:
     return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
+def start_pair(factory, count: int, size: int) -> tuple:
+    """A source and a destination agent running every protocol, and the source's set of ``count`` x ``size``."""
+    src = factory(protocols=ALL, run_user="nobody", **xrootd_ports())
+    dst = factory(protocols=ALL, run_user="nobody", **xrootd_ports())
+    files = src.file_set(count=count, size=size)["files"]
+    return src, dst, files
+
+
 @pytest.fixture(scope="module")
 def pair(module_agent_factory):
-    src = module_agent_factory(protocols=ALL, run_user="nobody", **xrootd_ports())
-    dst = module_agent_factory(protocols=ALL, run_user="nobody", **xrootd_ports())
-    files = src.file_set(count=COUNT, size=SIZE)["files"]
-    return src, dst, files
+    return start_pair(module_agent_factory, COUNT, SIZE)
 
 
 def check_tpc_record(rec: dict, files: list[dict], protocol: str, streams: int) -> None:

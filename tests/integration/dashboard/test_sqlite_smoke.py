@@ -11,7 +11,8 @@ from tests.support.paths import REPO
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = r"""
+# a fresh SQLite database, migrated, a write token `key` and a test client `c`
+PREAMBLE = r"""
 import json, django
 django.setup()
 from django.core.management import call_command
@@ -24,6 +25,9 @@ call_command("migrate", verbosity=0)
 out = StringIO(); call_command("create_api_token", "smoke", "--write", stdout=out)
 key = out.getvalue().strip()
 c = Client()
+"""
+
+SCRIPT = PREAMBLE + r"""
 body = json.dumps(batch([measurement("a", "b", files=2), measurement("b", "a", gbps=3)]))
 r = c.post("/api/v1/ingest/", body, content_type="application/json", HTTP_AUTHORIZATION="Token " + key)
 assert r.status_code == 200 and r.json()["created"] == 2, r.content
@@ -57,7 +61,8 @@ print("SMOKE OK")
 """
 
 
-def test_sqlite_quick_start(tmp_path):
+def run_on_sqlite(tmp_path, script: str) -> str:
+    """Run ``script`` (PREAMBLE first) in a fresh process on a SQLite file in ``tmp_path``; its output."""
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=f"{REPO}:{REPO / 'dashboard'}",
                TPCMESH_DASHBOARD_ALLOWED_HOSTS="testserver",  # the host name Django's test client sends
@@ -65,10 +70,14 @@ def test_sqlite_quick_start(tmp_path):
     # An explicit SQLite URL keeps the repository's dashboard/db.sqlite3 untouched; the unset default is
     # checked by the next test.
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "SMOKE OK" in p.stdout
+    return p.stdout
+
+
+def test_sqlite_quick_start(tmp_path):
+    assert "SMOKE OK" in run_on_sqlite(tmp_path, SCRIPT)
     assert (tmp_path / "db.sqlite3").stat().st_size > 0
 
 

@@ -82,6 +82,20 @@ def test_the_records_tcp_view_is_passed_on_unchanged() -> None:
         validator("measurement").validate({**m, "tcp": {"retransmits": -1}})
 
 
+def test_the_records_implementation_is_passed_on_and_failed_rows_carry_none() -> None:
+    impl = {"name": "xrootd", "version": "5.5.3", "peer_version": None, "agent_version": "0.1.0"}
+    rec = record(implementation=impl)
+    validator("transferRecord").validate(rec)
+    m = measurement_from_record(rec, "node-a", "node-b")
+    validator("measurement").validate(m)
+    assert m["implementation"] == impl and "implementation" not in measurement_from_record(record(), "a", "b")
+    t = Test(0, Setting("xrootd-https", 8), "a", "b")
+    failed = failed_measurement(str(uuid.uuid4()), t, parse_spec({}), "agent b vanished", now_iso())
+    assert "implementation" not in failed
+    with pytest.raises(jsonschema.ValidationError):  # the contract names the implementations it knows
+        validator("measurement").validate({**m, "implementation": {**impl, "name": "fts"}})
+
+
 def test_failed_and_rtt_rows_validate() -> None:
     spec = parse_spec({})
     t = Test(0, Setting("gridftp", 8), "a", "b")

@@ -29,6 +29,7 @@ from ... import congestion
 from ...files import FileSetError, validate_name
 from ...tcpsampler import SAMPLER, wait_drained
 from ...token_check import TokenRefused, TokenValidator, bearer
+from ...versions import agent_version
 from .client import CHUNK, CONNECT_TIMEOUT, TELEMETRY_HEADER
 from .landed import LandedChecksums
 from .telemetry import DRAIN_TIMEOUT, PATH_RE, SenderViews, parse_key
@@ -52,7 +53,7 @@ class FilesHandler(BaseHTTPRequestHandler):
     """GET/HEAD of set and incoming files (zero-copy), DELETE of incoming ones, and the helpers COPY shares."""
 
     protocol_version = "HTTP/1.1"
-    server_version = "tpcmesh-builtin"
+    server_version = f"tpcmesh-agent/{agent_version()}"  # the peer's version for a record (versions.py)
     server: FileServer  # type: ignore[assignment]  # BaseHTTPRequestHandler's is the socketserver base
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002

@@ -7,6 +7,7 @@ view: this side's samples of its connections, and the source's (fetched once the
 from __future__ import annotations
 
 import asyncio
+import http.client
 import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from ... import tcpinfo
 from ...files import adler32_of
 from ...token_check import TokenRefused, builtin_validator
+from ...versions import TIMEOUT, parse_agent_server
 from ..base import FileResult, FileSpec, Mover, Progress, TransferJob
 from .client import (
     IDLE_TIMEOUT,
@@ -31,11 +33,17 @@ from .telemetry import FETCH_TIMEOUT, fetch_sender_views
 
 class BuiltinMover(Mover):
     protocol = "builtin"
+    implementation = "tpcmesh-agent"
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
         self.idle_timeout = float(getattr(settings, "idle_timeout", IDLE_TIMEOUT))
         self._registries: dict[str, SocketRegistry] = {}
+
+    async def peer_version(self, job: TransferJob) -> str | None:
+        """The source agent's version from its data server's ``Server`` header (any answer carries it)."""
+        ssl_ctx = client_ssl_context(self.settings) if self.settings.builtin_tls else None
+        return await asyncio.to_thread(server_header_version, job.source.host, job.source.port, ssl_ctx)
 
     def stop_test(self, test_id: str, reason: str) -> None:
         """End a running test now: every file stops with ``reason`` and keeps the bytes it received."""
@@ -130,3 +138,17 @@ class BuiltinMover(Mover):
             registry.cancel("cancelled")
             executor.shutdown(wait=False, cancel_futures=True)
 
+
+def server_header_version(host: str, port: int, ssl_ctx: ssl.SSLContext | None) -> str | None:
+    """The agent version a built-in data server names in its ``Server`` header (a HEAD of /files/: refused or not,
+    the answer carries it); None when it cannot be asked or names none."""
+    conn: http.client.HTTPConnection = (http.client.HTTPSConnection(host, port, timeout=TIMEOUT, context=ssl_ctx)
+                                        if ssl_ctx is not None else http.client.HTTPConnection(host, port,
+                                                                                               timeout=TIMEOUT))
+    try:
+        conn.request("HEAD", "/files/", headers={"User-Agent": "tpcmesh-agent"})
+        return parse_agent_server(conn.getresponse().getheader("Server"))
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()

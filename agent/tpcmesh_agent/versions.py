@@ -24,6 +24,7 @@ import os
 import re
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 
 from . import __version__
@@ -121,10 +122,11 @@ def program_version(name: str, timeout: float = PROGRAM_TIMEOUT) -> str | None:
 def local_versions(timeout: float = PROGRAM_TIMEOUT) -> dict[str, str | None]:
     """{"tpcmesh-agent": …, "xrootd": …, "globus-gridftp-server": …, "iperf3": …, "xrdcp": …,
     "globus-url-copy": …}: this node's implementations, None where unknown."""
-    found: dict[str, str | None] = {PACKAGE: agent_version()}
-    for name in PROGRAMS:
-        found[name] = program_version(name, timeout)
-    return found
+    # side by side: an agent's start waits for the slowest program, not for all of them in turn (xrootd -v alone
+    # loads dozens of libraries, seconds on a loaded node)
+    with ThreadPoolExecutor(max_workers=len(PROGRAMS)) as pool:
+        asked = dict(zip(PROGRAMS, pool.map(lambda name: program_version(name, timeout), PROGRAMS), strict=True))
+    return {PACKAGE: agent_version(), **asked}
 
 
 def implementation(name: str, versions: dict[str, str | None], peer_version: str | None) -> dict[str, str | None]:

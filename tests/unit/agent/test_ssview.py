@@ -7,6 +7,7 @@ import contextlib
 import shutil
 import socket
 import threading
+import time
 
 import pytest
 from tpcmesh_agent import ssview
@@ -61,8 +62,12 @@ def test_the_real_ss_sees_a_loopback_connection_while_it_moves_data():
         t.start()
 
     async def view():
+        # until three samples of our connection (0.15 s on a quiet machine; each `ss` takes longer on a loaded one)
         sockets = ssview.PeerSockets("127.0.0.1", interval=0.05).start()
-        await asyncio.sleep(0.4)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(
+                k.endswith(f":{port}") and len(v) >= 3 for k, v in sockets.samples.items()):
+            await asyncio.sleep(0.05)
         return await sockets.stop(), sockets.samples
 
     try:

@@ -39,13 +39,17 @@ test-unit: setup ## Run the fast unit tests only
 
 .PHONY: lint
 lint: setup ## ruff and mypy
-	$(VENV)/bin/ruff check agent operator dashboard tests
-	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator
+	$(VENV)/bin/ruff check agent operator lab dashboard tests
+	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator lab/tpcmesh_lab
 
 .PHONY: bench
 bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice ## Run every benchmark; results go to BENCHMARKS.md
 
-# ---- local mode: tpcmesh-local, the WAN lab ----
+# ---- lab (lab/, tpcmesh-local): the WAN lab, the local mode, benches ----
+.PHONY: bench-planner
+bench-planner: setup ## Mesh planner: planning time and rounds vs the lower bound for 10, 100, 1000 agents
+	$(PY) -m tpcmesh_lab.bench planner --output BENCHMARKS.md
+
 .PHONY: bench-fidelity
 bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms; round policies on a shared uplink
 	$(VENV)/bin/tpcmesh-local bench-fidelity --output BENCHMARKS.md
@@ -91,10 +95,6 @@ cluster-down: ## Stop `make cluster` and remove what a killed one left behind
 	$(VENV)/bin/tpcmesh-local cluster down
 
 # --- operator -------------------------------------------------------------------------------------------------------
-.PHONY: bench-planner
-bench-planner: setup ## Mesh planner: planning time and rounds vs the lower bound for 10, 100, 1000 agents
-	$(PY) -m tpcmesh_operator.bench planner --output BENCHMARKS.md
-
 .PHONY: test-operator
 test-operator: setup ## The operator's unit, integration and cluster tests
 	$(PYTEST) tests/unit/operator tests/integration/operator tests/cluster/test_operator_crds.py tests/cluster/test_operator_run.py

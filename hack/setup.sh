@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything tpcmesh needs on a Debian machine: Debian packages (when root), the Python
-# virtualenv with the three components and the test tools, and the dashboard's charting library (npm).
+# Installs everything tpcmesh needs on a Debian machine: Debian packages (when root), the Python virtualenv with
+# the three components, the lab (tpcmesh-local) and the test tools, and the dashboard's charting library (npm).
 # Without root it installs what it can and says what is missing: `make demo` still runs (protocols whose programs
 # are missing are left out, the pair/compare pages lose their plots without npm). Go is not taken from Debian
 # (bookworm's 1.19 cannot build Kubernetes 1.34): tests/cluster/build-control-plane.sh gets the official toolchain
@@ -44,11 +44,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 mkdir -p "$stamp_dir"
-req_hash="$(cat requirements-dev.txt agent/pyproject.toml operator/pyproject.toml dashboard/requirements.txt | sha256sum | cut -c1-16)"
+req_hash="$(cat requirements-dev.txt agent/pyproject.toml operator/pyproject.toml lab/pyproject.toml dashboard/requirements.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp_dir/pip-$req_hash" ]; then
   log "Installing Python packages into $VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e ./agent -e ./operator -r dashboard/requirements.txt -r requirements-dev.txt
+  "$VENV/bin/pip" install -q -e ./agent -e ./operator -e ./lab -r dashboard/requirements.txt -r requirements-dev.txt
   rm -f "$stamp_dir"/pip-* && touch "$stamp_dir/pip-$req_hash"
 fi
 

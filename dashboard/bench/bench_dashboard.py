@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "dashboard"
 sys.path[:0] = [str(REPO), str(DASHBOARD)]
 
-from tpcmesh_operator.local.postgres import free_port, start_postgres  # noqa: E402
+from tpcmesh_lab.postgres import free_port, start_postgres  # noqa: E402
 
 NODES = 100  # per cluster
 

@@ -9,7 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "dashboard")]
 
-from tpcmesh_operator.bench import write_section  # noqa: E402
+from tpcmesh_lab.bench import write_section  # noqa: E402
 
 
 def publish(name: str, body: str, ok: bool) -> int:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 from kubernetes import client
-from tpcmesh_operator.local.cluster import BUSYBOX_IMAGE
+from tpcmesh_lab.cluster import BUSYBOX_IMAGE
 
 # The first test pays the package's cluster (images imported into every node's containerd): minutes on a loaded
 # 2-core machine, beyond the suite's default 300 s.

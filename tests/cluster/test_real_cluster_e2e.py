@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from tpcmesh_operator.local import clusterinstall
-from tpcmesh_operator.local.clusterinstall import ready_pods
-from tpcmesh_operator.local.postgres import for_cluster
+from tpcmesh_lab import clusterinstall
+from tpcmesh_lab.clusterinstall import ready_pods
+from tpcmesh_lab.postgres import for_cluster
 
 from tests.support.paths import ARTIFACTS, REPO
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tpcmesh_operator.local.netns import lab_namespaces, netns_unavailable_reason
+from tpcmesh_lab.netns import lab_namespaces, netns_unavailable_reason
 
 from tests.support.paths import REPO, VENV_BIN
 
@@ -321,7 +321,7 @@ def kill_and_clean_up(demo: Demo) -> None:
 def test_default_profile_delays_show_in_the_rtts_and_a_killed_demo_is_cleaned_up(tmp_path: Path):
     """The shipped profile (0.3 ms in a site, 2 ms metro, 53 ms cross-country RTT) in what the agents measure; then
     the demo is SIGKILLed while serving and `tpcmesh-local cleanup` leaves nothing behind."""
-    from tpcmesh_operator.local.profile import load_profile
+    from tpcmesh_lab.profile import load_profile
 
     (tmp_path / "bench.yaml").write_text(RTT_BENCHMARK)
     demo = Demo(["--benchmark", str(tmp_path / "bench.yaml"), "--port", str(free_port())])

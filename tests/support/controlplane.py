@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tpcmesh_operator.local.controlplane import (
+from tpcmesh_lab.controlplane import (
     BIN,  # noqa: F401 - re-exported for the tests
     CACHE,
     K8S_VERSION,
@@ -38,7 +38,7 @@ from tpcmesh_operator.local.controlplane import (
     kubeconfig,
     write_pki,
 )
-from tpcmesh_operator.local.controlplane import start_control_plane as launch
+from tpcmesh_lab.controlplane import start_control_plane as launch
 
 from tests.support.paths import ARTIFACTS, REPO
 

@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpcmesh_lab.mesh import Certificates, LocalAgent, start_agents
+from tpcmesh_lab.netns import Lab
+from tpcmesh_lab.profile import parse_profile
 from tpcmesh_operator.agents import AgentsClient
-from tpcmesh_operator.local.mesh import Certificates, LocalAgent, start_agents
-from tpcmesh_operator.local.netns import Lab
-from tpcmesh_operator.local.profile import parse_profile
 from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 from tpcmesh_operator.spec import parse_spec
 

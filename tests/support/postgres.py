@@ -4,7 +4,7 @@
 `django_db_modify_db_settings` hook (overridden here) points the test database at it, so every `django_db`
 test runs on PostgreSQL. `TPCMESH_TEST_DB=sqlite` keeps Django's configured database instead. As root, the
 server runs as the `postgres` user (PostgreSQL refuses root) in a directory that user owns.
-The server itself is tpcmesh_operator.local.postgres (the dashboard bench and the cluster demo use it too).
+The server itself is tpcmesh_lab.postgres (the dashboard bench and the cluster demo use it too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from tpcmesh_operator.local.postgres import PostgresServer, find_pg_bin, free_port, start_postgres
+from tpcmesh_lab.postgres import PostgresServer, find_pg_bin, free_port, start_postgres
 
 __all__ = ["PostgresServer", "find_pg_bin", "free_port", "start_postgres"]
 

@@ -1,5 +1,5 @@
 """The `real_cluster` fixture (tests/cluster/conftest.py makes it package-scoped: the cluster goes before the
-other packages' labs run): `tpcmesh-local cluster` (tpcmesh_operator.local.cluster) for the session, three
+other packages' labs run): `tpcmesh-local cluster` (tpcmesh_lab.cluster) for the session, three
 nodes by default, each a kubelet with its own containerd in a network namespace of the WAN lab, with the support
 images (pause, CoreDNS, busybox) and tpcmesh's own images (`make images`, built here through the same script and
 cached) imported on every node. Logs and node states go to artifacts/real-cluster/ at the end."""
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tpcmesh_operator.local.cluster import Cluster, ClusterOptions, missing_parts, support_images, tpcmesh_images
+from tpcmesh_lab.cluster import Cluster, ClusterOptions, missing_parts, support_images, tpcmesh_images
 
 from tests.support.paths import ARTIFACTS, REPO
 

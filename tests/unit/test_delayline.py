@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from tpcmesh_operator.local.delayline import Link, build_links, build_routes
+from tpcmesh_lab.delayline import Link, build_links, build_routes
 
 
 def test_a_packet_leaves_after_the_delay():
@@ -47,7 +47,7 @@ def test_links_are_built_per_direction_with_a_bdp_sized_queue():
 def test_a_node_routes_its_own_24s_and_bad_networks_are_named():
     import socket
 
-    from tpcmesh_operator.local.delayline import routed_networks
+    from tpcmesh_lab.delayline import routed_networks
 
     nodes = [{"name": "a", "address": "198.51.100.10", "networks": ["198.19.128.0/24"]},
              {"name": "b", "address": "198.51.100.11", "networks": ["198.19.129.0/24"]}]

@@ -191,6 +191,18 @@ def test_chart_container_commands_exist_in_their_images():
     assert checked >= 6
 
 
+def test_no_image_contains_the_lab():
+    """The lab (lab/, `tpcmesh-local`) is a developer tool: no image copies it, and the operator package (which the
+    operator image installs) neither holds it nor names its command."""
+    for path in sorted(DOCKERFILES.glob("*.Dockerfile")):
+        for w, a in instructions(path):
+            if w == "COPY":
+                sources = [s for s in a.split()[:-1] if not s.startswith("--")]
+                assert not any(s in (".", "lab") or s.startswith("lab/") for s in sources), f"{path.name}: COPY {a}"
+    assert not (REPO / "operator" / "tpcmesh_operator" / "local").exists()
+    assert "tpcmesh-local" not in console_scripts("operator/pyproject.toml")
+
+
 @pytest.mark.parametrize("image", sorted(PYTHON_SOURCES))
 def test_pinned_base_non_root_no_secrets(image):
     path = DOCKERFILES / f"{image}.Dockerfile"

@@ -7,7 +7,7 @@ import ipaddress
 import json
 
 import pytest
-from tpcmesh_operator.local import netns
+from tpcmesh_lab import netns
 
 NET = ipaddress.IPv4Network
 

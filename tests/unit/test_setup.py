@@ -92,7 +92,7 @@ def test_versions_compare_as_go_orders_them():
 def test_setup_without_npm_warns_and_still_completes(tmp_path):
     """No root, no npm: the virtualenv is set up, the chart assets are skipped with a warning (make demo runs)."""
     for rel in ("hack/setup.sh", "hack/debian-packages.txt", "requirements-dev.txt", "agent/pyproject.toml",
-                "operator/pyproject.toml", "dashboard/requirements.txt", "dashboard/package.json",
+                "operator/pyproject.toml", "lab/pyproject.toml", "dashboard/requirements.txt", "dashboard/package.json",
                 "dashboard/package-lock.json", "dashboard/hack-assets.sh"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, tmp_path / rel)
@@ -104,12 +104,13 @@ def test_setup_without_npm_warns_and_still_completes(tmp_path):
             (no_npm / tool).symlink_to(found)
     # A virtualenv of its own whose stamp says the pins are installed: only the checks and the asset step run. (With
     # the repository's, a changed pyproject made setup.sh install the copies here, which hold no packages, into it
-    # as editable installs: every later test lost tpcmesh_agent and tpcmesh_operator.)
+    # as editable installs: every later test lost tpcmesh_agent, tpcmesh_operator and tpcmesh_lab.)
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(VENV_BIN / "python")
     pins = b"".join((tmp_path / rel).read_bytes() for rel in ("requirements-dev.txt", "agent/pyproject.toml",
-                                                              "operator/pyproject.toml", "dashboard/requirements.txt"))
+                                                              "operator/pyproject.toml", "lab/pyproject.toml",
+                                                              "dashboard/requirements.txt"))
     (venv / ".tpcmesh").mkdir()
     (venv / ".tpcmesh" / f"pip-{hashlib.sha256(pins).hexdigest()[:16]}").touch()
     env = {"PATH": str(no_npm), "VENV": str(venv), "HOME": str(tmp_path)}

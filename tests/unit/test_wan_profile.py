@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tpcmesh_operator.local.netns import Lab
-from tpcmesh_operator.local.profile import ProfileError, load_profile, parse_profile
+from tpcmesh_lab.netns import Lab
+from tpcmesh_lab.profile import ProfileError, load_profile, parse_profile
 
 
 def test_default_profile_mirrors_the_papers():

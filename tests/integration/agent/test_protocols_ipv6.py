@@ -12,7 +12,7 @@ import uuid
 
 import httpx
 import pytest
-from tpcmesh_operator.local.netns import netns_unavailable_reason
+from tpcmesh_lab.netns import netns_unavailable_reason
 
 from tests.support.labmesh import lab_mesh
 

@@ -13,8 +13,8 @@ import threading
 import time
 
 import pytest
-from tpcmesh_operator.local.netns import DEVICE_PREFIX, NETNS_ETC, Lab, lab_namespaces, netns_unavailable_reason
-from tpcmesh_operator.local.profile import parse_profile
+from tpcmesh_lab.netns import DEVICE_PREFIX, NETNS_ETC, Lab, lab_namespaces, netns_unavailable_reason
+from tpcmesh_lab.profile import parse_profile
 
 pytestmark = [
     pytest.mark.netns,
@@ -126,8 +126,8 @@ def test_a_crashed_delay_line_takes_the_whole_lab_down():
 def test_leftovers_of_a_killed_lab_are_removed_at_the_next_start(tmp_path):
     script = (
         "import os, signal\n"
-        "from tpcmesh_operator.local.netns import Lab\n"
-        "from tpcmesh_operator.local.profile import parse_profile\n"
+        "from tpcmesh_lab.netns import Lab\n"
+        "from tpcmesh_lab.profile import parse_profile\n"
         "lab = Lab(parse_profile({'nodes': ['a', 'b']})).start()\n"
         "print('UP', os.getpid(), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -153,7 +153,7 @@ def test_a_crashed_critical_process_takes_the_whole_lab_down():
 
 
 def test_auto_mode_falls_back_to_loopback_when_the_lab_cannot_be_built(monkeypatch):
-    from tpcmesh_operator.local import netns
+    from tpcmesh_lab import netns
 
     def no_subnet():
         raise netns.LabError("every candidate range collides with a route on this machine")

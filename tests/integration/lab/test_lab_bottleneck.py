@@ -6,8 +6,8 @@ gets about half of it."""
 from __future__ import annotations
 
 import pytest
-from tpcmesh_operator.local import bottleneck
-from tpcmesh_operator.local.netns import Lab, netns_unavailable_reason
+from tpcmesh_lab import bottleneck
+from tpcmesh_lab.netns import Lab, netns_unavailable_reason
 
 pytestmark = [
     pytest.mark.netns,

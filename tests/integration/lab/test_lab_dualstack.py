@@ -5,7 +5,7 @@ skipped over IPv6 with the reason."""
 from __future__ import annotations
 
 import pytest
-from tpcmesh_operator.local.netns import netns_unavailable_reason
+from tpcmesh_lab.netns import netns_unavailable_reason
 
 from tests.support.dashboard import batch
 from tests.support.labmesh import lab_mesh

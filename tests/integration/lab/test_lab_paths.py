@@ -16,8 +16,8 @@ import pytest
 from rest_framework.test import APIClient
 from results import services
 from results.paths import same_route
-from tpcmesh_operator.local.netns import netns_unavailable_reason
-from tpcmesh_operator.local.routed import RoutedLab
+from tpcmesh_lab.netns import netns_unavailable_reason
+from tpcmesh_lab.routed import RoutedLab
 from tpcmesh_operator.measurements import rtt_measurement
 from tpcmesh_operator.planner import Setting, Test
 

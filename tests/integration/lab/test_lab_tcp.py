@@ -11,10 +11,10 @@ import uuid
 
 import httpx
 import pytest
+from tpcmesh_lab.mesh import Certificates, start_agents
+from tpcmesh_lab.netns import MTU, Lab, netns_unavailable_reason
+from tpcmesh_lab.profile import parse_profile
 from tpcmesh_operator.agents import DEFAULT_PORTS
-from tpcmesh_operator.local.mesh import Certificates, start_agents
-from tpcmesh_operator.local.netns import MTU, Lab, netns_unavailable_reason
-from tpcmesh_operator.local.profile import parse_profile
 
 pytestmark = [
     pytest.mark.netns,

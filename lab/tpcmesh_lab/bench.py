@@ -1,4 +1,4 @@
-"""`python -m tpcmesh_operator.bench planner`: planning time and rounds vs the lower bound, into BENCHMARKS.md."""
+"""`python -m tpcmesh_lab.bench planner`: planning time and rounds vs the lower bound, into BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .planner import _busiest_first_schedule, _circle_schedule, lower_bound, plan, site_lower_bound
-from .spec import DEFAULT_SITE_LABEL, parse_spec
+from tpcmesh_operator.planner import _busiest_first_schedule, _circle_schedule, lower_bound, plan, site_lower_bound
+from tpcmesh_operator.spec import DEFAULT_SITE_LABEL, parse_spec
 
 SECTION = "bench-planner"
 
@@ -143,7 +143,7 @@ def write_section(path: Path, name: str, body: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m tpcmesh_operator.bench")
+    ap = argparse.ArgumentParser(prog="python -m tpcmesh_lab.bench")
     ap.add_argument("what", choices=["planner"])
     ap.add_argument("--agents", default="10,100,1000")
     ap.add_argument("--output", type=Path, default=None, help="BENCHMARKS.md to update (section bench-planner)")

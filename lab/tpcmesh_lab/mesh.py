@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from tpcmesh_operator import pki
+from tpcmesh_operator.agents import DEFAULT_PORTS, Agent
+from tpcmesh_operator.protocols import PROTOCOLS as ALL_PROTOCOLS
 
-from .. import pki
-from ..agents import DEFAULT_PORTS, Agent
-from ..protocols import PROTOCOLS as ALL_PROTOCOLS
 from .netns import Lab, Node
 
 log = logging.getLogger("tpcmesh.local")
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "dashboard"
 
 

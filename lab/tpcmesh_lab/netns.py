@@ -246,9 +246,9 @@ class Lab:
         config_path.write_text(json.dumps({"nodes": endpoints, "links": links, "uplinks": uplinks}),
                                encoding="utf-8")
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tpcmesh_operator.local.delayline", str(config_path)],
+            [sys.executable, "-m", "tpcmesh_lab.delayline", str(config_path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self._tmp / "delayline.log", "wb"),
             env=env, start_new_session=True, preexec_fn=die_with_parent(),
         )

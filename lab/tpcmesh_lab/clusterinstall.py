@@ -21,7 +21,7 @@ import yaml
 
 from .cluster import Cluster
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpcmesh"
 QUICK_BENCHMARK = REPO / "manifests" / "examples" / "quick-benchmark.yaml"
 NAMESPACE = "tpcmesh"

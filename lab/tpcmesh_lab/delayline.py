@@ -9,7 +9,7 @@ a bounded queue, so TCP sees drops instead of an endless queue) and a random los
 uplink (a site's one shaped connection, the WAN profile's ``uplinks``): a packet between a member and a node
 outside the group first passes the group's serialisation clock for its direction, which every member shares.
 
-Run as ``python -m tpcmesh_operator.local.delayline CONFIG.json``; it prints ``READY`` on stdout once every device
+Run as ``python -m tpcmesh_lab.delayline CONFIG.json``; it prints ``READY`` on stdout once every device
 exists, and exits (removing its devices with it) when stdin closes or its parent dies.
 """
 
@@ -220,7 +220,7 @@ def _die_with_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m tpcmesh_operator.local.delayline CONFIG.json", file=sys.stderr)
+        print("usage: python -m tpcmesh_lab.delayline CONFIG.json", file=sys.stderr)
         return 2
     _die_with_parent()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -15,8 +15,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from ..planner import plan
-from ..spec import parse_spec
+from tpcmesh_operator.planner import plan
+from tpcmesh_operator.spec import parse_spec
+
 from .mesh import MeshError
 from .netns import Lab
 from .profile import WanProfile, parse_profile

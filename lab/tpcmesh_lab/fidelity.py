@@ -28,8 +28,8 @@ import uuid
 from pathlib import Path
 
 import httpx
+from tpcmesh_operator.agents import DEFAULT_PORTS
 
-from ..agents import DEFAULT_PORTS
 from . import bottleneck
 from .mesh import Certificates, MeshError, start_agents
 from .netns import Lab, LabError, netns_unavailable_reason

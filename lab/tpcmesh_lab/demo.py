@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from tpcmesh_operator.agents import AgentsClient
+from tpcmesh_operator.results import ResultsClient
+from tpcmesh_operator.runs import ExecutorOptions, JsonFileStatusStore, Progress, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.spec import BenchmarkSpec, SpecError, load_manifest
+from tpcmesh_operator.tokens.issuer import TokenIssuer
+from tpcmesh_operator.tokens.server import IssuerServer
 
-from ..agents import AgentsClient
-from ..results import ResultsClient
-from ..runs import ExecutorOptions, JsonFileStatusStore, Progress, RunExecutor, RunInfo, StaticDirectory
-from ..spec import BenchmarkSpec, SpecError, load_manifest
-from ..tokens.issuer import TokenIssuer
-from ..tokens.server import IssuerServer
 from .mesh import (
     ALL_PROTOCOLS,
     DATA_PREFIX,
@@ -45,7 +45,7 @@ from .netns import Lab, LabError
 from .profile import ProfileError, load_profile
 
 log = logging.getLogger("tpcmesh.local")
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_BENCHMARK = REPO / "manifests" / "examples" / "quick-benchmark.yaml"
 LOCAL_CLUSTER = "local"  # the local mode's cluster in the archive (federation: each cluster delivers as its own)
 NAMESPACE = "local"
@@ -162,7 +162,7 @@ async def run_benchmark(name: str, spec: BenchmarkSpec, agents: list, agent_toke
 
 def choose_protocols(spec: BenchmarkSpec, agents: list) -> tuple[BenchmarkSpec, dict[str, str]]:
     """Keep the benchmark's protocols every agent offers here; say why the others are left out."""
-    from ..planner import RTT
+    from tpcmesh_operator.planner import RTT
 
     left_out: dict[str, str] = {}
     keep = []

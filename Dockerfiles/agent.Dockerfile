@@ -1,11 +1,11 @@
 # syntax=docker/dockerfile:1
 # tpcmesh agent: the control API plus the protocol servers and clients it drives (XRootD, GridFTP, iperf3),
-# all from Debian 12. Build from the repository root: docker build -f Dockerfiles/agent.Dockerfile .
+# all from Debian 13 (trixie). Build from the repository root: docker build -f Dockerfiles/agent.Dockerfile .
 # Pinned: the base image by exact tag, Debian packages by a snapshot.debian.org date (the package list is
 # hack/debian-packages.txt, lines whose use starts with "agent:"), Python packages by agent/pyproject.toml.
-ARG DEBIAN_IMAGE=docker.io/library/debian:12.8-slim
+ARG DEBIAN_IMAGE=docker.io/library/debian:13.8-slim
 FROM ${DEBIAN_IMAGE}
-ARG DEBIAN_SNAPSHOT=20241210T000000Z
+ARG DEBIAN_SNAPSHOT=20261122T000000Z
 # DEBIAN_MIRROR: a plain Debian mirror instead of the snapshot (for builds that cannot reach snapshot.debian.org;
 # the same packages are installed). hack/build-images.sh passes the one apt uses on the build machine.
 ARG DEBIAN_MIRROR=

@@ -2,9 +2,9 @@
 # tpcmesh operator (kopf). Build from the repository root: docker build -f Dockerfiles/operator.Dockerfile .
 # Pinned: the base image by exact tag, Debian packages by a snapshot.debian.org date, Python packages by
 # operator/pyproject.toml.
-ARG DEBIAN_IMAGE=docker.io/library/debian:12.8-slim
+ARG DEBIAN_IMAGE=docker.io/library/debian:13.8-slim
 FROM ${DEBIAN_IMAGE}
-ARG DEBIAN_SNAPSHOT=20241210T000000Z
+ARG DEBIAN_SNAPSHOT=20261122T000000Z
 # DEBIAN_MIRROR: a plain Debian mirror instead of the snapshot (for builds that cannot reach snapshot.debian.org;
 # the same packages are installed). hack/build-images.sh passes the one apt uses on the build machine.
 ARG DEBIAN_MIRROR=

@@ -8,20 +8,27 @@
 # Where the pinned base image (docker.io) or snapshot.debian.org cannot be reached, as on the development machines:
 #   TPCMESH_DEBIAN_MIRROR=http://deb.debian.org/debian   apt inside the build uses that mirror (default with buildah:
 #                                                         the mirror this machine's apt uses)
-#   the base is made here with `debootstrap --variant=minbase bookworm` from that mirror (localhost/tpcmesh-debian).
+#   the base is made here with `debootstrap --variant=minbase trixie` from that mirror (localhost/tpcmesh-debian),
+#   checked against this machine's debian-archive-keyring (which knows trixie's keys also on a bookworm host).
+# The images are Debian 13 (trixie) whatever this machine runs (bookworm here: its own packages stay bookworm's):
+# the release is DEBIAN_RELEASE below, the one the Dockerfiles' pinned base (debian:13.x-slim) is (a unit test
+# keeps them in step), and names the archives' directory and is part of their cache key, so images of another
+# release left in the cache are never taken for these.
 # The Dockerfiles stay the one definition of what each image contains.
 #
 # Usage: hack/build-images.sh [agent|operator|dashboard ...]    (default: all three)
 #   IMAGE_REGISTRY (ghcr.io/tpcmesh), IMAGE_TAG (the chart's appVersion), TPCMESH_IMAGE_BUILDER (docker|buildah),
-#   TPCMESH_CACHE (~/.cache/tpcmesh). Prints the archive directory on its last line (buildah).
+#   TPCMESH_CACHE (~/.cache/tpcmesh). Prints the archive directory ($TPCMESH_CACHE/images/trixie) on its last line
+#   (buildah).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REGISTRY="${IMAGE_REGISTRY:-ghcr.io/tpcmesh}"
 TAG="${IMAGE_TAG:-$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml)}"
 CACHE="${TPCMESH_CACHE:-$HOME/.cache/tpcmesh}"
-OUT="$CACHE/images"
-BASE_REF="localhost/tpcmesh-debian:bookworm"
+DEBIAN_RELEASE=trixie
+OUT="$CACHE/images/$DEBIAN_RELEASE"
+BASE_REF="localhost/tpcmesh-debian:$DEBIAN_RELEASE"
 components=("$@")
 [ "${#components[@]}" -gt 0 ] || components=(agent operator dashboard)
 
@@ -61,12 +68,14 @@ fi
 base_image() {
   if buildah inspect --type image "$BASE_REF" >/dev/null 2>&1; then echo "$BASE_REF"; return; fi
   command -v debootstrap >/dev/null || die "debootstrap missing (as root: apt-get install debootstrap)"
-  log "Making the base image $BASE_REF: debootstrap --variant=minbase bookworm from $mirror (first time only)"
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  [ -r "$keyring" ] || die "$keyring missing (as root: apt-get install debian-archive-keyring)"
+  log "Making the base image $BASE_REF: debootstrap --variant=minbase $DEBIAN_RELEASE from $mirror (first time only)"
   local root tmp ctr
   tmp="$(mktemp -d)"; root="$tmp/rootfs"
   # shellcheck disable=SC2064
   trap "rm -rf '$tmp'" RETURN
-  debootstrap --variant=minbase bookworm "$root" "$mirror" >"$tmp/debootstrap.log" 2>&1 \
+  debootstrap --variant=minbase --keyring="$keyring" "$DEBIAN_RELEASE" "$root" "$mirror" >"$tmp/debootstrap.log" 2>&1 \
     || { tail -20 "$tmp/debootstrap.log" >&2; die "debootstrap failed (log above)"; }
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
   tar -C "$root" -cf "$tmp/rootfs.tar" .
@@ -92,7 +101,7 @@ inputs_hash() {
   local srcs
   srcs="$(awk '/^COPY / && !/--from=/ {for (i = 2; i < NF; i++) print $i}' "$df")"
   {
-    echo "$base_id $mirror"
+    echo "$DEBIAN_RELEASE $base_id $mirror"
     sha256sum "$df"
     # shellcheck disable=SC2086
     git ls-files -co --exclude-standard -- $srcs | grep -v -e '/node_modules/' -e '/static/vendor/' | sort \
@@ -118,16 +127,26 @@ for c in "${components[@]}"; do
   ref="$REGISTRY/tpcmesh-$c:$TAG"
   key="$(inputs_hash "$c")"
   archive="$OUT/tpcmesh-$c.tar"
-  if [ -f "$archive" ] && [ "$(cat "$archive.key" 2>/dev/null)" = "$key" ] && buildah inspect --type image "$ref" >/dev/null 2>&1; then
+  if [ -f "$archive" ] && [ -f "$OUT/tpcmesh-$c.packages" ] && [ "$(cat "$archive.key" 2>/dev/null)" = "$key" ] \
+     && buildah inspect --type image "$ref" >/dev/null 2>&1; then
     log "$ref is up to date ($archive)"
     continue
   fi
   log "Building $ref with buildah (base $base, apt from $mirror)"
   start=$SECONDS
+  # the archive is made from the image this build made (its id), not from $ref: a checkout of another release
+  # building at the same time tags the same ref
   buildah bud --quiet --layers=false --network host "${trust[@]}" -f "Dockerfiles/$c.Dockerfile" -t "$ref" \
-    --build-arg DEBIAN_IMAGE="$base" --build-arg DEBIAN_MIRROR="$mirror" . >/dev/null
-  rm -f "$archive" "$archive.key"
-  buildah push --quiet "$ref" "oci-archive:$archive.tmp:$ref" >/dev/null
+    --iidfile "$OUT/tpcmesh-$c.iid" --build-arg DEBIAN_IMAGE="$base" --build-arg DEBIAN_MIRROR="$mirror" . >/dev/null
+  iid="$(cat "$OUT/tpcmesh-$c.iid")"; rm -f "$OUT/tpcmesh-$c.iid"
+  rm -f "$archive" "$archive.key" "$OUT/tpcmesh-$c.packages"
+  buildah push --quiet "$iid" "oci-archive:$archive.tmp:$ref" >/dev/null
+  # The Debian packages in the image and their versions (what the README and the chart state is checked against
+  # them: tests/unit/test_image_versions.py)
+  ctr="$(buildah from --quiet --pull-never "$iid")"
+  dpkg-query --admindir="$(buildah mount "$ctr")/var/lib/dpkg" -W -f '${Package}\t${Version}\n' \
+    > "$OUT/tpcmesh-$c.packages"
+  buildah umount "$ctr" >/dev/null; buildah rm "$ctr" >/dev/null
   mv "$archive.tmp" "$archive"
   echo "$key" > "$archive.key"
   log "Built $ref in $((SECONDS - start)) s -> $archive"

@@ -55,6 +55,9 @@ from .profile import load_profile
 log = logging.getLogger("tpcmesh.local.cluster")
 
 IMAGE_CACHE = CACHE / "images"
+# The Debian release of tpcmesh's images (hack/build-images.sh's DEBIAN_RELEASE): their archives are kept apart by
+# release, so those of another release left in the cache (bookworm before) are never imported as these.
+IMAGE_RELEASE = "trixie"
 DEFAULT_STATE = CACHE / "cluster"
 COREDNS_IMAGE = "localhost/tpcmesh-coredns:local"
 BUSYBOX_IMAGE = "localhost/tpcmesh-busybox:local"
@@ -141,7 +144,7 @@ def support_images() -> list[Path]:
 
 def tpcmesh_images() -> list[Path]:
     """The OCI archives `make images` left in the cache (agent, operator, dashboard), if any."""
-    return sorted(IMAGE_CACHE.glob("tpcmesh-*.tar"))
+    return sorted((IMAGE_CACHE / IMAGE_RELEASE).glob("tpcmesh-*.tar"))
 
 
 # --- the cluster -----------------------------------------------------------------------------------------------

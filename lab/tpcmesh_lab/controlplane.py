@@ -89,6 +89,10 @@ def issue(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        # Key identifiers: Python 3.13's default TLS context (VERIFY_X509_STRICT; the images' Python) refuses a
+        # certificate without an Authority Key Identifier ("Missing Authority Key Identifier"), as kubeadm's have
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
     )
     if ca:
         b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,

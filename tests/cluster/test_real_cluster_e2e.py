@@ -272,6 +272,32 @@ def stored_records(psql: list[str], run: str) -> list[list[str]]:
     return [line.split("|") for line in out.splitlines() if line]
 
 
+def test_the_pods_run_the_versions_the_chart_states(real_cluster, installed):
+    """The agent and operator containers run Debian 13's XRootD, GridFTP, iperf3 and gfal2 at the versions
+    Chart.yaml's tpcmesh.io/image-* annotations (and the READMEs) state: asked inside the running pods."""
+    import yaml
+    from tpcmesh_operator.local.controlplane import binary
+
+    stated = yaml.safe_load((CHART / "Chart.yaml").read_text())["annotations"]
+
+    def run_in(component: str, *argv: str) -> str:
+        [pod] = ready_pods(real_cluster, component, NS)[:1]
+        r = subprocess.run([str(binary("kubectl")), "-n", NS, "exec", pod.metadata.name, "-c", component, "--", *argv],
+                           env=real_cluster.env(), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout + r.stderr
+
+    assert run_in("agent", "xrootd", "-v").strip() == f"v{stated['tpcmesh.io/image-xrootd']}"
+    assert run_in("operator", "xrdcp", "--version").strip() == f"v{stated['tpcmesh.io/image-xrootd']}"
+    assert f"iperf {stated['tpcmesh.io/image-iperf3']}" in run_in("agent", "iperf3", "--version")
+    assert f"{stated['tpcmesh.io/image-debian'].split()[0]}." in run_in("agent", "cat", "/etc/debian_version")
+    versions = dict(line.split() for line in run_in("operator", "dpkg-query", "-W", "-f", "${Package} ${Version}\n",
+                                                     "gfal2-plugin-gridftp", "python3").splitlines())
+    assert versions["gfal2-plugin-gridftp"].startswith(stated["tpcmesh.io/image-gfal2"] + "-"), versions
+    gridftp = run_in("agent", "dpkg-query", "-W", "-f", "${Version}", "globus-gridftp-server-progs")
+    assert gridftp.startswith(stated["tpcmesh.io/image-globus-gridftp-server"] + "-"), gridftp
+
+
 def test_agent_and_operator_pods_deleted_mid_run(real_cluster, installed, database):
     """An agent pod deleted mid-run: the run records the failures of that node's pairs with the reason, and the next
     run measures them again. The operator pod deleted mid-run: the new one resumes the run, starts no test twice,

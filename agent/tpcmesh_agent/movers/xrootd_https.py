@@ -150,11 +150,15 @@ class XrootdHttpsMover(Mover):
                                            timeout=timeout) as resp:
                     if resp.status not in (200, 201, 202):
                         body = await resp.text(errors="replace")
-                        # XrdHttpTPC answers a refused COPY with 401, the data path a refused request with 403
-                        why = self._landing_refusal(job, f"{dest}/{spec.name}") if resp.status in (401, 403) else ""
-                        raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}{why}")
-                    async for chunk in resp.content.iter_any():
-                        parser.feed(chunk)
+                        if not failed_before_first_byte(resp.status, body):
+                            # XrdHttpTPC answers a refused COPY with 401, the data path a refused request with 403
+                            why = self._landing_refusal(job, f"{dest}/{spec.name}") if resp.status in (401, 403) \
+                                else ""
+                            raise RuntimeError(f"local XRootD answered {resp.status} {resp.reason}: {short(body)}{why}")
+                        parser.feed(body)
+                    else:
+                        async for chunk in resp.content.iter_any():
+                            parser.feed(chunk)
             outcome = parser.close()
             if not outcome.ok:
                 error = f"XRootD HTTP-TPC failed: {outcome.message}" + self._source_refusal(job, spec, outcome.message)
@@ -192,6 +196,15 @@ class XrootdHttpsMover(Mover):
         want = Expectation(self.settings.xrootd_token_issuer, f"https://{job.source.hostport()}", "read",
                            f"/sets/{job.file_set}/{spec.name}")
         return f" (read token: {refusal_reason(job.tokens.read, want, time.time())})"
+
+
+def failed_before_first_byte(status: int, body: str) -> bool:
+    """Whether a COPY's non-2xx answer is a copy that failed, not a refused request: XRootD 5.5 answers every COPY
+    it starts 201 and ends the body with ``failure: <why>``; 5.6 and later (5.8.1 in the images) answer one that
+    fails before its first byte (the Source answered the size request 404 or 403, was unreachable) 500 with that
+    same line. Both then read as the copy's failure (``XRootD HTTP-TPC failed: ...``, with why a forwarded token was
+    refused)."""
+    return status == 500 and any(line.strip().startswith("failure:") for line in body.splitlines())
 
 
 def token_headers(tokens: BearerTokens | None) -> dict[str, str]:

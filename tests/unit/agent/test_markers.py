@@ -120,3 +120,25 @@ def test_html_error_page_is_a_failure_with_context():
     result = parse("<html><body>400 Unknown</body></html>\n")
     assert not result.ok
     assert "400 Unknown" in result.message
+
+
+# XRootD 5.8.1 (the images) answering a COPY whose Source has no such file: 500 and the failure line alone (5.5.3
+# answers the same copy 201, then the same line)
+XROOTD_58_SOURCE_404 = (
+    "failure: Remote side [::ffff:127.0.3.2] failed with status code 404 while fetching remote size, "
+    "local=/incoming/02c2bb72/missing.dat, remote=https://127.0.3.1:38444/sets/3x1000003/missing.dat\n"
+)
+
+
+def test_a_copy_that_xrootd_58_fails_before_its_first_byte_reads_as_a_failed_copy():
+    from tpcmesh_agent.movers.xrootd_https import failed_before_first_byte
+
+    assert failed_before_first_byte(500, XROOTD_58_SOURCE_404)
+    p = MarkerParser()
+    p.feed(XROOTD_58_SOURCE_404)
+    result = p.close()
+    assert not result.ok and "status code 404 while fetching remote size" in result.message and not result.markers
+    # a refusal or an error page without the line stays the local instance's answer
+    assert not failed_before_first_byte(500, "<html>Internal error</html>")
+    assert not failed_before_first_byte(403, "failure: no")
+    assert not failed_before_first_byte(401, "")

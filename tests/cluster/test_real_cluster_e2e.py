@@ -276,7 +276,7 @@ def test_the_pods_run_the_versions_the_chart_states(real_cluster, installed):
     """The agent and operator containers run Debian 13's XRootD, GridFTP, iperf3 and gfal2 at the versions
     Chart.yaml's tpcmesh.io/image-* annotations (and the READMEs) state: asked inside the running pods."""
     import yaml
-    from tpcmesh_operator.local.controlplane import binary
+    from tpcmesh_lab.controlplane import binary
 
     stated = yaml.safe_load((CHART / "Chart.yaml").read_text())["annotations"]
 

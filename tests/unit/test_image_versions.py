@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from tpcmesh_operator.local.cluster import IMAGE_CACHE, IMAGE_RELEASE
+from tpcmesh_lab.cluster import IMAGE_CACHE, IMAGE_RELEASE
 
 from tests.support.paths import REPO
 

@@ -1,4 +1,4 @@
-"""The local cluster's PKI (tpcmesh_operator.local.controlplane.write_pki) and the operator's (pki.py) pass an
+"""The local cluster's PKI (tpcmesh_lab.controlplane.write_pki) and the operator's (pki.py) pass an
 RFC 5280 verifier, as Python 3.13's default TLS context (VERIFY_X509_STRICT, the images' Python) wants: the
 apiserver's serving certificate (what the operator and the agents' init container check) and the agents' host
 certificates."""
@@ -9,8 +9,8 @@ import ipaddress
 
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
+from tpcmesh_lab.controlplane import write_pki
 from tpcmesh_operator import pki
-from tpcmesh_operator.local.controlplane import write_pki
 
 
 def test_apiserver_serving_certificate_verifies_strictly(tmp_path):

@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     size = pick_size(wanted, 11)
 
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     from tests.support.agents import TestPKI, start_agent
 

@@ -12,8 +12,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tpcmesh_operator.planner import _busiest_first_schedule, _circle_schedule, lower_bound, plan, site_lower_bound
-from tpcmesh_operator.spec import DEFAULT_SITE_LABEL, parse_spec
+from tpcmesh_operator.plan.planner import (
+    _busiest_first_schedule,
+    _circle_schedule,
+    lower_bound,
+    plan,
+    site_lower_bound,
+)
+from tpcmesh_operator.plan.spec import DEFAULT_SITE_LABEL, parse_spec
 
 SECTION = "bench-planner"
 
@@ -92,7 +98,8 @@ def render_sites(rows: list[dict]) -> str:
         "`roundPolicy: siteExclusive` (no site in two tests of a round, so tests never share a site's uplink), full "
         "mesh, one plan each, checked. A round is a matching of the site multigraph (a test between two sites an "
         "edge, one within a site an edge to the site's own dummy vertex). Site lower bound: max(Δ, ⌈Γ⌉) per setting, "
-        "Δ the busiest site's tests, Γ the densest odd vertex set's 2|E(U)|/(|U|−1) (planner.py, siteschedule.py); "
+        "Δ the busiest site's tests, Γ the densest odd vertex set's 2|E(U)|/(|U|−1) "
+        "(plan/planner.py, plan/siterounds.py); "
         "the optimum is the bound or one more (Goldberg–Seymour). Equal sites: the circle method; uneven ones: the "
         "fractional edge-colouring LP (column generation, HiGHS) and its integer rounding when the circle method and "
         "the busiest-first greedy miss the bound (their rounds: \"before the LP\", small mixes only; six sites of "

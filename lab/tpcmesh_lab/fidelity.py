@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from tpcmesh_operator.agents import DEFAULT_PORTS
+from tpcmesh_operator.run.agents import DEFAULT_PORTS
 
 from . import bottleneck
 from .mesh import Certificates, MeshError, start_agents

@@ -470,7 +470,7 @@ def gsiftp_credential(tmp_path, ca, name: str) -> dict[str, str]:
     """A client credential (X509_USER_CERT/KEY) signed by ``ca``, for globus-url-copy."""
     import os
 
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     kp = pki.issue_host_cert(ca, name, ["127.0.0.1"])
     cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
@@ -493,7 +493,7 @@ def globus_url_copy(tmp_path, agent, src_url: str, dst_url: str, cred: dict[str,
 def test_gsiftp_admits_only_holders_of_a_trusted_certificate(pair, tpcmesh_pki, tmp_path):
     """The agents' GridFTP servers speak gsiftp by default: no anonymous ftp://, no certificate of another CA; a
     certificate of the agents' CA reads the file (what the destination agent's globus-url-copy presents)."""
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     src, _, files = pair
     path = f"{src.address}:{src.ports['gridftp_port']}/~/sets/{COUNT}x{SIZE}/{files[0]['name']}"

@@ -172,7 +172,7 @@ def test_gsiftp_without_certificates_says_what_to_configure():
 
 def test_ca_directory_entries_carry_a_globus_signing_policy(tmp_path):
     from tpcmesh_agent.cadir import write_ca_dir
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     one, two = pki.create_ca("site CA one"), pki.create_ca("site CA two")
     bundle = tmp_path / "bundle.pem"
@@ -214,7 +214,7 @@ def test_one_line_dn_is_what_openssl_prints(tmp_path):
     """XrdHttp matches the gridmap against OpenSSL's one-line subject: the agent's own spelling must be the same."""
     import subprocess
 
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     ca = pki.create_ca("site CA, with a comma")
     cert = tmp_path / "ca.pem"
@@ -266,7 +266,7 @@ def test_private_ca_wraps_the_server_in_its_own_mount_namespace():
 
 def test_bundle_has_finds_a_ca_among_others_whatever_the_layout() -> None:
     """The chart mounts a system bundle with the agents' CA appended; then no private mount namespace is needed."""
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     ca, other = pki.create_ca("agents CA").cert_pem, pki.create_ca("another CA").cert_pem
     bundle = b"# a comment\n" + other + b"\n\n" + ca.replace(b"\n", b"\r\n")

@@ -7,9 +7,9 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from .optimizer import Tuning, fallback
-from .planner import RTT, Test
-from .spec import BenchmarkSpec
+from ..plan.optimizer import Tuning, fallback
+from ..plan.planner import RTT, Test
+from ..plan.spec import BenchmarkSpec
 
 _MEASUREMENT_FIELDS = (
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",

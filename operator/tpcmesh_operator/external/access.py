@@ -1,8 +1,9 @@
 """The operator's own I/O with external endpoints (spec.externalEndpoints): reading their credentials, asking a
 copy's size and adler32, and removing what a benchmark put there. The copies themselves are third-party copies the
-agents run (runs.py asks them). davs/https endpoints are reached over HTTPS (aiohttp, WebDAV), root:// endpoints
+agents run (run/executor.py asks them). davs/https endpoints are reached over HTTPS (aiohttp, WebDAV), root:// endpoints
 with Debian's xrdfs (xrootd-client; the site's token in a private file, sent with the ztn protocol over TLS),
-gsiftp:// endpoints with gfal2 and its GridFTP plugin under Debian's python3 (gfal_ops.py; the site's X509 proxy or
+gsiftp:// endpoints with gfal2 and its GridFTP plugin under Debian's python3 (external/gfal_ops.py; the site's X509
+proxy or
 certificate in private files).
 
 Every path comes from `ExternalEndpoint.path_of`, so nothing outside an endpoint's `path` is ever touched.
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from .externals import ExternalEndpoint
+from .endpoints import ExternalEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def _one_line_dn(cert_pem: bytes) -> str:
 def write_trust_dir(acc: Access, ca_file: str | None, directory: Path, signing_policy: bool = False) -> Path | None:
     """The endpoint's CA (Secret key ca.crt) and the operator's CA file as an OpenSSL CA directory (<hash>.0), with
     Globus signing policies for GridFTP; None when there is neither."""
-    from . import pki
+    from ..credentials import pki
 
     cas = [acc.ca_pem.encode()] if acc.ca_pem else []
     if ca_file:
@@ -431,7 +432,8 @@ class RootEndpointClient:
 
 
 class GridftpEndpointClient:
-    """gsiftp:// to one endpoint through gfal2 (its GridFTP plugin) under Debian's python3 (gfal_ops.py, one process
+    """gsiftp:// to one endpoint through gfal2 (its GridFTP plugin) under Debian's python3 (external/gfal_ops.py, one
+    process
     an operation): a file's size and adler32 (the server's CKSM), directories, deletions (which globus-url-copy cannot
     do). The credential goes in private files (X509_USER_PROXY or X509_USER_CERT/KEY), never on a command line."""
 

@@ -9,9 +9,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .external_io import CredentialSource, ExternalError, access, remove_uploads
-from .external_tests import bench_dir
-from .spec import SpecError, parse_spec
+from ..plan.spec import SpecError, parse_spec
+from .access import CredentialSource, ExternalError, access, remove_uploads
+from .copies import bench_dir
 
 log = logging.getLogger(__name__)
 

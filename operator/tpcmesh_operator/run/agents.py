@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from . import protocols
+from .. import protocols
 
 DEFAULT_PORTS: Mapping[str, int] = {"control": 9443, "metrics": 9464, **protocols.DEFAULT_PORTS}
 

@@ -1,4 +1,5 @@
-"""The one error of spec parsing (spec.py, externals.py): it names the field, so the operator can put it in a
+"""The one error of spec parsing (plan/spec.py, external/endpoints.py): it names the field, so the operator can put it
+in a
 condition and an Event, and the local mode can print it."""
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """A pair's probe test (the `rtt` setting): the TCP-connect RTT the destination measures to the source and, with
 spec.latency.path, the path the source traces to the destination (tracepath), as one measurement row. Moved out of
-runs.py, which schedules tests; this module runs one probe test."""
+run/executor.py, which schedules tests; this module runs one probe test."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Protocol
 
+from ..plan.planner import Test
 from .agents import Agent, AgentRejected, AgentUnavailable
 from .measurements import rtt_measurement
-from .planner import Test
 
 
 class ProbeAPI(Protocol):

@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .agents import Agent
-from .external_io import Access, http_url
-from .externals import ExternalEndpoint
-from .measurements import planned_setting
-from .planner import Test
-from .spec import BenchmarkSpec
-from .tokens.minting import Minter, pull_tokens
+from ..credentials.tokens.minting import Minter, pull_tokens
+from ..plan.planner import Test
+from ..plan.spec import BenchmarkSpec
+from ..run.agents import Agent
+from ..run.measurements import planned_setting
+from .access import Access, http_url
+from .endpoints import ExternalEndpoint
 
 
 def bench_dir(namespace: str, name: str) -> str:
@@ -75,7 +75,7 @@ def push_to_external(spec: BenchmarkSpec, test: Test | None, tid: str, acc: Acce
         "streams": streams, "timeout_seconds": spec.timeout_seconds,
         "source": {"host": src.address, "port": src.port(protocol)},
         "remote_destination": {"url": remote_url(acc.endpoint, directory), "token": acc.token,
-                               # globus-url-copy cannot delete: the operator removes gsiftp copies (runs.py)
+                               # globus-url-copy cannot delete: the operator removes gsiftp copies (run/executor.py)
                                "remove": remove and acc.endpoint.scheme != "gsiftp"},
     }
     if acc.endpoint.scheme == "gsiftp":

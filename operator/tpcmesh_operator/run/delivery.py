@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from .optimizer import AdviceNotFound, AdviceUnavailable
+from ..plan.optimizer import AdviceNotFound, AdviceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class ResultsClient:
 
     async def advice(self, source: str, destination: str, protocol: str, *, benchmark: str, cluster: str | None,
                      bounds: Mapping[str, int]) -> dict[str, Any]:
-        """GET /api/v1/advice/ for one link of a benchmark (spec.optimize, optimizer.py): the answer, or
+        """GET /api/v1/advice/ for one link of a benchmark (spec.optimize, plan/optimizer.py): the answer, or
         AdviceNotFound (the dashboard knows neither node or the benchmark yet) / AdviceUnavailable (why not)."""
         def ref(node: str) -> str:  # federation: another cluster may have a node of the same name
             return f"{cluster}:{node}" if cluster else node

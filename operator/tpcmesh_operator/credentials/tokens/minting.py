@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from ..agents import Agent
+from ...run.agents import Agent
 from .claims import CREATE_INCOMING, MAX_LIFETIME, READ_SETS, TokenRequest
 
 

@@ -1,5 +1,5 @@
 """The built-in issuer inside a cluster: its keys in a Secret, its HTTPS endpoint behind the operator's Service (or,
-with ``use_external``, a site's own issuer the operator asks for each token: tokens/external.py).
+with ``use_external``, a site's own issuer the operator asks for each token: credentials/tokens/external.py).
 
 Every operator replica serves the discovery document and the JWKS (the Service may route a validator to any of them);
 only the active one signs, so only it rotates, and it stores the rotated keyring in the Secret before signing with it.

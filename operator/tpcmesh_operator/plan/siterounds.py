@@ -28,7 +28,7 @@ per schedule, after which a greedy matching sequence finishes what the dive left
 beyond MAX_LP_EDGES edges are not coloured here at all (the planner keeps its fast schedule for them).
 
 Measured over all 12,007 mixes of up to 8 sites of 1-6 agents plus up to 3 agents without a site: every one at
-the bound (planner.py's docstring has the figures).
+the bound (plan/planner.py's docstring has the figures).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """A run's status as bookkeeping (pure): test ids, booking a finished test and queuing its measurement, rounds,
-the bounded RTT table, conditions, and the upgrade of an old status. The executor (runs.py) is the only writer; the
+the bounded RTT table, conditions, and the upgrade of an old status. The executor (run/executor.py) is the only
+writer; the
 status's shape is described in its docstring."""
 
 from __future__ import annotations

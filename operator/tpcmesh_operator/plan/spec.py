@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .externals import ExternalEndpoint, parse_external_endpoints
-from .protocols import PROTOCOLS, TPC_PROTOCOLS
+from ..external.endpoints import ExternalEndpoint, parse_external_endpoints
+from ..protocols import PROTOCOLS, TPC_PROTOCOLS
 from .schedule import parse_schedule
 from .specerror import SpecError
 
@@ -160,7 +160,7 @@ class BenchmarkSpec:
     iperf3_seconds: int = DEFAULT_IPERF3_SECONDS  # how long each iperf3 test (and an iperf3 loopback) sends
     streams: tuple[int, ...] = DEFAULT_STREAMS
     congestion_control: tuple[str, ...] = ()  # spec.tcp.congestionControl; empty: the nodes' default
-    address_families: tuple[str, ...] = ("ipv4",)  # spec.addressFamilies: each a setting of its own (planner.py)
+    address_families: tuple[str, ...] = ("ipv4",)  # spec.addressFamilies: each a setting of its own (plan/planner.py)
     concurrency: int = DEFAULT_CONCURRENCY
     file_set: FileSet = field(default_factory=FileSet)
     destination: str = "store"
@@ -172,10 +172,10 @@ class BenchmarkSpec:
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
-    round_policy: str = "nodeExclusive"  # what may not share a round: planner.py
+    round_policy: str = "nodeExclusive"  # what may not share a round: plan/planner.py
     site_label: str = DEFAULT_SITE_LABEL
     auth: str = ""  # AUTH_MODES, or "" for the operator's default (token when it runs an issuer)
-    external_endpoints: tuple[ExternalEndpoint, ...] = ()  # storage outside the mesh: externals.py
+    external_endpoints: tuple[ExternalEndpoint, ...] = ()  # storage outside the mesh: external/endpoints.py
     successful_runs_history_limit: int = 3
     failed_runs_history_limit: int = 1
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .results import Outcome
+from .delivery import Outcome
 
 MAX_REJECTED = 20
 MAX_REASON_CHARS = 1000

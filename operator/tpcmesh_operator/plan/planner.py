@@ -25,18 +25,19 @@ Rules:
   Goldberg-Seymour theorem (proved by Chen, Jing and Zang) the optimum is at most max(Delta + 1, ceil(Gamma)), so
   the bound is the optimum or one less. Equal sites: the circle method over the sites (it meets the bound); else
   the busiest-first greedy when it meets the quick bounds, otherwise the fractional edge-colouring LP by column
-  generation and its integer rounding (siteschedule.py). Every mix of up to 8 sites of 1-6 agents plus up to 3
+  generation and its integer rounding (plan/siterounds.py). Every mix of up to 8 sites of 1-6 agents plus up to 3
   agents without a site (12,007 mixes, swept once) is planned AT the bound, in at most 1.0 s (median 3 ms) on a
   loaded 2-core machine; before, the circle method and the greedy alone were above it in 760 of them, by up to
   21.6 % (six sites of 3 and one lone agent: 124 rounds for 102) or 46 rounds (six sites of 6 and one lone agent);
   the odd-set term raises the bound above the old density bounds in 128 of them. Larger near-equal mixes spend a
   bounded LP budget and may end one round above (16 sites of 2 and one of 1: 129 for 128); beyond
-  siteschedule.MAX_LP_EDGES (21 sites and more) the greedy stands (24 sites of 5 and one of 4: 1240 for 1230).
+  siterounds.MAX_LP_EDGES (21 sites and more) the greedy stands (24 sites of 5 and one of 4: 1240 for 1230).
   `make bench-planner` shows the bound met for 1000 agents in 50 sites, equal or not.
   `serial`: one test per round (the 003 paper's one pair at a time).
 - Loopback (spec.loopback): one round first in which every agent of the plan tests against itself (its own
   ceiling, the grid's diagonal): all at once, each agent in exactly one test.
-- External endpoints (spec.externalEndpoints, externals.py) join after the mesh: each agent of the plan pulls from
+- External endpoints (spec.externalEndpoints, external/endpoints.py) join after the mesh: each agent of the plan pulls
+from
   every source endpoint and sends to every destination endpoint (never external to external), in the settings of
   the endpoint's protocol only, node-exclusive like the rest (an endpoint is in one test a round: it is another
   site's storage, not ours to load). An endpoint named like an agent's node is left out (`Plan.problems`).
@@ -51,8 +52,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from . import siteschedule
-from .protocols import TPC_PROTOCOLS
+from ..protocols import TPC_PROTOCOLS
+from . import siterounds
 from .spec import BenchmarkSpec
 
 RTT = "rtt"
@@ -206,7 +207,7 @@ def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
     protocol x streams x congestion control; with spec.repeats = K, K passes over those settings one after another
     (repeat 0, 1, ...), so a setting's repeats are spread over the run rather than back to back (a passing
     disturbance hits one of them). With spec.optimize a file mover has one setting, `optimized` (key
-    `<protocol>/auto`): each link's streams x files are chosen when its test starts (runs.py, the advice)."""
+    `<protocol>/auto`): each link's streams x files are chosen when its test starts (run/executor.py, the advice)."""
     out = []
     for f in spec.address_families:
         out += [Setting(RTT, family=f)] if spec.latency else []
@@ -347,11 +348,11 @@ def _simple_site_bound(site_of: Sequence[int], pairs: Sequence[tuple[int, int]])
 
 def site_lower_bound(site_of: Sequence[int], pairs: Iterable[tuple[int, int]]) -> int:
     """The fewest rounds in which ``pairs`` (agent indices) can run when each site is in at most one test a round,
-    as far as a bound can tell: max(Delta, ceil(Gamma)) of the site multigraph (siteschedule.py: Delta the busiest
+    as far as a bound can tell: max(Delta, ceil(Gamma)) of the site multigraph (plan/siterounds.py: Delta the busiest
     site's tests, Gamma the odd-set density max over odd vertex sets U of 2|E(U)| / (|U| - 1), an intra-site test
     an edge to the site's private dummy vertex). The optimum is this bound or one more (Goldberg-Seymour)."""
     pairs = list(pairs)
-    return max(_simple_site_bound(site_of, pairs), siteschedule.lower_bound(siteschedule.SiteGraph.of(site_of, pairs)))
+    return max(_simple_site_bound(site_of, pairs), siterounds.lower_bound(siterounds.SiteGraph.of(site_of, pairs)))
 
 
 def _split_by_site(site_of: Sequence[int], pairs: Sequence[tuple[int, int]]):
@@ -433,10 +434,10 @@ def _busiest_first_schedule(site_of: Sequence[int], pairs: Sequence[tuple[int, i
 
 def _colour_schedule(site_of: Sequence[int], pairs: Sequence[tuple[int, int]],
                      start: Sequence[Sequence[tuple[int, int]]]) -> list[list[tuple[int, int]]] | None:
-    """The site multigraph's edge colouring (siteschedule.colour, begun from the rounds ``start``) turned into
+    """The site multigraph's edge colouring (siterounds.colour, begun from the rounds ``start``) turned into
     agent tests: each of its matchings is a block of rounds, each round taking the next test of every site pair
     (or site) of the matching, in the node-exclusive order. None when the graph is too large for the LP."""
-    graph = siteschedule.SiteGraph.of(site_of, pairs)
+    graph = siterounds.SiteGraph.of(site_of, pairs)
     edge = {e: i for i, e in enumerate(graph.edges)}
     n = graph.n
 
@@ -444,7 +445,7 @@ def _colour_schedule(site_of: Sequence[int], pairs: Sequence[tuple[int, int]],
         a, b = site_of[s], site_of[d]
         return edge[(min(a, b), max(a, b)) if a != b else (a, n + a)]
 
-    blocks = siteschedule.colour(graph, [frozenset(key(s, d) for s, d in r) for r in start])
+    blocks = siterounds.colour(graph, [frozenset(key(s, d) for s, d in r) for r in start])
     if blocks is None:
         return None
     between, within = _split_by_site(site_of, pairs)
@@ -461,9 +462,9 @@ def _colour_schedule(site_of: Sequence[int], pairs: Sequence[tuple[int, int]],
 def site_exclusive_rounds(site_of: Sequence[int], pairs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     """Rounds in which no two tests share a site: the circle method over the sites (optimal for equal sites) or
     the busiest-first greedy when either meets the quick bounds (_simple_site_bound: then it is optimal); else the
-    site multigraph's edge colouring by the fractional colouring LP and its integer rounding (siteschedule.colour),
+    site multigraph's edge colouring by the fractional colouring LP and its integer rounding (siterounds.colour),
     and the shortest of the three. The colouring meets site_lower_bound or stays within one round of it on the
-    mixes swept (module docstring); a site graph beyond siteschedule.MAX_LP_EDGES edges keeps the shorter of the
+    mixes swept (module docstring); a site graph beyond siterounds.MAX_LP_EDGES edges keeps the shorter of the
     circle and the greedy."""
     pairs = list(pairs)
     quick = _simple_site_bound(site_of, pairs)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..plan.spec import BenchmarkSpec
 from .outbox import encoded_size as status_size_bytes
-from .spec import BenchmarkSpec
 
 
 def min_test_bytes(spec: BenchmarkSpec) -> int:

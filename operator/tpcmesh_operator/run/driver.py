@@ -21,16 +21,16 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from . import kube
+from .. import kube
+from ..cluster import cluster_name_async
+from ..config import Settings
+from ..credentials.tokens import incluster
+from ..plan.spec import BenchmarkSpec, SpecError, parse_spec, to_dict
 from .agents import AgentsClient
-from .cluster import cluster_name_async
-from .config import Settings
+from .delivery import ResultsClient
+from .executor import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory
 from .measurements import now_iso
-from .results import ResultsClient
-from .runs import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory
-from .runstatus import TERMINAL, set_condition
-from .spec import BenchmarkSpec, SpecError, parse_spec, to_dict
-from .tokens import incluster
+from .status import TERMINAL, set_condition
 
 log = logging.getLogger(__name__)
 

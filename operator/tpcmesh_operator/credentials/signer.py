@@ -287,12 +287,7 @@ def usages_ok(cert_pem: bytes) -> bool:
     return ExtendedKeyUsageOID.SERVER_AUTH in eku and ExtendedKeyUsageOID.CLIENT_AUTH in eku
 
 
-# --- kopf wiring (imported by tpcmesh_operator.main) ------------------------------------------------------
-
-try:
-    import kopf
-except ImportError:  # pragma: no cover - kopf is a dependency of the operator package
-    kopf = None  # type: ignore[assignment]
+# --- what the handlers do (main.py registers them) ------------------------------------------------------------
 
 SETTINGS = CertSettings.from_env()
 _CA: dict[str, pki.KeyPair] = {}
@@ -313,22 +308,17 @@ def _api_client() -> Any:
     return _API["api"]
 
 
-if kopf is not None and SETTINGS.signer_name:
+def start_ca(logger: logging.Logger | Any) -> None:
+    """At start-up: load (or create) the CA the agents' certificates are signed with."""
+    if SETTINGS.sign:
+        _CA["ca"] = ensure_ca(_api_client(), SETTINGS)
+        logger.info("Loaded CA %s/%s for signer %s", SETTINGS.namespace, SETTINGS.ca_secret, SETTINGS.signer_name)
 
-    @kopf.on.startup()
-    def start_ca(**kwargs: Any) -> None:
-        if SETTINGS.sign:
-            _CA["ca"] = ensure_ca(_api_client(), SETTINGS)
-            kwargs["logger"].info("Loaded CA %s/%s for signer %s", SETTINGS.namespace, SETTINGS.ca_secret,
-                        SETTINGS.signer_name)
 
-    @kopf.on.event("certificates.k8s.io", "v1", "certificatesigningrequests",
-                   when=lambda spec, **_: spec.get("signerName") == SETTINGS.signer_name)
-    def csr_event(name: str, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's keyword
-        if type == "DELETED":
-            return
-        api = _api_client()
-        ca = _CA.get("ca")
-        if SETTINGS.sign and (ca is None or pki.expires_within(ca.cert_pem, CA_RENEW_BEFORE)):
-            ca = _CA["ca"] = ensure_ca(api, SETTINGS)  # renews the CA a year before it ends
-        process(api, name, SETTINGS, ca)
+def handle_csr(name: str) -> None:
+    """A CertificateSigningRequest for our signer appeared or changed: approve and sign it, or say why not."""
+    api = _api_client()
+    ca = _CA.get("ca")
+    if SETTINGS.sign and (ca is None or pki.expires_within(ca.cert_pem, CA_RENEW_BEFORE)):
+        ca = _CA["ca"] = ensure_ca(api, SETTINGS)  # renews the CA a year before it ends
+    process(api, name, SETTINGS, ca)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..plan.spec import BenchmarkSpec, to_dict
 from .agents import Agent
-from .runports import RunInfo
-from .spec import BenchmarkSpec, to_dict
+from .ports import RunInfo
 
 
 def node_description(agent: Agent, loopback_gbps: float | None = None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The run executor's ports (runs.py): what it is given and what it reports. The protocols its collaborators
+"""The run executor's ports (run/executor.py): what it is given and what it reports. The protocols its collaborators
 implement (status store, agent directory, agents' and results' APIs), the stores and the directory that need no
 cluster (memory, a JSON file, a fixed list of agents), and the executor's identity, options and progress record.
 Kubernetes-free; kube.py has the cluster's store and directory."""

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .protocols import SCHEME_PROTOCOLS  # URL scheme -> the benchmark protocol whose tests run against it
-from .specerror import SpecError
+from ..plan.specerror import SpecError
+from ..protocols import SCHEME_PROTOCOLS  # URL scheme -> the benchmark protocol whose tests run against it
 
 # what the operator and agents drive: davs/https (HTTP-TPC), root:// (xrdcp, a token over ztn), gsiftp://
 # (globus-url-copy with an X509 proxy or certificate; the operator's checks and cleanup through gfal2)

@@ -252,154 +252,42 @@ def _parse_spec_once(key: str, path: str) -> BenchmarkSpec:
     return _parse_spec(json.loads(key), path)
 
 
+SPEC_FIELDS = tuple(sorted((
+    "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
+    "streams", "tcp", "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds",
+    "results", "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy",
+    "siteLabel", "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds",
+)))
+
+
 def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
+    """The whole spec, one part at a time (each helper below parses one field and names it in its errors)."""
     d: Mapping[str, Any] = spec or {}
     if not isinstance(d, Mapping):
         raise SpecError(path, f"expected an object, got {d!r}")
-    known = {
-        "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
-        "streams", "tcp",
-        "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds", "results",
-        "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy", "siteLabel",
-        "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds",
-    }
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
-
-    schedule = _get(d, "schedule", path, str, DEFAULT_SCHEDULE).strip()
-    try:
-        parse_schedule(schedule)
-    except ValueError as e:
-        raise SpecError(f"{path}.schedule", str(e)) from None
-
-    protocols = _get(d, "protocols", path, list, list(DEFAULT_PROTOCOLS))
-    for i, p in enumerate(protocols):
-        if p not in PROTOCOLS:
-            raise SpecError(f"{path}.protocols[{i}]", f"unknown protocol {p!r} (one of {', '.join(PROTOCOLS)})")
-    if len(set(protocols)) != len(protocols):
-        raise SpecError(f"{path}.protocols", "must not repeat a protocol")
-
-    lat = d.get("latency", True)
-    trace = True
-    if isinstance(lat, bool):
-        latency, latency_count = lat, DEFAULT_LATENCY_COUNT
-    elif isinstance(lat, Mapping):
-        latency = _get(lat, "enabled", f"{path}.latency", bool, True)
-        latency_count = _int(lat, "count", f"{path}.latency", DEFAULT_LATENCY_COUNT, 1, 100)
-        trace = _get(lat, "path", f"{path}.latency", bool, True)
-    else:
-        raise SpecError(f"{path}.latency", f"expected a boolean or {{enabled, count, path}}, got {lat!r}")
+    _only_known(d, path, SPEC_FIELDS)
+    # in the order of the fields' errors: a spec with several faults is told the first of them
+    schedule = _schedule(d, path)
+    protocols = _protocols(d, path)
+    latency, latency_count, trace = _latency(d.get("latency", True), f"{path}.latency")
     if not protocols and not latency:
         raise SpecError(f"{path}.protocols", "nothing to measure: no protocol and latency off")
-
-    lb = _get(d, "loopback", path, dict, {})
-    unknown_lb = sorted(set(lb) - {"enabled", "protocol"})
-    if unknown_lb:
-        raise SpecError(f"{path}.loopback.{unknown_lb[0]}", "unknown field (known: enabled, protocol)")
-    loopback = Loopback(_get(lb, "enabled", f"{path}.loopback", bool, True),
-                        _get(lb, "protocol", f"{path}.loopback", str, "iperf3"))
-    if loopback.protocol not in LOOPBACK_PROTOCOLS:
-        raise SpecError(f"{path}.loopback.protocol",
-                        f"must be one of {', '.join(LOOPBACK_PROTOCOLS)}, got {loopback.protocol!r}")
-
-    ip = _get(d, "iperf3", path, dict, {})
-    unknown_ip = sorted(set(ip) - {"durationSeconds"})
-    if unknown_ip:
-        raise SpecError(f"{path}.iperf3.{unknown_ip[0]}", "unknown field (known: durationSeconds)")
-    iperf3_seconds = _int(ip, "durationSeconds", f"{path}.iperf3", DEFAULT_IPERF3_SECONDS, 1, MAX_IPERF3_SECONDS)
-
-    streams = _get(d, "streams", path, list, list(DEFAULT_STREAMS))
-    if not streams:
-        raise SpecError(f"{path}.streams", "must list at least one stream count")
-    for i, s in enumerate(streams):
-        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 100:
-            raise SpecError(f"{path}.streams[{i}]", f"must be an integer between 1 and 100, got {s!r}")
-    if len(set(streams)) != len(streams):
-        raise SpecError(f"{path}.streams", "must not repeat a stream count")
-
-    fs = _get(d, "fileSet", path, dict, {})
-    fpath = f"{path}.fileSet"
-    if "dataset" in fs and fs["dataset"] is not None:
-        if "count" in fs or "size" in fs:
-            raise SpecError(fpath, "give either dataset or count and size, not both")
-        if fs["dataset"] not in DATASETS:
-            raise SpecError(f"{fpath}.dataset", f"unknown dataset {fs['dataset']!r} (one of {', '.join(DATASETS)})")
-        file_set = FileSet(count=None, size=None, dataset=fs["dataset"])
-    else:
-        unknown_fs = sorted(set(fs) - {"count", "size", "dataset"})
-        if unknown_fs:
-            raise SpecError(f"{fpath}.{unknown_fs[0]}", "unknown field (known: count, size, dataset)")
-        count = _int(fs, "count", fpath, DEFAULT_FILE_COUNT, 1, 10000)
-        size = parse_size(fs.get("size", DEFAULT_FILE_SIZE), f"{fpath}.size")
-        file_set = FileSet(count=count, size=size)
-
-    pd = _get(d, "pairs", path, dict, {})
-    ppath = f"{path}.pairs"
-    mode = _get(pd, "mode", ppath, str, "fullMesh")
-    if mode not in PAIR_MODES:
-        raise SpecError(f"{ppath}.mode", f"must be one of {', '.join(PAIR_MODES)}, got {mode!r}")
-    explicit: list[tuple[str, str]] = []
-    group_a: dict[str, str] = {}
-    group_b: dict[str, str] = {}
-    direction = _get(pd, "direction", ppath, str, "both")
-    if direction not in DIRECTIONS:
-        raise SpecError(f"{ppath}.direction", f"must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
-    if mode == "explicit":
-        items = _get(pd, "explicit", ppath, list, [])
-        if not items:
-            raise SpecError(f"{ppath}.explicit", "mode explicit needs at least one {source, destination} pair")
-        for i, it in enumerate(items):
-            ip = f"{ppath}.explicit[{i}]"
-            if not isinstance(it, Mapping) or not isinstance(it.get("source"), str) or not isinstance(
-                it.get("destination"), str
-            ):
-                raise SpecError(ip, "expected {source: <node>, destination: <node>}")
-            if it["source"] == it["destination"]:
-                raise SpecError(ip, f"source and destination are the same node {it['source']!r}")
-            pair = (it["source"], it["destination"])
-            if pair in explicit:
-                raise SpecError(ip, f"pair {pair[0]} -> {pair[1]} listed twice")
-            explicit.append(pair)
-    elif mode == "groups":
-        group_a = _labels(pd.get("groupA"), f"{ppath}.groupA")
-        group_b = _labels(pd.get("groupB"), f"{ppath}.groupB")
-        if not group_a or not group_b:
-            raise SpecError(f"{ppath}.groupA" if not group_a else f"{ppath}.groupB",
-                            "mode groups needs groupA and groupB label selectors")
-
-    res = d.get("results")
-    results = None
-    if res is not None:
-        if not isinstance(res, Mapping):
-            raise SpecError(f"{path}.results", "expected {url, tokenSecret: {name, key}}")
-        url = _get(res, "url", f"{path}.results", str, "")
-        if not re.match(r"^https?://[^\s/]+", url):
-            raise SpecError(f"{path}.results.url", f"expected an http(s) URL, got {url!r}")
-        ts = res.get("tokenSecret")
-        token_secret = None
-        if ts is not None:
-            if not isinstance(ts, Mapping) or not isinstance(ts.get("name"), str) or not ts["name"]:
-                raise SpecError(f"{path}.results.tokenSecret", "expected {name: <secret>, key: <key>}")
-            token_secret = SecretKeyRef(ts["name"], _get(ts, "key", f"{path}.results.tokenSecret", str, "token"))
-        results = Results(url=url.rstrip("/"), token_secret=token_secret)
-
-    destination = _get(d, "destination", path, str, "store")
-    if destination not in DESTINATIONS:
-        raise SpecError(f"{path}.destination", f"must be one of {', '.join(DESTINATIONS)}, got {destination!r}")
-    policy = _get(d, "concurrencyPolicy", path, str, "Forbid")
-    if policy not in CONCURRENCY_POLICIES:
-        raise SpecError(f"{path}.concurrencyPolicy",
-                        f"must be one of {', '.join(CONCURRENCY_POLICIES)}, got {policy!r}")
-    round_policy = _get(d, "roundPolicy", path, str, "nodeExclusive")
-    if round_policy not in ROUND_POLICIES:
-        raise SpecError(f"{path}.roundPolicy", f"must be one of {', '.join(ROUND_POLICIES)}, got {round_policy!r}")
+    loopback = _loopback(_get(d, "loopback", path, dict, {}), f"{path}.loopback")
+    iperf3 = _get(d, "iperf3", path, dict, {})
+    _only_known(iperf3, f"{path}.iperf3", ("durationSeconds",))
+    iperf3_seconds = _int(iperf3, "durationSeconds", f"{path}.iperf3", DEFAULT_IPERF3_SECONDS, 1, MAX_IPERF3_SECONDS)
+    streams = _streams(d, path)
+    file_set = _file_set(_get(d, "fileSet", path, dict, {}), f"{path}.fileSet")
+    pairs = _pairs(_get(d, "pairs", path, dict, {}), f"{path}.pairs")
+    results = _results(d.get("results"), f"{path}.results")
+    destination = _one_of(d, "destination", path, DESTINATIONS, "store")
+    policy = _one_of(d, "concurrencyPolicy", path, CONCURRENCY_POLICIES, "Forbid")
+    round_policy = _one_of(d, "roundPolicy", path, ROUND_POLICIES, "nodeExclusive")
     thresholds = _thresholds(_get(d, "thresholds", path, dict, {}), f"{path}.thresholds")
     auth = _get(d, "auth", path, str, "")
     if auth and auth not in AUTH_MODES:
         raise SpecError(f"{path}.auth", f"must be one of {', '.join(AUTH_MODES)} (or left out for the operator's "
                                         f"default), got {auth!r}")
-
     timeout_seconds = _int(d, "timeoutSeconds", path, DEFAULT_TIMEOUT_SECONDS, 1, 86400)
     uses_iperf3 = "iperf3" in protocols or (loopback.enabled and loopback.protocol == "iperf3")
     if uses_iperf3 and iperf3_seconds >= timeout_seconds:
@@ -411,14 +299,14 @@ def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
         suspend=_get(d, "suspend", path, bool, False),
         agent_selector=_labels(d.get("agentSelector"), f"{path}.agentSelector"),
         node_selector=_labels(d.get("nodeSelector"), f"{path}.nodeSelector"),
-        pairs=Pairs(mode=mode, explicit=tuple(explicit), group_a=group_a, group_b=group_b, direction=direction),
+        pairs=pairs,
         protocols=tuple(protocols),
         latency=latency,
         latency_count=latency_count,
         path=trace,
         loopback=loopback,
         iperf3_seconds=iperf3_seconds,
-        streams=tuple(streams),
+        streams=streams,
         congestion_control=_congestion_control(d.get("tcp"), f"{path}.tcp"),
         address_families=_address_families(d.get("addressFamilies"), f"{path}.addressFamilies"),
         concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
@@ -439,6 +327,126 @@ def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
+
+
+def _only_known(d: Mapping[str, Any], path: str, known: tuple[str, ...]) -> None:
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
+
+
+def _one_of(d: Mapping[str, Any], key: str, path: str, choices: tuple[str, ...], default: str) -> str:
+    value = _get(d, key, path, str, default)
+    if value not in choices:
+        raise SpecError(f"{path}.{key}", f"must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _schedule(d: Mapping[str, Any], path: str) -> str:
+    schedule = str(_get(d, "schedule", path, str, DEFAULT_SCHEDULE)).strip()
+    try:
+        parse_schedule(schedule)
+    except ValueError as e:
+        raise SpecError(f"{path}.schedule", str(e)) from None
+    return schedule
+
+
+def _protocols(d: Mapping[str, Any], path: str) -> list[str]:
+    protocols = _get(d, "protocols", path, list, list(DEFAULT_PROTOCOLS))
+    for i, p in enumerate(protocols):
+        if p not in PROTOCOLS:
+            raise SpecError(f"{path}.protocols[{i}]", f"unknown protocol {p!r} (one of {', '.join(PROTOCOLS)})")
+    if len(set(protocols)) != len(protocols):
+        raise SpecError(f"{path}.protocols", "must not repeat a protocol")
+    return list(protocols)
+
+
+def _latency(lat: Any, path: str) -> tuple[bool, int, bool]:
+    """spec.latency: a boolean, or {enabled, count, path} -> (enabled, probes per pair, trace the path)."""
+    if isinstance(lat, bool):
+        return lat, DEFAULT_LATENCY_COUNT, True
+    if isinstance(lat, Mapping):
+        return (_get(lat, "enabled", path, bool, True), _int(lat, "count", path, DEFAULT_LATENCY_COUNT, 1, 100),
+                _get(lat, "path", path, bool, True))
+    raise SpecError(path, f"expected a boolean or {{enabled, count, path}}, got {lat!r}")
+
+
+def _loopback(lb: Mapping[str, Any], path: str) -> Loopback:
+    _only_known(lb, path, ("enabled", "protocol"))
+    enabled = _get(lb, "enabled", path, bool, True)
+    return Loopback(enabled, _one_of(lb, "protocol", path, LOOPBACK_PROTOCOLS, "iperf3"))
+
+
+def _streams(d: Mapping[str, Any], path: str) -> tuple[int, ...]:
+    streams = _get(d, "streams", path, list, list(DEFAULT_STREAMS))
+    if not streams:
+        raise SpecError(f"{path}.streams", "must list at least one stream count")
+    for i, s in enumerate(streams):
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 100:
+            raise SpecError(f"{path}.streams[{i}]", f"must be an integer between 1 and 100, got {s!r}")
+    if len(set(streams)) != len(streams):
+        raise SpecError(f"{path}.streams", "must not repeat a stream count")
+    return tuple(streams)
+
+
+def _file_set(fs: Mapping[str, Any], path: str) -> FileSet:
+    if "dataset" in fs and fs["dataset"] is not None:
+        if "count" in fs or "size" in fs:
+            raise SpecError(path, "give either dataset or count and size, not both")
+        if fs["dataset"] not in DATASETS:
+            raise SpecError(f"{path}.dataset", f"unknown dataset {fs['dataset']!r} (one of {', '.join(DATASETS)})")
+        return FileSet(count=None, size=None, dataset=fs["dataset"])
+    _only_known(fs, path, ("count", "size", "dataset"))
+    count = _int(fs, "count", path, DEFAULT_FILE_COUNT, 1, 10000)
+    return FileSet(count=count, size=parse_size(fs.get("size", DEFAULT_FILE_SIZE), f"{path}.size"))
+
+
+def _pairs(pd: Mapping[str, Any], path: str) -> Pairs:
+    mode = _one_of(pd, "mode", path, PAIR_MODES, "fullMesh")
+    direction = _one_of(pd, "direction", path, DIRECTIONS, "both")
+    explicit: list[tuple[str, str]] = []
+    group_a: dict[str, str] = {}
+    group_b: dict[str, str] = {}
+    if mode == "explicit":
+        items = _get(pd, "explicit", path, list, [])
+        if not items:
+            raise SpecError(f"{path}.explicit", "mode explicit needs at least one {source, destination} pair")
+        for i, it in enumerate(items):
+            ip = f"{path}.explicit[{i}]"
+            if not isinstance(it, Mapping) or not isinstance(it.get("source"), str) or not isinstance(
+                it.get("destination"), str
+            ):
+                raise SpecError(ip, "expected {source: <node>, destination: <node>}")
+            if it["source"] == it["destination"]:
+                raise SpecError(ip, f"source and destination are the same node {it['source']!r}")
+            pair = (it["source"], it["destination"])
+            if pair in explicit:
+                raise SpecError(ip, f"pair {pair[0]} -> {pair[1]} listed twice")
+            explicit.append(pair)
+    elif mode == "groups":
+        group_a = _labels(pd.get("groupA"), f"{path}.groupA")
+        group_b = _labels(pd.get("groupB"), f"{path}.groupB")
+        if not group_a or not group_b:
+            raise SpecError(f"{path}.groupA" if not group_a else f"{path}.groupB",
+                            "mode groups needs groupA and groupB label selectors")
+    return Pairs(mode=mode, explicit=tuple(explicit), group_a=group_a, group_b=group_b, direction=direction)
+
+
+def _results(res: Any, path: str) -> Results | None:
+    if res is None:
+        return None
+    if not isinstance(res, Mapping):
+        raise SpecError(path, "expected {url, tokenSecret: {name, key}}")
+    url = _get(res, "url", path, str, "")
+    if not re.match(r"^https?://[^\s/]+", url):
+        raise SpecError(f"{path}.url", f"expected an http(s) URL, got {url!r}")
+    ts = res.get("tokenSecret")
+    token_secret = None
+    if ts is not None:
+        if not isinstance(ts, Mapping) or not isinstance(ts.get("name"), str) or not ts["name"]:
+            raise SpecError(f"{path}.tokenSecret", "expected {name: <secret>, key: <key>}")
+        token_secret = SecretKeyRef(ts["name"], _get(ts, "key", f"{path}.tokenSecret", str, "token"))
+    return Results(url=url.rstrip("/"), token_secret=token_secret)
 
 
 ADDRESS_FAMILIES = ("ipv4", "ipv6")

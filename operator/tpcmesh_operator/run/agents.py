@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from .. import protocols
+from .httpclient import OwnsHttpClient
 
 DEFAULT_PORTS: Mapping[str, int] = {"control": 9443, "metrics": 9464, **protocols.DEFAULT_PORTS}
 
@@ -96,7 +97,7 @@ def ssl_context(ca_file: str | Path | None) -> ssl.SSLContext:
     return ctx
 
 
-class AgentsClient:
+class AgentsClient(OwnsHttpClient):
     """Async client for every agent (one connection pool). Use as `async with AgentsClient(...) as c`."""
 
     def __init__(
@@ -114,15 +115,6 @@ class AgentsClient:
             timeout=httpx.Timeout(timeout, connect=5.0),
             headers={"Authorization": f"Bearer {token}", "User-Agent": "tpcmesh-operator"},
         )
-
-    async def __aenter__(self) -> AgentsClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
     async def _call(self, agent: Agent, method: str, path: str, json: Any = None, timeout: float | None = None) -> Any:
         url = agent.control_url + path

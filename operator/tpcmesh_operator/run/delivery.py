@@ -26,6 +26,7 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from ..plan.optimizer import AdviceNotFound, AdviceUnavailable
+from .httpclient import OwnsHttpClient
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class BatchRejected(Exception):
 TokenSource = Callable[[], Awaitable[str | None]]
 
 
-class ResultsClient:
+class ResultsClient(OwnsHttpClient):
     def __init__(self, url: str, token: str | None, timeout: float = 30.0, verify: Any = True,
                  token_source: TokenSource | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url = url.rstrip("/") + INGEST_PATH
@@ -77,15 +78,6 @@ class ResultsClient:
                                          headers={"User-Agent": "tpcmesh-operator"}, verify=verify,
                                          transport=transport)
         self._set_token(token)
-
-    async def __aenter__(self) -> ResultsClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
     def _set_token(self, token: str | None) -> None:
         self._token = token

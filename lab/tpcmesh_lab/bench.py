@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import platform
-import re
 import statistics
 import time
 from collections import Counter
@@ -20,6 +18,8 @@ from tpcmesh_operator.plan.planner import (
     site_lower_bound,
 )
 from tpcmesh_operator.plan.spec import DEFAULT_SITE_LABEL, parse_spec
+
+from .report import utc_minute, write_section
 
 SECTION = "bench-planner"
 
@@ -118,12 +118,11 @@ def render_sites(rows: list[dict]) -> str:
 
 
 def render(rows: list[dict], spec_desc: str) -> str:
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "## Mesh planner (`make bench-planner`)",
         "",
         f"Full directed mesh, {spec_desc}; median of 3 plans (pure Python, {platform.python_version()}, "
-        f"{os.cpu_count()} cores), {when}. Goal: 1000 agents in under 1 s, rounds = lower bound "
+        f"{os.cpu_count()} cores), {utc_minute()}. Goal: 1000 agents in under 1 s, rounds = lower bound "
         "⌈N(N−1)/⌊N/2⌋⌉ per setting. Tests in a round never share an agent (checked on every plan). The plan "
         "holds the pair rounds once for all settings; a round's tests are materialised when it is dispatched "
         "(timed here: the plan plus its first round).",
@@ -136,17 +135,6 @@ def render(rows: list[dict], spec_desc: str) -> str:
         lines.append(f"| {r['n']} | {r['settings']} | {r['tests']:,} | {r['rounds']} | {r['bound']} | "
                      f"{r['total_rounds']} | {r['seconds'] * 1000:.2f} ms | {'yes' if ok else 'NO'} |")
     return "\n".join(lines)
-
-
-def write_section(path: Path, name: str, body: str) -> None:
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{body}\n{end}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if start in text and end in text:
-        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -365,18 +365,28 @@ class HistoryPointSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField()
 
 
-class RttPointSerializer(serializers.Serializer):
+# A chart point's cell settings beside its streams (results.selectors.Pick), after the subclass's own fields (a
+# comment, not a docstring: the subclasses would take it as their schema's description)
+class CellSettingsSerializer(serializers.Serializer):
+    address_family = serializers.CharField()
+    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
+    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
+
+    def get_fields(self):
+        fields = super().get_fields()  # DRF puts a base class's fields first
+        settings = {name: fields.pop(name) for name in CellSettingsSerializer._declared_fields}
+        return {**fields, **settings}
+
+
+class RttPointSerializer(CellSettingsSerializer):
     source = serializers.CharField()
     destination = serializers.CharField()
     streams = serializers.IntegerField()
     rtt_ms = serializers.FloatField()
     throughput_gbps = serializers.FloatField()
-    address_family = serializers.CharField()
-    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
-    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
-class StreamsPairSerializer(serializers.Serializer):
+class StreamsPairSerializer(CellSettingsSerializer):
     protocol = serializers.CharField()
     source = serializers.CharField()
     destination = serializers.CharField()
@@ -384,9 +394,6 @@ class StreamsPairSerializer(serializers.Serializer):
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()
     high_gbps = serializers.FloatField()
-    address_family = serializers.CharField()
-    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
-    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
 # ---- watching over time: changes, problems, maintenance ----

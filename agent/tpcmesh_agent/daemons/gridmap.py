@@ -29,6 +29,7 @@ import logging
 import os
 import pwd
 import re
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ STATE = "mesh.json"
 MAX_MEMBERS = 10_000
 # a Kubernetes node name (RFC 1123 subdomain), which is also what a lab node is called
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# one writer at a time (the control API's threads, a server's start): write_atomically's temporary name is fixed
+_WRITING = threading.Lock()
 
 
 class MeshError(ValueError):
@@ -129,15 +132,20 @@ class GridftpAccess:
     def set_members(self, given: Any) -> list[str]:
         """Replace the member list (MeshError when it is not one) and rewrite the grid-mapfile."""
         members = validate_members(given)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.state, json.dumps({"members": members}).encode(), 0o600)
-        if self.enabled:
-            self.write()
+        with _WRITING:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.state, json.dumps({"members": members}).encode(), 0o600)
+            if self.enabled:
+                self._write()
         log.info("Admitted %d mesh member(s) to GridFTP: %s", len(members), ", ".join(members) or "none")
         return members
 
     def write(self) -> Path:
         """The grid-mapfile (readable by the server's user) from the host certificate and the member list."""
+        with _WRITING:
+            return self._write()
+
+    def _write(self) -> Path:
         s = self.settings
         if s.tls_cert is None:
             raise MeshError("gsiftp needs tls_cert: the grid-mapfile names the host certificate's subject")

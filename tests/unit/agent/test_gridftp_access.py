@@ -117,3 +117,24 @@ def test_an_anonymous_agent_keeps_the_members_but_writes_no_grid_mapfile(tmp_pat
     without_gridftp = GridftpAccess(_settings(tmp_path / "builtin", protocols=("builtin",)))
     without_gridftp.set_members(["node-b"])
     assert not without_gridftp.gridmap.exists()
+
+
+def test_concurrent_member_lists_and_server_starts_never_tear_the_files(tmp_path):
+    """Two runs naming members at once (the control API's threads) and a server start rewriting the grid-mapfile:
+    each write is whole, and the files end as one of the lists."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    settings = _settings(tmp_path)
+    lists = [[f"node-{i}", f"node-{i + 1}"] for i in range(8)]
+
+    def name(i: int) -> None:
+        access = GridftpAccess(settings)
+        for _ in range(40):
+            access.set_members(lists[i])
+            access.write()
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(name, range(8)))  # raises what a thread raised
+    final = GridftpAccess(settings).members()
+    assert final in lists
+    assert GridftpAccess(settings).gridmap.read_text().count("\n") == 3  # the agent and the two members

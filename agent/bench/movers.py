@@ -404,7 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     def new_destination() -> Any:
         for old in agents[1:]:
             stop(old)
-        return start()
+        dst = start()
+        # the source's GridFTP server admits only the mesh's members: name the new destination one, as an operator's
+        # run names its agents (the agent's daemons/gridmap.py)
+        agents[0].file_set(count=11, size=size, mesh=[dst.name])
+        return dst
 
     if args.only != "auth":
         run_movers(args, agents, start, stop, new_destination, size, wanted, repeats, log)

@@ -343,11 +343,13 @@ class RunExecutor:
         st = self.status
         todo = [a for n, a in self._frozen.items() if st["filesets"].get(n) != "ready"]
 
+        # mesh: the run's agents, the only host certificates the agents' GridFTP servers then admit (the agent's
+        # daemons/gridmap.py)
+        request = {**self.spec.file_set.request(), "mesh": sorted(self._frozen)}
+
         async def one(agent: Agent) -> None:
             try:
-                answer = await self.agents_client.prepare_fileset(
-                    agent, self.spec.file_set.request(), timeout=self.options.fileset_timeout
-                )
+                answer = await self.agents_client.prepare_fileset(agent, request, timeout=self.options.fileset_timeout)
                 st["filesets"][agent.node] = "ready"
                 self._set_manifest = self._set_manifest or answer
             except (AgentUnavailable, AgentRejected) as e:

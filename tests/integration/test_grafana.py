@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -80,14 +81,14 @@ class Prometheus:
             time.sleep(0.2)
         raise AssertionError(f"Prometheus not {what} after {seconds} s: {self.log.read_text()[-3000:]}")
 
-    def api(self, path: str, **params) -> dict | list:
+    def api(self, path: str, **params: str) -> Any:
         r = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=30)
         body = r.json()
         assert r.status_code == 200 and body["status"] == "success", f"{path} {params}: {r.text[:2000]}"
         return body["data"]
 
     def targets_up(self) -> bool:
-        active = self.api("targets", state="active")["activeTargets"]  # type: ignore[call-overload]
+        active = self.api("targets", state="active")["activeTargets"]
         return bool(active) and all(t["health"] == "up" for t in active)
 
     def stop(self) -> None:
@@ -123,7 +124,7 @@ async def run_lab(agents: list[Agent], token: str, ca_file: Path, dashboard) -> 
                                options=FAST).execute()
         assert st["phase"] == "Succeeded" and st["failed"] == 0 and st["undelivered"] == 0, st.get("message")
         info, status = refused_run([a.node for a in agents])
-        refused = RunExecutor(parse_spec({}), info, StaticDirectory([]), None, rc,  # type: ignore[arg-type]
+        refused = RunExecutor(parse_spec({}), info, StaticDirectory([]), None, rc,
                               MemoryStatusStore(status), options=FAST)
         await refused.load()
         assert await refused.deliver(10) == 0
@@ -191,7 +192,7 @@ def resolve(board: dict, lab: Lab) -> dict[str, str]:
         assert m, f"{board['uid']}: variable {v['name']}: {v['query']}"
         series = lab.prometheus.api("series", **{"match[]": substitute(m[1], values), "start": str(lab.start),
                                                  "end": str(lab.end)})
-        options = sorted({s[m[2]] for s in series if m[2] in s})  # type: ignore[index, operator]
+        options = sorted({s[m[2]] for s in series if m[2] in s})
         assert options, f"{board['uid']}: variable {v['name']} has no value ({v['query']})"
         values[v["name"]] = v["allValue"] if v.get("includeAll") else options[0]
     return values
@@ -200,8 +201,8 @@ def resolve(board: dict, lab: Lab) -> dict[str, str]:
 def answer(target: Target, values: dict[str, str], lab: Lab) -> list[dict]:
     expr = substitute(target.expr, values)
     if target.instant:
-        return lab.prometheus.api("query", query=expr, time=str(lab.end))["result"]  # type: ignore[call-overload]
-    return lab.prometheus.api("query_range", query=expr, start=str(lab.start), end=str(lab.end),  # type: ignore
+        return lab.prometheus.api("query", query=expr, time=str(lab.end))["result"]
+    return lab.prometheus.api("query_range", query=expr, start=str(lab.start), end=str(lab.end),
                               step=str(SCRAPE_SECONDS))["result"]
 
 
@@ -227,7 +228,7 @@ def test_every_query_of_the_dashboard_returns_data(lab, uid):
 def test_every_metric_the_lab_exported_is_on_a_dashboard(lab):
     names = lab.prometheus.api("label/__name__/values", start=str(lab.start), end=str(lab.end))
     # *_created: prometheus_client's creation timestamps of the operator's and the dashboard's counters, no figure
-    ours = {n for n in names if n.startswith("tpcmesh_") and not n.endswith("_created")}  # type: ignore[union-attr]
+    ours = {n for n in names if n.startswith("tpcmesh_") and not n.endswith("_created")}
     exprs = [t.expr for b in committed().values() for t in targets(b)]
 
     def shown(name: str) -> bool:  # a histogram's _sum and _count go with its _bucket

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
+import yaml
 from prometheus_client.metrics import MetricWrapperBase
 from results import metrics as dashboard_metrics
 from tpcmesh_agent.metrics import AgentMetrics
 from tpcmesh_operator import metrics as operator_metrics
 
+from tests.support.controlplane import K8S_VERSION, binary
 from tests.support.grafana import DASHBOARDS, committed, generator, panels, targets, variables
 from tests.support.paths import REPO
 
@@ -78,3 +82,30 @@ def test_every_metric_the_product_exports_is_on_a_dashboard():
     exprs = [t.expr for b in committed().values() for t in targets(b)]
     missing = sorted(m for m in exported if not any(mentions(e, m) for e in exprs))
     assert not missing, f"metrics on no dashboard (hack/grafana.py): {missing}"
+
+
+def configmaps(*values: str) -> list[dict]:
+    helm = binary("helm")
+    if helm is None:
+        pytest.skip("helm is not built; run `make control-plane`")
+    args = [str(helm), "template", "tpc", str(REPO / "charts" / "tpcmesh"), "--namespace", "mesh",
+            "--kube-version", K8S_VERSION.lstrip("v")]
+    for v in values:
+        args += ["--set", v]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout)
+            if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-grafana-dashboards")]
+
+
+def test_the_chart_ships_the_dashboards_for_grafanas_sidecar():
+    [cm] = configmaps()
+    assert cm["metadata"]["namespace"] == "mesh" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["data"] == {p.name: p.read_text() for p in DASHBOARDS.glob("*.json")}
+    [moved] = configmaps("metrics.grafanaDashboards.namespace=monitoring", "metrics.grafanaDashboards.label=dashboards",
+                         "metrics.grafanaDashboards.labelValue=tpcmesh",
+                         "metrics.grafanaDashboards.annotations.grafana_folder=tpcmesh")
+    assert moved["metadata"]["namespace"] == "monitoring" and moved["metadata"]["labels"]["dashboards"] == "tpcmesh"
+    assert "grafana_dashboard" not in moved["metadata"]["labels"]
+    assert moved["metadata"]["annotations"] == {"grafana_folder": "tpcmesh"}
+    assert configmaps("metrics.grafanaDashboards.enabled=false") == []

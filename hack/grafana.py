@@ -276,8 +276,13 @@ DASHBOARDS = {"tpcmesh-overview": overview, "tpcmesh-pair": pair, "tpcmesh-runs"
               "tpcmesh-components": components}
 
 
-def text(built: Builder) -> str:
-    return json.dumps(built.build(), cls=JSONEncoder, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+def text(builder: Builder) -> str:
+    built = builder.build()
+    # ids in layout order (the SDK leaves them out): links to a panel (viewPanel=<id>) stay put while it does
+    panels = [q for p in built.panels or [] for q in [p, *(getattr(p, "panels", None) or [])]]
+    for number, panel in enumerate(panels, start=1):
+        panel.id_val = number
+    return json.dumps(built, cls=JSONEncoder, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def render() -> dict[Path, str]:

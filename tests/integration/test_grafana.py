@@ -1,9 +1,10 @@
 """Every query of the chart's Grafana dashboards (charts/tpcmesh/dashboards/, hack/grafana.py), asked of a REAL
 Prometheus (Debian's `prometheus`) that scrapes a REAL lab, returns data.
 
-The lab: three tpcmesh-agent processes (each also supervising an iperf3 server; one sends at 1 MB/s per
-connection, so every test from it is critical and the dashboard finds a node problem), the real dashboard
-(gunicorn + Django on the suite's PostgreSQL), and the operator's run executor in this process with its metrics
+The lab: three tpcmesh-agent processes (each also supervising an iperf3 server; one sends at 0.5 MB/s per
+connection, 4 Mbit/s: every test from it is critical under the benchmark's 20 Mbit/s threshold while the others, on
+loopback, stay far above, so the dashboard finds a node problem), the real dashboard (gunicorn + Django on the
+suite's PostgreSQL), and the operator's run executor in this process with its metrics
 served the way the operator serves them (prometheus_client's start_http_server on the default registry). One run
 of the mesh (RTT, builtin, each node's loopback) is delivered; then a run whose outbox holds a record the dashboard
 refuses (a pair of one node) is delivered too. Prometheus scrapes the three jobs every second.
@@ -46,7 +47,7 @@ SCRAPE_SECONDS = 1
 JOBS = {"operator": "tpcmesh-operator", "agent": "tpcmesh-agent", "dashboard": "tpcmesh-dashboard"}
 SPEC = {"protocols": ["builtin"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "1MB"},
         "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": True, "protocol": "builtin"},
-        "thresholds": {"goodGbps": 0.1, "warnGbps": 0.05}, "timeoutSeconds": 30, "retries": 0}
+        "thresholds": {"goodGbps": 0.04, "warnGbps": 0.02}, "timeoutSeconds": 30, "retries": 0}
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=2.0, timeout_grace=5.0, delivery_max_seconds=10.0)
 
 
@@ -139,7 +140,7 @@ def lab(module_agent_factory, postgres_server, tmp_path_factory) -> Iterator[Lab
     token = "mesh-" + uuid.uuid4().hex
     (work / "token").write_text(token + "\n")
     handles = [module_agent_factory(token_file=work / "token", protocols=("builtin", "iperf3"), **extra)
-               for extra in ({}, {}, {"builtin_max_rate": 1_000_000})]
+               for extra in ({}, {}, {"builtin_max_rate": 500_000})]
     agents = [Agent(node=h.name, address=h.address, ports={"control": h.api_port, "builtin": h.builtin_port})
               for h in handles]
     operator_port = free_port()
@@ -155,8 +156,9 @@ def lab(module_agent_factory, postgres_server, tmp_path_factory) -> Iterator[Lab
                 prometheus.wait(prometheus.targets_up, 30, "scraping every target")
                 asyncio.run(run_lab(agents, token, handles[0].ca_file, dashboard))
                 # the dashboard finds the slow node's problem in the background, after the ingest
-                prometheus.wait(lambda: bool(prometheus.api("query", query="tpcmesh_dashboard_problems")["result"]),
-                                30, "seeing a problem")
+                node_problem = 'tpcmesh_dashboard_problems{kind="node"}'
+                prometheus.wait(lambda: bool(prometheus.api("query", query=node_problem)["result"]), 30,
+                                "seeing the slow node's problem")
                 time.sleep(3 * SCRAPE_SECONDS)  # a few scrapes after the last change
                 yield Lab(prometheus, start, time.time())
             finally:

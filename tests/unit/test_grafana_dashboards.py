@@ -65,6 +65,21 @@ def test_the_four_dashboards_of_issue_29():
         assert names[0] == "datasource" and len(names) == len(set(names)), names
 
 
+def test_panels_have_ids_and_do_not_overlap():
+    for b in committed().values():
+        every = [q for p in b["panels"] for q in [p, *p.get("panels", [])]]
+        ids = [p.get("id") for p in every]
+        assert all(ids) and len(set(ids)) == len(ids), (b["uid"], ids)
+        cells: dict[tuple[int, int], str] = {}
+        for p in every:
+            g = p["gridPos"]
+            assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, (b["uid"], p["title"], g)
+            for x in range(g["x"], g["x"] + g["w"]):
+                for y in range(g["y"], g["y"] + g["h"]):
+                    assert (x, y) not in cells, f"{b['uid']}: {p['title']} overlaps {cells[x, y]}"
+                    cells[x, y] = p["title"]
+
+
 def test_every_panel_queries_the_chosen_prometheus():
     for b in committed().values():
         for p in panels(b):

@@ -10,8 +10,9 @@ of the mesh (RTT, builtin, each node's loopback) is delivered; then a run whose 
 refuses (a pair of one node) is delivered too. Prometheus scrapes the three jobs every second.
 
 Template variables are resolved as Grafana resolves them: `label_values(selector, label)` through Prometheus' series
-API, in order (so `$destination` follows `$source`), the first value unless the variable offers All (its allValue,
-`.*`); `$__range`, `$__interval` and `$__rate_interval` from the lab's time range and scrape interval.
+API, in order (so `$destination` follows `$source`): All (its allValue, `.*`) where the variable offers it, else the
+lab's own job or node, as a person would pick; `$__range`, `$__interval` and `$__rate_interval` from the lab's time
+range and scrape interval.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ JOBS = {"operator": "tpcmesh-operator", "agent": "tpcmesh-agent", "dashboard": "
 SPEC = {"protocols": ["builtin"], "streams": [1], "concurrency": 2, "fileSet": {"count": 2, "size": "1MB"},
         "latency": {"enabled": True, "count": 2}, "loopback": {"enabled": True, "protocol": "builtin"},
         "thresholds": {"goodGbps": 0.04, "warnGbps": 0.02}, "timeoutSeconds": 30, "retries": 0}
+JOB_VARIABLES = {"operator_job": JOBS["operator"], "agent_job": JOBS["agent"], "dashboard_job": JOBS["dashboard"]}
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=2.0, timeout_grace=5.0, delivery_max_seconds=10.0)
 
 
@@ -102,8 +104,8 @@ class Prometheus:
 
 
 class Lab:
-    def __init__(self, prometheus: Prometheus, start: float, end: float) -> None:
-        self.prometheus, self.start, self.end = prometheus, start, end
+    def __init__(self, prometheus: Prometheus, nodes: list[str], start: float, end: float) -> None:
+        self.prometheus, self.nodes, self.start, self.end = prometheus, nodes, start, end
 
 
 def refused_run(nodes: list[str]) -> tuple[RunInfo, dict]:
@@ -160,7 +162,7 @@ def lab(module_agent_factory, postgres_server, tmp_path_factory) -> Iterator[Lab
                 prometheus.wait(lambda: bool(prometheus.api("query", query=node_problem)["result"]), 30,
                                 "seeing the slow node's problem")
                 time.sleep(3 * SCRAPE_SECONDS)  # a few scrapes after the last change
-                yield Lab(prometheus, start, time.time())
+                yield Lab(prometheus, [a.node for a in agents], start, time.time())
             finally:
                 prometheus.stop()
     finally:
@@ -196,7 +198,13 @@ def resolve(board: dict, lab: Lab) -> dict[str, str]:
                                                  "end": str(lab.end)})
         options = sorted({s[m[2]] for s in series if m[2] in s})
         assert options, f"{board['uid']}: variable {v['name']} has no value ({v['query']})"
-        values[v["name"]] = v["allValue"] if v.get("includeAll") else options[0]
+        if v.get("includeAll"):
+            values[v["name"]] = v["allValue"]
+        elif v["name"] in JOB_VARIABLES:
+            assert JOB_VARIABLES[v["name"]] in options, f"{board['uid']}: variable {v['name']}: {options}"
+            values[v["name"]] = JOB_VARIABLES[v["name"]]
+        else:  # a node of this lab (this process' registry may still hold other tests' nodes), else the first
+            values[v["name"]] = next((o for o in options if o in lab.nodes), options[0])
     return values
 
 

@@ -33,11 +33,11 @@ import pytest
 import yaml
 from prometheus_client import start_http_server
 from tpcmesh_lab.controlplane import free_port
-from tpcmesh_operator.agents import Agent, AgentsClient
-from tpcmesh_operator.measurements import now_iso
-from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent, AgentsClient
+from tpcmesh_operator.run.delivery import ResultsClient
+from tpcmesh_operator.run.executor import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.run.measurements import now_iso
 
 from tests.support.grafana import Target, committed, targets, variables
 from tests.support.live_dashboard import running

@@ -135,3 +135,25 @@ def test_an_agent_under_a_cpu_quota_is_slower(tmp_path):
     assert throttled > 0
     for protocol in ("iperf3", "builtin"):
         assert rates[(protocol, "starved")] * 2 <= rates[(protocol, "free")], rates
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@pytest.mark.skipif(bool(cpu_unavailable_reason()), reason=f"no CPU quota here: {cpu_unavailable_reason()}")
+def test_cpu_hogs_run_inside_the_nodes_quota():
+    profile = parse_profile({"nodes": ["busy"], "hosts": [{"node": "busy", "cpuQuota": 0.2, "cpuHogs": 1}]}, "hog")
+    with Lab(profile, mode="netns") as lab:
+        group = lab.node("busy").cpu_group
+        assert group is not None
+        time.sleep(0.5)
+        hogs = [pid for pid in group.pids() if "while True" in Path(f"/proc/{pid}/cmdline").read_text()]
+        assert len(hogs) == 1, group.pids()
+        start = cpu_seconds(hogs[0])
+        time.sleep(2)
+        used = cpu_seconds(hogs[0]) - start
+        assert group.throttled() > 0
+    print(f"a busy loop under a 0.2-core quota used {used:.2f} s of CPU in 2 s")
+    assert 0.1 <= used <= 0.6  # 0.4 s allowed; a whole core would be 2 s

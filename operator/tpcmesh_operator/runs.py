@@ -78,6 +78,7 @@ from .external_tests import (
     set_files,
 )
 from .externals import PathEscapes
+from .hosttelemetry import add_source_host
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .optimizer import LinkTuner, Tuning
 from .outbox import describe, migrate, settle
@@ -608,6 +609,7 @@ class RunExecutor:
         if record is not None:
             m = measurement_from_record(record, test.source, test.destination, rtt,
                                         test.setting.repeat if self.spec.repeats > 1 else None, test.setting.family)
+            await add_source_host(self.agents_client, src, dst.host(test.setting.family), m)
             if self._mode_of(test):
                 m["auth"] = self._mode_of(test)
             await self._record(test, m)

@@ -5,9 +5,11 @@ bandwidth-delay product makes the built-in sender receive-window-limited, while 
 
 from __future__ import annotations
 
+import json
 import secrets
 import ssl
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -101,3 +103,52 @@ def test_a_small_receive_buffer_makes_the_sender_receive_window_limited(mesh):
     assert large["rwnd_limited_fraction"] <= 0.25, large
     assert small["rwnd_limited_fraction"] - large["rwnd_limited_fraction"] >= 0.25
     assert tight["files"][0]["tcp"]["sender"]["rwnd_limited_fraction"] == small["rwnd_limited_fraction"]
+
+
+SAMPLE_A_VETH = r"""
+import json, socket, sys, time
+from tpcmesh_agent import hosttelemetry as ht
+sampler = ht.Sampler(0.2, [sys.argv[1]]).start()
+time.sleep(0.5)
+since = time.time()
+with socket.create_connection((sys.argv[2], 5001)) as s:
+    s.sendall(b"v" * 20_000_000)
+time.sleep(0.3)
+print(json.dumps(sampler.summary(since, time.time(), sys.argv[2])))
+sampler.stop()
+"""
+DRAIN = r"""
+import socket
+with socket.create_server(("0.0.0.0", 5001)) as srv:
+    c, _ = srv.accept()
+    while c.recv(1 << 20):
+        pass
+"""
+
+
+def test_a_veth_gives_the_drivers_statistics_and_its_speed(tmp_path):
+    """Two namespaces joined by a veth pair (the kernel's veth driver keeps ethtool statistics and reports a speed,
+    unlike loopback and the lab's TUN devices): the sampler reads both through pyroute2's ethtool support."""
+    a, b = f"tpcm-ht-{uuid.uuid4().hex[:6]}", f"tpcm-ht-{uuid.uuid4().hex[:6]}"
+    try:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", a, "link", "add", "v0", "type", "veth", "peer", "name", "v1", "netns", b],
+                       check=True)
+        for ns, dev, address in ((a, "v0", "198.51.100.1/30"), (b, "v1", "198.51.100.2/30")):
+            subprocess.run(["ip", "-n", ns, "addr", "add", address, "dev", dev], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        drain = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", DRAIN])
+        time.sleep(0.5)
+        out = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", SAMPLE_A_VETH, "198.51.100.1",
+                              "198.51.100.2"], check=True, capture_output=True, text=True, timeout=60)
+        drain.wait(10)
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+    summary = json.loads(out.stdout)
+    nic = summary["interface"]
+    assert nic["name"] == "v0" and nic["tx_bytes"] >= 20_000_000, nic
+    assert nic["driver"] is not None, nic  # veth's counters (e.g. rx_queue_0_drops), none of which moved
+    assert summary["limits"]["speed_mbps"] == 10000 and summary["limits"]["mtu"] == 1500

@@ -7,16 +7,18 @@ import asyncio
 import contextlib
 import hmac
 import importlib
+import ipaddress
 import json
 import logging
 import signal
 import ssl
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from . import __version__, congestion, versions
+from . import __version__, congestion, hosttelemetry, versions
 from .cadir import write_ca_dir
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .daemons.gridmap import GridftpAccess, MeshError
@@ -29,6 +31,23 @@ from .runner import ApiError, TransferRunner
 from .tracepath import trace_path
 
 log = logging.getLogger(__name__)
+
+
+def _when(value: str | None, name: str) -> float:
+    """A query's time as Unix seconds: RFC 3339 (2026-11-28T01:02:03.5Z) or a number; 422 naming ``name``."""
+    if not value:
+        raise ApiError(422, f"{name} is required: an RFC 3339 time or Unix seconds")
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError as e:
+        raise ApiError(422, f"{name} {value!r} is neither an RFC 3339 time nor Unix seconds") from e
+    if t.tzinfo is None:
+        raise ApiError(422, f"{name} {value!r} has no UTC offset (write Z or +00:00)")
+    return t.timestamp()
 
 
 class TokenSource:
@@ -110,7 +129,8 @@ class Agent:
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
         self.gridftp_access = GridftpAccess(settings)  # the mesh's members GridFTP admits
         self.metrics = AgentMetrics(self.servers_status)
-        self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics)
+        self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses)
+        self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics, self.host)
         self.ready = False
         self._set_locks: dict[str, asyncio.Lock] = {}
         self._ssl_ctx: ssl.SSLContext | None = None
@@ -169,6 +189,7 @@ class Agent:
             f"{name} {version or 'unknown'}" for name, version in self.runner.versions.items()))
         if s.ca_file is not None and s.ca_dir is not None:
             write_ca_dir(s.ca_file, s.ca_dir)
+        self.host.start()
         if "builtin" in s.protocols and "builtin" in self.movers:
             from .movers.builtin import DataServer
 
@@ -213,6 +234,7 @@ class Agent:
     async def stop(self) -> None:
         self.ready = False
         await self.runner.shutdown()
+        await asyncio.to_thread(self.host.stop)
         if self.supervisor is not None:
             with contextlib.suppress(Exception):
                 await self.supervisor.stop()
@@ -345,6 +367,28 @@ class Agent:
             raise ApiError(422, f"max_hops must be an integer 1-64, got {max_hops!r}")
         return web.json_response(await trace_path(host, max_hops))
 
+    async def host_summary(self, request: web.Request) -> web.Response:
+        """This end's host telemetry over a window (hosttelemetry.py): ``since`` and ``until`` as RFC 3339 times or
+        Unix seconds, ``peer`` the other end's address (its route names the interface). 404 when the agent keeps
+        no telemetry (host_sample_interval 0) or none of that time."""
+        q = request.query
+        since, until = _when(q.get("since"), "since"), _when(q.get("until"), "until")
+        if until < since:
+            raise ApiError(422, f"until ({q.get('until')}) is before since ({q.get('since')})")
+        peer = q.get("peer") or None
+        if peer is not None:
+            try:
+                ipaddress.ip_address(peer)
+            except ValueError as e:
+                raise ApiError(422, f"peer must be an IP address, got {peer!r}") from e
+        summary = await asyncio.to_thread(self.host.summary, since, until, peer)
+        if summary is None:
+            why = ("host telemetry is off on this agent (host_sample_interval 0)" if self.settings.host_sample_interval
+                   <= 0 else f"no host samples from {q.get('since')} to {q.get('until')} on this agent (it keeps "
+                   f"the last {hosttelemetry.RING} samples)")
+            raise ApiError(404, why)
+        return web.json_response(summary)
+
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -362,6 +406,7 @@ class Agent:
             web.delete("/api/v1/transfers/{id}", self.delete_transfer),
             web.post("/api/v1/probes/rtt", self.rtt),
             web.post("/api/v1/probes/path", self.path),
+            web.get("/api/v1/host", self.host_summary),
         ])
         return app
 

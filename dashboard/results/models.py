@@ -139,6 +139,9 @@ class Measurement(models.Model):
     tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
     implementation = models.JSONField(null=True, blank=True, help_text=(
         "the program and versions that made the measurement (the contract's implementation); null: not recorded"))
+    host = models.JSONField(null=True, blank=True, help_text=(
+        "both ends' host telemetry over the test: CPU, own processes, interface, memory, TCP limits (the contract's "
+        "host); null: not recorded"))
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
                                           help_text="the congestion control the test asked for (null: default)")
     repeat = models.PositiveSmallIntegerField(null=True, blank=True,

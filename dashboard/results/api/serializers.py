@@ -125,6 +125,8 @@ class MeasurementIn(serializers.Serializer):
     tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
     implementation = JSONObjectField(required=False, help_text=(
         "the program and versions that made it (the contract's implementation)"))
+    host = JSONObjectField(required=False, help_text=(
+        "both ends' host telemetry over the test (the contract's host)"))
     congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
     path = PathIn(required=False, help_text="rtt rows: the source's path to the destination (tracepath)")
     repeat = serializers.IntegerField(min_value=0, max_value=19, allow_null=True, required=False,
@@ -265,6 +267,11 @@ class ImplementationField(serializers.JSONField):
     """The program and versions that made a measurement as ingested (the contract's implementation), or null."""
 
 
+@extend_schema_field(_contract_or_null("host"))
+class HostField(serializers.JSONField):
+    """Both ends' host telemetry over a test as ingested (the contract's host), or null."""
+
+
 class FileTransferSerializer(serializers.ModelSerializer):
     tcp = FileTcpField(read_only=True)
 
@@ -293,9 +300,10 @@ class MeasurementSerializer(serializers.ModelSerializer):
 class MeasurementDetailSerializer(MeasurementSerializer):
     files = FileTransferSerializer(many=True, read_only=True)
     tcp = TestTcpField(read_only=True)
+    host = HostField(read_only=True)
 
     class Meta(MeasurementSerializer.Meta):
-        fields = [*MeasurementSerializer.Meta.fields, "tcp", "files"]
+        fields = [*MeasurementSerializer.Meta.fields, "tcp", "host", "files"]
 
 
 class GridCellSerializer(serializers.Serializer):

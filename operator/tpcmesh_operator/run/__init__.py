@@ -7,4 +7,5 @@
 - ``status``, ``statusbudget``, ``outbox``: the run's status as bookkeeping, its byte budget, the measurements
   the dashboard has not acknowledged (all pure);
 - ``measurements``, ``batch``: the contract's rows and ingest batches (pure); ``delivery``: posting them.
+- ``hosttelemetry``: the source agent's host summary added to a measurement after its test.
 """

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -160,6 +161,11 @@ class AgentsClient(OwnsHttpClient):
 
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict[str, Any]:
         return await self._call(agent, "POST", "/api/v1/probes/rtt", {"host": host, "port": port, "count": count})
+
+    async def host_summary(self, agent: Agent, since: str, until: str, peer: str) -> dict[str, Any]:
+        """GET /api/v1/host: the agent's host telemetry from ``since`` to ``until`` (RFC 3339) towards ``peer``."""
+        return await self._call(agent, "GET", "/api/v1/host?" + urlencode({"since": since, "until": until,
+                                                                             "peer": peer}))
 
     async def probe_path(self, agent: Agent, host: str) -> dict[str, Any]:
         """The agent traces its path to ``host`` (tracepath; up to a minute when hops do not answer)."""

@@ -71,6 +71,7 @@ from .agents import Agent, AgentRejected, AgentUnavailable
 from .batch import ingest_batch
 from .book import RunBook
 from .delivery import DeliveryFailed
+from .hosttelemetry import add_source_host
 from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .outbox import encoded_size as status_size_bytes
 from .outbox import migrate
@@ -414,6 +415,7 @@ class RunExecutor:
         if record is not None:
             m = measurement_from_record(record, test.source, test.destination, rtt,
                                         test.setting.repeat if self.spec.repeats > 1 else None, test.setting.family)
+            await add_source_host(self.agents_client, src, dst.host(test.setting.family), m)
             if self._mode_of(test):
                 m["auth"] = self._mode_of(test)
             await self._record(test, m)

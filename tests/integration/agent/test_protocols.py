@@ -96,6 +96,11 @@ def test_tpc_protocol_moves_the_set(pair, protocol, streams):
                        file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT, streams=streams,
                        timeout_seconds=60, destination="store", timeout=90)
     check_tpc_record(rec, files, protocol, streams)
+    # the destination's host telemetry names the program that did its part, with the CPU it took
+    program = {"builtin": "agent", "xrootd-https": "xrootd", "xrootd-root": "xrootd",
+               "gridftp": "globus-gridftp-server"}[protocol]
+    processes = rec["host"]["destination"]["processes"]
+    assert program in processes and processes[program]["cpu_seconds"] > 0, processes
     # the received files were removed after verification: nothing is left in incoming/
     assert not list((dst.data_dir / "data" / "incoming").iterdir())
 

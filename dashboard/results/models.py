@@ -142,6 +142,13 @@ class Measurement(models.Model):
     host = models.JSONField(null=True, blank=True, help_text=(
         "both ends' host telemetry over the test: CPU, own processes, interface, memory, TCP limits (the contract's "
         "host); null: not recorded"))
+    # The limit model's answer (results.diagnosis), given while the measurement is its cell's newest: not the record's
+    binding_limit = models.CharField(max_length=20, blank=True, db_default="", help_text=(
+        "the bound the measurement sits at (results/diagnosis/limits.py): network-capacity, receive-window, "
+        "send-buffer, loss, source-cpu, destination-cpu, protocol, storage, unknown; empty: not diagnosed"))
+    efficiency = models.FloatField(null=True, blank=True, help_text="measured ÷ the pair's path capacity (iperf3)")
+    diagnosis = models.JSONField(null=True, blank=True, help_text=(
+        "the limit model's bounds with their evidence figures, the binding one's fix, and what was missing"))
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
                                           help_text="the congestion control the test asked for (null: default)")
     repeat = models.PositiveSmallIntegerField(null=True, blank=True,

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from results import contract, rfc3339, selectors, thresholds
+from results.diagnosis.limits import LIMITS
 from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
@@ -272,6 +273,24 @@ class HostField(serializers.JSONField):
     """Both ends' host telemetry over a test as ingested (the contract's host), or null."""
 
 
+_BOUND = {"type": "object", "properties": {
+    "limit": {"type": "string", "enum": list(LIMITS)}, "gbps": {"type": "number"},
+    "ratio": {"type": "number", "description": "measured ÷ this bound"},
+    "basis": {"type": "string", "description": "what the bound is, its formula filled in"},
+    "evidence": {"type": "object", "additionalProperties": {"type": ["number", "string"]}},
+    "fix": {"type": "string"}, "sits_at": {"type": "boolean"}}}
+
+
+@extend_schema_field({"anyOf": [{"type": "object", "properties": {
+    "limit": {"type": "string", "enum": list(LIMITS)},
+    "efficiency": {"type": ["number", "null"]}, "path_gbps": {"type": ["number", "null"]},
+    "reason": {"type": "string"}, "fix": {"type": ["string", "null"]},
+    "missing": {"type": "array", "items": {"type": "string"}},
+    "bounds": {"type": "array", "items": _BOUND}}}, {"type": "null"}]})
+class DiagnosisField(serializers.JSONField):
+    """The limit model's answer (results/diagnosis/limits.py, Diagnosis.to_dict), or null: not diagnosed."""
+
+
 class FileTransferSerializer(serializers.ModelSerializer):
     tcp = FileTcpField(read_only=True)
 
@@ -294,16 +313,17 @@ class MeasurementSerializer(serializers.ModelSerializer):
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
                   "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "address_family",
                   "repeat", "status", "error", "checksum", "destination_kind", "auth", "implementation",
-                  "started_at", "finished_at", "ingested_at", "cluster"]
+                  "started_at", "finished_at", "ingested_at", "cluster", "binding_limit", "efficiency"]
 
 
 class MeasurementDetailSerializer(MeasurementSerializer):
     files = FileTransferSerializer(many=True, read_only=True)
     tcp = TestTcpField(read_only=True)
     host = HostField(read_only=True)
+    diagnosis = DiagnosisField(read_only=True)
 
     class Meta(MeasurementSerializer.Meta):
-        fields = [*MeasurementSerializer.Meta.fields, "tcp", "host", "files"]
+        fields = [*MeasurementSerializer.Meta.fields, "tcp", "host", "diagnosis", "files"]
 
 
 class GridCellSerializer(serializers.Serializer):

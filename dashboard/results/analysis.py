@@ -232,13 +232,18 @@ def evaluate_problems(bench: Benchmark, now: datetime | None = None) -> list[Pro
     return [stored[f.key] for f in findings]
 
 
+def evaluate(bench: Benchmark) -> list[Problem]:
+    """One benchmark now: its newest cells diagnosed, then the problem rules; its open problems."""
+    diagnose_benchmark(bench)
+    return evaluate_problems(bench)
+
+
 def analyse(limit: int | None = None) -> set[int]:
     """Change detection on what is new, then the newest cells diagnosed (results.diagnosis) and the problem rules
     run on the benchmarks it touched."""
     touched = detect_changes(limit)
     for bench in Benchmark.objects.filter(id__in=touched):
-        diagnose_benchmark(bench)  # the problem rules read each cell's binding limit
-        evaluate_problems(bench)
+        evaluate(bench)  # the problem rules read each cell's binding limit
     return touched
 
 

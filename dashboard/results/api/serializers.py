@@ -604,3 +604,21 @@ class AdviceOut(serializers.Serializer):
     reason = serializers.CharField()
     bounds = AdviceBoundsOut()
     next = NextSettingOut(help_text="the next run's setting within bounds (optimize: true)")
+
+
+class EvaluateIn(serializers.Serializer):
+    """POST /api/v1/problems/evaluate/: which benchmark (cluster: the token's, else the default one)."""
+
+    namespace = serializers.CharField(min_length=1, max_length=253)
+    name = serializers.CharField(min_length=1, max_length=253)
+    cluster = serializers.CharField(max_length=253, required=False, allow_blank=True)
+
+
+class EvaluateOut(serializers.Serializer):
+    benchmark = serializers.CharField(help_text="namespace/name")
+    cluster = serializers.CharField()
+    problems = serializers.SerializerMethodField(help_text="its open problems, now")
+
+    @extend_schema_field(ProblemSerializer(many=True))
+    def get_problems(self, out: dict) -> list:
+        return ProblemSerializer(out["problems"], many=True).data

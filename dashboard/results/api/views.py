@@ -19,7 +19,7 @@ from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from results import federation, filters, metrics, params, scope, selectors, services
+from results import analysis, federation, filters, metrics, params, scope, selectors, services
 from results.api import serializers
 from results.api.errors import flatten_errors
 from results.api.pagination import LARGEST
@@ -29,6 +29,7 @@ from results.contract import contract_errors
 from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
+    DEFAULT_CLUSTER,
     Benchmark,
     Change,
     Maintenance,
@@ -394,6 +395,29 @@ class ProblemViewSet(ArchiveViewSet):
             raise ValidationError(flatten_errors(body.errors))
         services.acknowledge(problem, actor(request), body.validated_data["note"])
         return Response(serializers.ProblemSerializer(problem).data)
+
+    @extend_schema(request=serializers.EvaluateIn, responses=serializers.EvaluateOut)
+    @action(detail=False, methods=["post"])
+    def evaluate(self, request):
+        """Diagnose a benchmark's newest cells and run the problem rules on them now (what the analysis does after
+        each ingest, in the background), then answer its open problems: the operator asks this once a run is
+        delivered, for the run's MeshHealthy condition."""
+        body = serializers.EvaluateIn(data=request.data)
+        if not body.is_valid():
+            raise ValidationError(flatten_errors(body.errors))
+        data = body.validated_data
+        try:
+            cluster = scope.batch_cluster(request.auth, data.get("cluster") or None, DEFAULT_CLUSTER)
+        except scope.OtherCluster as err:
+            raise PermissionDenied(str(err)) from None
+        bench = Benchmark.objects.filter(cluster__name=cluster, namespace=data["namespace"],
+                                         name=data["name"]).first()
+        if bench is None:
+            raise NotFound(f"no benchmark {data['namespace']}/{data['name']} of cluster {cluster} in the archive "
+                           "(nothing of it was ingested yet)")
+        found = analysis.evaluate(bench)
+        return Response(serializers.EvaluateOut({"benchmark": f"{bench.namespace}/{bench.name}", "cluster": cluster,
+                                                 "problems": found}).data)
 
     @extend_schema(request=None, responses=serializers.ProblemSerializer)
     @action(detail=True, methods=["post"])

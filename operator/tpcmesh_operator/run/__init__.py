@@ -8,4 +8,5 @@
   the dashboard has not acknowledged (all pure);
 - ``measurements``, ``batch``: the contract's rows and ingest batches (pure); ``delivery``: posting them.
 - ``hosttelemetry``: the source agent's host summary added to a measurement after its test.
+- ``meshhealth``: the MeshHealthy condition of a finished run, from the dashboard's open problems.
 """

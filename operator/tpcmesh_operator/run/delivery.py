@@ -35,6 +35,10 @@ MAX_BATCH = 500
 REFUSED = (400, 422)
 
 
+class ProblemsUnavailable(Exception):
+    """The dashboard did not say which problems are open (the message says why)."""
+
+
 class DeliveryFailed(Exception):
     """Temporary: the dashboard could not be reached or did not acknowledge the batch. Try later."""
 
@@ -160,6 +164,23 @@ class ResultsClient(OwnsHttpClient):
         if not isinstance(body, dict):
             raise AdviceUnavailable(f"GET {url}: expected an object, got {str(body)[:100]}")
         return body
+
+    async def open_problems(self, namespace: str, name: str, cluster: str | None) -> list[dict[str, Any]]:
+        """POST /api/v1/problems/evaluate/: the dashboard diagnoses the benchmark's newest cells and runs its problem
+        rules now; the benchmark's open problems. ProblemsUnavailable (why) when it cannot answer."""
+        url = self.url.removesuffix(INGEST_PATH) + "/api/v1/problems/evaluate/"
+        body = {"namespace": namespace, "name": name, **({"cluster": cluster} if cluster else {})}
+        try:
+            r = await self._client.post(url, json=body)
+        except httpx.HTTPError as e:
+            raise ProblemsUnavailable(f"POST {url} failed: {type(e).__name__}: {e}") from e
+        if r.status_code != 200:
+            raise ProblemsUnavailable(f"POST {url}: HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            problems = r.json()["problems"]
+        except (ValueError, KeyError, TypeError):
+            raise ProblemsUnavailable(f"POST {url}: not the answer expected: {r.text[:200]}") from None
+        return [p for p in problems if isinstance(p, dict)]
 
     async def _post(self, batch: Mapping[str, Any]) -> httpx.Response:
         try:

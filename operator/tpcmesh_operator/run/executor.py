@@ -67,6 +67,7 @@ from ..plan.optimizer import LinkTuner, Tuning
 from ..plan.planner import RTT, Plan, Setting, Test, plan
 from ..plan.spec import BenchmarkSpec
 from ..protocols import TOKEN_PROTOCOLS, TPC_PROTOCOLS
+from . import meshhealth
 from .agents import Agent, AgentRejected, AgentUnavailable
 from .batch import ingest_batch
 from .book import RunBook
@@ -314,6 +315,8 @@ class RunExecutor:
         self.book.event("Normal" if ok else "Warning", reason, f"Run {self.run.run_name} finished: {message}")
         self.book.progress()
         await self.deliver(self.options.delivery_max_seconds)
+        await meshhealth.judge(self.results_client, self.run, self.status)
+        await self.book.save(force=True)
         return self.status
 
     async def _maintenance(self, agents: Sequence[Agent]) -> list[maintenance.Window]:

@@ -120,13 +120,15 @@ def migrate_status(status: dict[str, Any], agents: Sequence[str]) -> None:
         status.setdefault(k, 0)
 
 
-def set_condition(status: dict[str, Any], type_: str, value: bool, reason: str, message: str = "") -> None:
+def set_condition(status: dict[str, Any], type_: str, value: bool | None, reason: str, message: str = "") -> None:
+    """Set a condition (None: Unknown), its lastTransitionTime moving only when its status changes."""
+    word = "Unknown" if value is None else ("True" if value else "False")
     conds = status.setdefault("conditions", [])
     for c in conds:
         if c["type"] == type_:
-            if c["status"] != ("True" if value else "False"):
+            if c["status"] != word:
                 c["lastTransitionTime"] = now_iso()
-            c.update(status="True" if value else "False", reason=reason, message=message)
+            c.update(status=word, reason=reason, message=message)
             return
-    conds.append({"type": type_, "status": "True" if value else "False", "reason": reason, "message": message,
+    conds.append({"type": type_, "status": word, "reason": reason, "message": message,
                   "lastTransitionTime": now_iso()})

@@ -98,3 +98,23 @@ def test_without_telemetry_the_slow_far_node_is_still_a_node_problem_and_the_cel
     assert detail["missing"], detail  # the missing figures are named, never guessed
     active = client.get("/api/v1/problems/?active=true").json()["results"]
     assert [p["key"] for p in active if p["kind"] == "node"] == ["node:far"], active
+
+
+def test_evaluate_answers_a_benchmarks_open_problems_now(client, write_key, read_key):
+    """POST /api/v1/problems/evaluate/: what the operator asks for a run's MeshHealthy condition."""
+    ingest(client, write_key, _mesh(datetime.now(UTC) - timedelta(hours=1), 3_000_000, 0.35, 2.8), "d3")
+    url = "/api/v1/problems/evaluate/"
+    body = json.dumps({"namespace": "mesh", "name": "nightly"})
+    r = client.post(url, body, content_type="application/json", HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200, r.content
+    answer = r.json()
+    assert (answer["benchmark"], answer["cluster"]) == ("mesh/nightly", "default")
+    assert sorted(p["key"] for p in answer["problems"]) == ["tuning:far:receive-window", "tuning:far:send-buffer"]
+    assert client.post(url, body, content_type="application/json",
+                       HTTP_AUTHORIZATION=f"Token {read_key}").status_code == 403
+    missing = client.post(url, json.dumps({"namespace": "mesh", "name": "never"}), content_type="application/json",
+                          HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert missing.status_code == 404 and "mesh/never" in missing.json()["detail"]
+    bad = client.post(url, json.dumps({"namespace": "mesh"}), content_type="application/json",
+                      HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert bad.status_code == 400 and "name" in bad.content.decode()

@@ -41,6 +41,8 @@ class Dashboard:
         self.loopback: dict[str, float] = {}
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/problems/evaluate/":  # the run's MeshHealthy question, after delivery
+            return httpx.Response(200, json={"benchmark": "default/paper", "cluster": "default", "problems": []})
         batch = json.loads(request.content)
         self.loopback |= {n["name"]: n["loopback_gbps"] for n in batch["nodes"] if "loopback_gbps" in n}
         ms = batch["measurements"]

@@ -32,6 +32,12 @@ covers the window and at most one interval either side. Per end (``summarize``, 
   kernels before they were namespaced, read-only in a child namespace), ``congestion_control`` (the default
   algorithm), the interface's ``mtu`` and ``speed_mbps`` (ethtool's link mode; null when the driver does not say,
   e.g. virtio and loopback);
+- ``tcp_sent``: why this end's TCP senders to ``peer`` waited, whoever owns the sockets (the built-in data server,
+  XRootD, GridFTP, iperf3): every sample reads the tcp_info of the established sockets that sent data (pyroute2's
+  inet_diag, the kernel's sock_diag) and keeps the changes of busy time, rwnd- and sndbuf-limited time,
+  retransmits and data segments; the summary gives them in tcpinfo's shape (``busy_ms``,
+  ``rwnd_limited_fraction``, ``sndbuf_limited_fraction``, ``retransmits``, ``connections``). A connection that
+  opens and closes between two samples is not seen, and one that closes loses its last interval;
 - ``window``: ``seconds`` covered and ``samples`` used.
 Every figure is null when it could not be read; the summary of a window without two samples is None.
 """
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -54,6 +61,9 @@ log = logging.getLogger(__name__)
 
 RING = 3600  # samples kept: an hour at the default 1 s interval
 SATURATED = 95.0  # % busy (softirq included) at which a core is taken as saturated
+# tcp_info counters of a sending socket kept per interval (inet_diag's INET_DIAG_INFO names, µs for the times)
+SENT_COUNTERS = ("tcpi_bytes_acked", "tcpi_busy_time", "tcpi_rwnd_limited", "tcpi_sndbuf_limited",
+                 "tcpi_total_retrans", "tcpi_bytes_retrans", "tcpi_data_segs_out")
 LINK_COUNTERS = ("rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 DRIVER_COUNTER = re.compile(r"drop|err|discard|miss|fifo|timeout", re.IGNORECASE)
 # /proc/sys is read directly: no library reads sysctls, and the files are the kernel's own interface (a read
@@ -73,6 +83,9 @@ class Sample:
     driver: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> the driver's drop/error counters
     mem_available: int | None = None
     mem_total: int | None = None
+    # what this node's TCP senders did since the previous sample: (peer address, socket cookie) -> SENT_COUNTERS
+    # changes, for the sockets that sent data in that interval
+    sent: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
 
 # ---- the summary (pure) ------------------------------------------------------------------------------------------
@@ -173,6 +186,28 @@ def interface_summary(samples: Sequence[Sample], name: str | None) -> dict[str, 
     return out
 
 
+def sent_summary(samples: Sequence[Sample], peer: str | None) -> dict[str, Any] | None:
+    """The ``tcp_sent`` part: this end's TCP senders towards ``peer`` over the samples' intervals, in tcpinfo's
+    shape (``busy_ms``, ``rwnd_limited_fraction``, ``sndbuf_limited_fraction``, ``retransmits``,
+    ``bytes_retrans``, ``data_segs_out``, ``connections``); None without a peer or when nothing was sent to it."""
+    if peer is None or len(samples) < 2:
+        return None
+    total = [0] * len(SENT_COUNTERS)
+    connections = set()
+    for s in samples[1:]:  # each sample holds the changes since the one before it
+        for (address, cookie), changes in s.sent.items():
+            if address == peer:
+                connections.add(cookie)
+                total = [a + b for a, b in zip(total, changes, strict=True)]
+    if not connections:
+        return None
+    acked, busy, rwnd, sndbuf, retrans, bytes_retrans, segs = total
+    return {"connections": len(connections), "retransmits": retrans, "bytes_retrans": bytes_retrans,
+            "data_segs_out": segs, "busy_ms": round(busy / 1000, 3),
+            "rwnd_limited_fraction": round(min(1.0, rwnd / busy), 4) if busy else None,
+            "sndbuf_limited_fraction": round(min(1.0, sndbuf / busy), 4) if busy else None}
+
+
 def memory_summary(samples: Sequence[Sample]) -> dict[str, Any]:
     avail = [s.mem_available for s in samples if s.mem_available is not None]
     total = next((s.mem_total for s in reversed(samples) if s.mem_total is not None), None)
@@ -189,7 +224,7 @@ def window(ring: Iterable[Sample], since: float, until: float) -> list[Sample]:
 
 
 def summarize(samples: Sequence[Sample], interface: str | None = None,
-              limits: dict[str, Any] | None = None) -> dict[str, Any] | None:
+              limits: dict[str, Any] | None = None, peer: str | None = None) -> dict[str, Any] | None:
     """One end's host summary from its samples in time order (see the module's docstring); None without two."""
     if len(samples) < 2:
         return None
@@ -200,10 +235,16 @@ def summarize(samples: Sequence[Sample], interface: str | None = None,
         "interface": interface_summary(samples, interface),
         "memory": memory_summary(samples),
         "limits": limits,
+        "tcp_sent": sent_summary(samples, peer),
     }
 
 
 # ---- reading the node --------------------------------------------------------------------------------------------
+def _plain(address: str) -> str:
+    """An IPv4-mapped IPv6 address (a dual-stack server's IPv4 peer: XRootD listens so) as the IPv4 address."""
+    return address.removeprefix("::ffff:") if address.startswith("::ffff:") and "." in address else address
+
+
 def _sysctl_max(name: str, path: Path = SYSCTL) -> int | None:
     """The last number of a sysctl (tcp_rmem's maximum, rmem_max's only value); None when it cannot be read."""
     try:
@@ -289,6 +330,7 @@ class Sampler:
         self._ipr: Any = None
         self._driver_links: set[str] | None = None  # the interfaces whose driver counters are sampled
         self._no_driver_stats: set[str] = set()
+        self._sockets: dict[int, tuple[int, ...]] | None = None  # socket cookie -> SENT_COUNTERS, last sample
 
     # -- one sample --
     def _process_tree(self) -> dict[int, tuple[str, float, float]]:
@@ -358,6 +400,33 @@ class Sampler:
                 eth.close()
         return out
 
+    def _sent(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """The established TCP sockets that sent data since the last call (pyroute2's inet_diag: the kernel's
+        tcp_info of every socket of this network namespace, whoever owns it: XRootD's, GridFTP's, iperf3's), their
+        counters' changes; a socket new since then counts from its start (its counters are cumulative)."""
+        from pyroute2 import DiagSocket
+
+        now: dict[int, tuple[str, tuple[int, ...]]] = {}
+        with DiagSocket() as ds:
+            ds.bind()
+            for family in (socket.AF_INET, socket.AF_INET6):
+                for msg in ds.get_sock_stats(family=family, states=1 << 1, extensions=1 << 1):  # established, INFO
+                    info = msg.get_attr("INET_DIAG_INFO")
+                    if info is None or not info.get("tcpi_bytes_acked"):
+                        continue  # never sent a byte
+                    now[int(msg["idiag_cookie"])] = (_plain(str(msg["idiag_dst"])),
+                                                     tuple(int(info.get(k) or 0) for k in SENT_COUNTERS))
+        first, before = self._sockets is None, self._sockets or {}
+        self._sockets = {cookie: counters for cookie, (_, counters) in now.items()}
+        if first:
+            return {}  # the baseline: what was sent before the agent started is no test's
+        out: dict[tuple[str, int], tuple[int, ...]] = {}
+        for cookie, (peer, counters) in now.items():
+            old = before.get(cookie, (0,) * len(SENT_COUNTERS))
+            if counters[0] > old[0]:  # more bytes acknowledged: it sent in this interval
+                out[(peer, cookie)] = tuple(max(0, b - a) for a, b in zip(old, counters, strict=True))
+        return out
+
     def sample(self) -> Sample:
         """Take one sample now and keep it in the ring."""
         cpu = tuple(tuple(getattr(c, f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq",
@@ -372,9 +441,14 @@ class Sampler:
         except Exception as e:
             log.info("Reading the driver counters failed: %s", e)
             driver = {}
+        try:
+            sent = self._sent()
+        except Exception as e:  # inet_diag refused (a restricted sandbox): no sender view, the rest still counts
+            log.info("Reading the TCP sockets failed: %s", e)
+            sent = {}
         mem = psutil.virtual_memory()
         s = Sample(t=time.time(), cpu=cpu, procs=self._process_tree(), links=links, driver=driver,
-                   mem_available=int(mem.available), mem_total=int(mem.total))
+                   mem_available=int(mem.available), mem_total=int(mem.total), sent=sent)
         with self._lock:
             self.ring.append(s)
         return s
@@ -422,4 +496,4 @@ class Sampler:
         if name is None:
             busiest = interface_summary(samples, None)
             name = busiest["name"] if busiest else None
-        return summarize(samples, name, limits(name))
+        return summarize(samples, name, limits(name), peer)

@@ -32,9 +32,10 @@ covers the window and at most one interval either side. Per end (``summarize``, 
   kernels before they were namespaced, read-only in a child namespace), ``congestion_control`` (the default
   algorithm), the interface's ``mtu`` and ``speed_mbps`` (ethtool's link mode; null when the driver does not say,
   e.g. virtio and loopback);
-- ``tcp_sent``: why this end's TCP senders to ``peer`` waited, whoever owns the sockets (the built-in data server,
-  XRootD, GridFTP, iperf3): every sample reads the tcp_info of the established sockets that sent data (pyroute2's
-  inet_diag, the kernel's sock_diag) and keeps the changes of busy time, rwnd- and sndbuf-limited time,
+- ``tcp_sent``: why this end's TCP senders to ``peer`` waited (the built-in data server, XRootD, GridFTP, iperf3):
+  every sample reads the tcp_info of the established sockets on the agent's server ports and of GridFTP's data
+  connections (pyroute2's inet_diag, the kernel's sock_diag, filtered by local port in the kernel) that sent
+  data, and keeps the changes of busy time, rwnd- and sndbuf-limited time,
   retransmits and data segments; the summary gives them in tcpinfo's shape (``busy_ms``,
   ``rwnd_limited_fraction``, ``sndbuf_limited_fraction``, ``retransmits``, ``connections``). A connection that
   opens and closes between two samples is not seen, and one that closes loses its last interval;
@@ -70,6 +71,7 @@ DRIVER_COUNTER = re.compile(r"drop|err|discard|miss|fifo|timeout", re.IGNORECASE
 # there answers for the reading process's network namespace)
 SYSCTL = Path("/proc/sys")
 AGENT = "agent"
+EPHEMERAL_SENDERS = ("globus-gridftp-server",)  # send test data from ports of their own choice (data channels)
 
 
 @dataclass(frozen=True)
@@ -316,10 +318,13 @@ def limits(interface: str | None, sysctl: Path = SYSCTL) -> dict[str, Any]:
 
 class Sampler:
     """The ring of samples and the thread that fills it (``start``/``stop``); ``summary`` answers a window.
-    ``addresses``: the agent's own addresses, whose interfaces' driver counters are sampled too."""
+    ``addresses``: the agent's own addresses, whose interfaces' driver counters are sampled too; ``ports``: its
+    servers' ports, whose sending sockets make ``tcp_sent``."""
 
-    def __init__(self, interval: float, addresses: Sequence[str] = (), ring: int = RING) -> None:
+    def __init__(self, interval: float, addresses: Sequence[str] = (), ports: Iterable[int] = (),
+                 ring: int = RING) -> None:
         self.interval = interval
+        self.ports = frozenset(p for p in ports if p)  # the agent's servers' ports (tcp_sent)
         self.addresses = tuple(a for a in addresses if a)
         self.ring: deque[Sample] = deque(maxlen=ring)
         self._lock = threading.Lock()
@@ -400,22 +405,39 @@ class Sampler:
                 eth.close()
         return out
 
-    def _sent(self) -> dict[tuple[str, int], tuple[int, ...]]:
-        """The established TCP sockets that sent data since the last call (pyroute2's inet_diag: the kernel's
-        tcp_info of every socket of this network namespace, whoever owns it: XRootD's, GridFTP's, iperf3's), their
-        counters' changes; a socket new since then counts from its start (its counters are cumulative)."""
+    def _sending_ports(self, procs: dict[int, tuple[str, float, float]]) -> set[int]:
+        """The local ports this node's test data leaves from: the agent's servers' (``ports``), and the data
+        connections of the programs without a fixed one (GridFTP's per-session servers: psutil lists them)."""
+        found = set(self.ports)
+        for pid, (name, _, _) in procs.items():
+            if name not in EPHEMERAL_SENDERS:
+                continue
+            try:
+                found.update(c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
+                             if c.status == psutil.CONN_ESTABLISHED and c.raddr)
+            except psutil.Error:
+                continue
+        return found
+
+    def _sent(self, procs: dict[int, tuple[str, float, float]]) -> dict[tuple[str, int], tuple[int, ...]]:
+        """The established TCP sockets of the agent's servers that sent data since the last call (pyroute2's
+        inet_diag, asked for one local port at a time: the kernel filters, so a node with thousands of other
+        sockets costs nothing more), their counters' changes; a socket new since then counts from its start (its
+        counters are cumulative)."""
         from pyroute2 import DiagSocket
 
         now: dict[int, tuple[str, tuple[int, ...]]] = {}
         with DiagSocket() as ds:
             ds.bind()
-            for family in (socket.AF_INET, socket.AF_INET6):
-                for msg in ds.get_sock_stats(family=family, states=1 << 1, extensions=1 << 1):  # established, INFO
-                    info = msg.get_attr("INET_DIAG_INFO")
-                    if info is None or not info.get("tcpi_bytes_acked"):
-                        continue  # never sent a byte
-                    now[int(msg["idiag_cookie"])] = (_plain(str(msg["idiag_dst"])),
-                                                     tuple(int(info.get(k) or 0) for k in SENT_COUNTERS))
+            for port in sorted(self._sending_ports(procs)):
+                for family in (socket.AF_INET, socket.AF_INET6):
+                    # established sockets, with INET_DIAG_INFO (struct tcp_info)
+                    for msg in ds.get_sock_stats(family=family, states=1 << 1, extensions=1 << 1, sport=port):
+                        info = msg.get_attr("INET_DIAG_INFO")
+                        if info is None or not info.get("tcpi_bytes_acked"):
+                            continue  # never sent a byte
+                        now[int(msg["idiag_cookie"])] = (_plain(str(msg["idiag_dst"])),
+                                                         tuple(int(info.get(k) or 0) for k in SENT_COUNTERS))
         first, before = self._sockets is None, self._sockets or {}
         self._sockets = {cookie: counters for cookie, (_, counters) in now.items()}
         if first:
@@ -441,13 +463,14 @@ class Sampler:
         except Exception as e:
             log.info("Reading the driver counters failed: %s", e)
             driver = {}
+        procs = self._process_tree()
         try:
-            sent = self._sent()
+            sent = self._sent(procs)
         except Exception as e:  # inet_diag refused (a restricted sandbox): no sender view, the rest still counts
             log.info("Reading the TCP sockets failed: %s", e)
             sent = {}
         mem = psutil.virtual_memory()
-        s = Sample(t=time.time(), cpu=cpu, procs=self._process_tree(), links=links, driver=driver,
+        s = Sample(t=time.time(), cpu=cpu, procs=procs, links=links, driver=driver,
                    mem_available=int(mem.available), mem_total=int(mem.total), sent=sent)
         with self._lock:
             self.ring.append(s)

@@ -109,7 +109,10 @@ def test_a_small_receive_buffer_makes_the_sender_receive_window_limited(mesh):
 
 def test_xrootds_sending_sockets_say_it_waited_for_the_receive_window(mesh):
     """XRootD's own sockets (its public instance sends, the destination's TPC instance pulls): the destination's
-    record has no sender view of them, the source's host telemetry does (sock_diag, every sample)."""
+    record has no sender view of them, the source's host telemetry does (sock_diag, every sample). Not a
+    comparison: with a large buffer XRootD's own receiving pace still fills the window at times (seen 0.47 at
+    0.8 Gbit/s), and a pull that fast is over in less than the lab agents' 1 s sample interval (half its
+    connections' data unseen)."""
     rec, source = pull(mesh, "tight", "roomy", "xrootd-https")
     assert rec["tcp"]["sender"] is None  # the destination sees only its receiving sockets (ss)
     sent = source["tcp_sent"]
@@ -118,10 +121,6 @@ def test_xrootds_sending_sockets_say_it_waited_for_the_receive_window(mesh):
     assert sent["data_segs_out"] >= 0.6 * FILES["size"] / 65000, sent  # most of the data, in full segments
     assert sent["busy_ms"] > 1000 and sent["rwnd_limited_fraction"] >= 0.4, sent
     assert "xrootd" in source["processes"] and source["processes"]["xrootd"]["cpu_seconds"] > 0
-    # the other way the receiver has room: XRootD's own pace still fills its window at times (seen 0.47 against
-    # 0.72 with the small buffer), but less
-    _, other = pull(mesh, "roomy", "tight", "xrootd-https")
-    assert other["tcp_sent"]["rwnd_limited_fraction"] < sent["rwnd_limited_fraction"], (other["tcp_sent"], sent)
 
 
 SAMPLE_A_VETH = r"""

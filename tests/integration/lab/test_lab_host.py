@@ -48,7 +48,7 @@ def mesh(tmp_path_factory):
         _set_rmem(lab.node("roomy").netns or "", LARGE_RMEM)
         certs = Certificates.create(state / "pki", lab.nodes)
         token = secrets.token_urlsafe(32)
-        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin", "xrootd-https"))
+        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin", "xrootd-https", "gridftp"))
         ctx = ssl.create_default_context(cafile=str(certs.ca_file))
         with httpx.Client(verify=ctx, timeout=120, headers={"Authorization": f"Bearer {token}"}) as client:
             for name in ("tight", "roomy"):
@@ -170,3 +170,14 @@ def test_a_veth_gives_the_drivers_statistics_and_its_speed(tmp_path):
     assert nic["name"] == "v0" and nic["tx_bytes"] >= 20_000_000, nic
     assert nic["driver"] is not None, nic  # veth's counters (e.g. rx_queue_0_drops), none of which moved
     assert summary["limits"]["speed_mbps"] == 10000 and summary["limits"]["mtu"] == 1500
+
+
+def test_gridftps_data_connections_are_found_and_seen(mesh):
+    """GridFTP sends from data connections of its own choosing (per-session server processes): the agent finds
+    them through psutil and reads them like the others."""
+    rec, source = pull(mesh, "tight", "roomy", "gridftp")
+    sent = source["tcp_sent"]
+    print(f"GridFTP's senders: {sent} at {rec['throughput_gbps']:.2f} Gbit/s")
+    assert sent is not None and sent["connections"] >= 1
+    assert sent["data_segs_out"] >= 0.6 * FILES["size"] / 65000, sent
+    assert sent["busy_ms"] > 1000 and sent["rwnd_limited_fraction"] is not None

@@ -48,7 +48,8 @@ def mesh(tmp_path_factory):
         _set_rmem(lab.node("roomy").netns or "", LARGE_RMEM)
         certs = Certificates.create(state / "pki", lab.nodes)
         token = secrets.token_urlsafe(32)
-        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin", "xrootd-https", "gridftp"))
+        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin", "xrootd-https", "gridftp",
+                                                                               "iperf3"))
         ctx = ssl.create_default_context(cafile=str(certs.ca_file))
         with httpx.Client(verify=ctx, timeout=120, headers={"Authorization": f"Bearer {token}"}) as client:
             for name in ("tight", "roomy"):
@@ -60,7 +61,7 @@ def _api(lab, name: str) -> str:
     return f"https://{lab.node(name).address}:{DEFAULT_PORTS['control']}"
 
 
-def pull(mesh, destination: str, source: str, protocol: str = "builtin") -> tuple[dict, dict]:
+def pull(mesh, destination: str, source: str, protocol: str = "builtin", **extra) -> tuple[dict, dict]:
     """A test run by ``destination`` from ``source``: its record, and the source's host summary of it."""
     lab, client = mesh
     tid = str(uuid.uuid4())
@@ -68,7 +69,7 @@ def pull(mesh, destination: str, source: str, protocol: str = "builtin") -> tupl
         "test_id": tid, "protocol": protocol, "source": {"host": lab.node(source).address,
                                                          "port": DEFAULT_PORTS[protocol]},
         "file_set": FILES, "timeout_seconds": 120,
-        "destination": "sink" if protocol == "builtin" else "store"}).raise_for_status()
+        "destination": "store" if protocol in ("xrootd-https", "gridftp") else "sink", **extra}).raise_for_status()
     deadline = time.monotonic() + 150
     while (rec := client.get(_api(lab, destination) + f"/api/v1/transfers/{tid}").json())["status"] == "running":
         assert time.monotonic() < deadline, f"the test from {source} to {destination} did not finish in 150 s"
@@ -181,3 +182,14 @@ def test_gridftps_data_connections_are_found_and_seen(mesh):
     assert sent is not None and sent["connections"] >= 1
     assert sent["data_segs_out"] >= 0.6 * FILES["size"] / 65000, sent
     assert sent["busy_ms"] > 1000 and sent["rwnd_limited_fraction"] is not None
+
+
+def test_iperf3s_sending_server_is_seen_too(mesh):
+    """iperf3's JSON carries no chrono stats; its sending server (-R: the source's, on its port) is read like the
+    others."""
+    rec, source = pull(mesh, "tight", "roomy", "iperf3", streams=2, duration_seconds=3)
+    sent = source["tcp_sent"]
+    print(f"iperf3's senders: {sent} at {rec['throughput_gbps']:.2f} Gbit/s")
+    assert rec["tcp"]["sender"]["rwnd_limited_fraction"] is None  # not in iperf3's own report
+    assert sent is not None and sent["connections"] >= 2 and sent["busy_ms"] > 2000, sent
+    assert sent["rwnd_limited_fraction"] >= 0.4, sent

@@ -327,7 +327,8 @@ class Sampler:
         self.ports = frozenset(p for p in ports if p)  # the agent's servers' ports (tcp_sent)
         self.addresses = tuple(a for a in addresses if a)
         self.ring: deque[Sample] = deque(maxlen=ring)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the ring
+        self._sampling = threading.Lock()  # one sample at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._me = psutil.Process()
@@ -450,7 +451,12 @@ class Sampler:
         return out
 
     def sample(self) -> Sample:
-        """Take one sample now and keep it in the ring."""
+        """Take one sample now and keep it in the ring (one at a time: the thread's, and one a summary asks for,
+        share the netlink socket and the counters' last values)."""
+        with self._sampling:
+            return self._sample()
+
+    def _sample(self) -> Sample:
         cpu = tuple(tuple(getattr(c, f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq",
                                                           "softirq", "steal")) for c in psutil.cpu_times(percpu=True))
         try:

@@ -21,6 +21,7 @@ from aiohttp import web
 from . import __version__, congestion, hosttelemetry, versions
 from .cadir import write_ca_dir
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
+from .daemons.gridmap import GridftpAccess, MeshError
 from .files import FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import CONTENT_TYPE, AgentMetrics
 from .movers import load_movers
@@ -126,6 +127,7 @@ class Agent:
         self.data_server6: Any | None = None  # dual stack: the built-in data server on address6
         self.movers, self.problems = load_movers(settings)
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
+        self.gridftp_access = GridftpAccess(settings)  # the mesh's members GridFTP admits
         self.metrics = AgentMetrics(self.servers_status)
         self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses,
                                           [settings.port_of(p) or 0 for p in settings.protocols if p != "gridftp"])
@@ -291,6 +293,7 @@ class Agent:
             "servers": self.servers_status(),
             "budget_bytes": self.settings.budget_bytes,
             "file_sets": self.filesets.list(),
+            "mesh": self.gridftp_access.members(),
             "running_test_id": running.job.test_id if running else None,
         })
 
@@ -299,9 +302,12 @@ class Agent:
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object: {count, size} or {dataset}")
         verify = body.pop("verify", False)
+        mesh = body.pop("mesh", None)
         try:
             spec = spec_from_request(body)
-        except FileSetError as e:
+            if mesh is not None:  # the run's agents: who may read the set over GridFTP (daemons/gridmap.py)
+                await asyncio.to_thread(self.gridftp_access.set_members, mesh)
+        except (FileSetError, MeshError) as e:
             raise ApiError(422, str(e)) from e
         lock = self._set_locks.setdefault(spec.name, asyncio.Lock())
         async with lock:

@@ -46,6 +46,7 @@ Every figure is null when it could not be read; the summary of a window without 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import threading
@@ -255,6 +256,14 @@ def _sysctl_max(name: str, path: Path = SYSCTL) -> int | None:
         return None
 
 
+def _sysctl_int(name: str, path: Path = SYSCTL) -> int | None:
+    text = _sysctl_text(name, path)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def _sysctl_text(name: str, path: Path = SYSCTL) -> str | None:
     try:
         return (path / name).read_text().strip() or None
@@ -311,6 +320,10 @@ def limits(interface: str | None, sysctl: Path = SYSCTL) -> dict[str, Any]:
         "rmem_max_bytes": _sysctl_max("net/core/rmem_max", sysctl),
         "wmem_max_bytes": _sysctl_max("net/core/wmem_max", sysctl),
         "congestion_control": _sysctl_text("net/ipv4/tcp_congestion_control", sysctl),
+        # how much of the receive buffer Linux advertises as window: tcp_adv_win_scale before 6.6, the release says
+        # which rule applies (the limit model, dashboard/results/diagnosis/limits.py)
+        "tcp_adv_win_scale": _sysctl_int("net/ipv4/tcp_adv_win_scale", sysctl),
+        "kernel": os.uname().release,
         "mtu": link_mtu(interface) if interface else None,
         "speed_mbps": link_speed_mbps(interface) if interface else None,
     }

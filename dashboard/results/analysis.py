@@ -20,9 +20,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from results import maintenance, problems, thresholds
+from results.diagnosis.cells import diagnose_benchmark
 from results.models import AnalysisMark, Benchmark, Change, Measurement, Node, PairLatest, Problem, Run
 from results.selectors import kind_for, metric_for
 from results.stats import changes
@@ -186,9 +188,11 @@ def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
     names = dict(Node.objects.filter(benchmarks=bench).values_list("id", "name"))
     cover = maintenance.overlay(now)
     out = []
-    for src, dst, protocol, streams, family, cc, auth, tput, rtt, status in PairLatest.objects.filter(
-            benchmark=bench).values_list("source_id", "destination_id", "protocol", "streams", "address_family",
-                                         "congestion_control", "auth", "throughput_gbps", "rtt_ms", "status"):
+    cells = PairLatest.objects.filter(benchmark=bench).annotate(
+        fix=KeyTextTransform("fix", "measurement__diagnosis"))  # the diagnosis' fix alone, not its bounds
+    for src, dst, protocol, streams, family, cc, auth, tput, rtt, status, limit, fix in cells.values_list(
+            "source_id", "destination_id", "protocol", "streams", "address_family", "congestion_control", "auth",
+            "throughput_gbps", "rtt_ms", "status", "measurement__binding_limit", "fix"):
         if cover.covers(src, dst):
             state = "maintenance"
         else:
@@ -196,7 +200,8 @@ def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
             state = thresholds.classify(rtt if protocol == "rtt" else tput, status, kind, bounds[kind])
         if src in names and dst in names:
             setting = " ".join(x for x in (family if family != "ipv4" else "", cc, auth) if x)
-            out.append(problems.Cell(names[src], names[dst], protocol, streams, state, setting))
+            out.append(problems.Cell(names[src], names[dst], protocol, streams, state, setting, limit or "",
+                                     fix or ""))
     return out
 
 
@@ -228,9 +233,11 @@ def evaluate_problems(bench: Benchmark, now: datetime | None = None) -> list[Pro
 
 
 def analyse(limit: int | None = None) -> set[int]:
-    """Change detection on what is new, then the problem rules on the benchmarks it touched."""
+    """Change detection on what is new, then the newest cells diagnosed (results.diagnosis) and the problem rules
+    run on the benchmarks it touched."""
     touched = detect_changes(limit)
     for bench in Benchmark.objects.filter(id__in=touched):
+        diagnose_benchmark(bench)  # the problem rules read each cell's binding limit
         evaluate_problems(bench)
     return touched
 

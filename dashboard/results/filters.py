@@ -11,6 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from results import problems, rfc3339
+from results.diagnosis.limits import LIMITS
 from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
@@ -169,6 +170,11 @@ class MeasurementFilterSet(OfPair):
                                     help_text="at least this many TCP retransmits (senders' total)")
     auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],
                                 help_text="how the copy was authorised (token, x509, none; HTTP-based protocols)")
+    # not `limit`: that is the page size (limit/offset pagination)
+    binding_limit = MultipleChoiceFilter(choices=[(x, x) for x in LIMITS],
+                                         help_text="the bound the measurement ran into (results.diagnosis)")
+    efficiency_max = FloatFilter(field_name="efficiency", lookup_expr="lte",
+                                 help_text="at most this share of the pair's path capacity")
 
     class Meta:
         model = Measurement

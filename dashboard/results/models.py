@@ -142,6 +142,13 @@ class Measurement(models.Model):
     host = models.JSONField(null=True, blank=True, help_text=(
         "both ends' host telemetry over the test: CPU, own processes, interface, memory, TCP limits (the contract's "
         "host); null: not recorded"))
+    # The limit model's answer (results.diagnosis), given while the measurement is its cell's newest: not the record's
+    binding_limit = models.CharField(max_length=20, blank=True, db_default="", help_text=(
+        "the bound the measurement sits at (results/diagnosis/limits.py): network-capacity, receive-window, "
+        "send-buffer, loss, source-cpu, destination-cpu, protocol, storage, unknown; empty: not diagnosed"))
+    efficiency = models.FloatField(null=True, blank=True, help_text="measured ÷ the pair's path capacity (iperf3)")
+    diagnosis = models.JSONField(null=True, blank=True, help_text=(
+        "the limit model's bounds with their evidence figures, the binding one's fix, and what was missing"))
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
                                           help_text="the congestion control the test asked for (null: default)")
     repeat = models.PositiveSmallIntegerField(null=True, blank=True,
@@ -199,19 +206,26 @@ class FileTransfer(models.Model):
         ordering = ["measurement", "name"]
 
 
-class PairLatest(models.Model):
+class CellSettings(models.Model):
+    """A grid cell's settings beside its streams, each a setting of its own like streams: an IPv6 or a bbr result
+    never overwrites an IPv4 or cubic one, and a benchmark whose spec.auth changed keeps a cell per mode (#13)."""
+
+    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
+    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
+                                          help_text="empty: the nodes' default")
+    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
+                            help_text="token, x509 or none; empty: a protocol without auth modes")
+
+    class Meta:
+        abstract = True
+
+
+class PairLatest(CellSettings):
     """The newest measurement per grid cell and setting (kept by services.ingest)."""
 
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
     protocol = models.CharField(max_length=20)
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurement has no stream count")
-    # Settings of their own, like streams: an IPv6 or a bbr result never overwrites an IPv4 or cubic one.
-    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
-    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
-                                          help_text="empty: the nodes' default")
-    # and the auth mode: a benchmark whose spec.auth changed keeps a cell per mode (#13)
-    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
-                            help_text="token, x509 or none; empty: a protocol without auth modes")
     source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+")
@@ -295,7 +309,7 @@ class ApiToken(models.Model):
         return True
 
 
-class Change(models.Model):
+class Change(CellSettings):
     """A step change in one cell's history (results.stats.changes): the first run after the step, the medians of
     the stretches on each side, and when it was found."""
 
@@ -304,11 +318,6 @@ class Change(models.Model):
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     protocol = models.CharField(max_length=20)
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurements have no stream count")
-    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
-    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
-                                          help_text="empty: the nodes' default")
-    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
-                            help_text="token, x509 or none; empty: a protocol without auth modes")
     metric = models.CharField(max_length=20, choices=[(m, m) for m in METRICS])
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+",
                                     help_text="the first measurement after the step")

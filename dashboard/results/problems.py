@@ -4,7 +4,13 @@ cells and nodes in, findings out; results.analysis stores them and keeps acknowl
 Rules, in order; a cell explained by an earlier finding is not used again by a later rule:
 - ``silent``: a node with no result in the benchmark's last SILENT_RUNS runs (its agent is gone or cannot test).
 - ``node``: every test from a node (or to it, or both) is bad in a setting while the rest of the mesh is not:
-  the node's NIC, uplink or host (sending or receiving side).
+  the node's NIC, uplink or host (sending or receiving side) — unless the cells' diagnoses (results.diagnosis)
+  explain them otherwise:
+  - ``tuning``: every one of those cells is receive-window-limited (to the node) or send-buffer-limited (from it):
+    one problem naming the setting and its figure (the first cell's fix), not the node;
+  - every one sits at the pair's path capacity (network-capacity): the path allows no more, no problem (and no
+    later rule uses those cells);
+  - otherwise (CPU, loss, protocol, unknown, mixed or not diagnosed) the node problem, with the limits named.
 - ``site-pair``: every test between two sites (both directions) is degraded while each site does fine otherwise:
   the path between the sites.
 - ``one-direction``: a pair is bad one way and fine the other: asymmetric path, or one host's send/receive tuning.
@@ -19,7 +25,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-KINDS = ("silent", "node", "site-pair", "one-direction")
+KINDS = ("silent", "node", "tuning", "site-pair", "one-direction")
+# diagnoses that clear a node: its cells ran into the path or a window setting, not into the node's NIC or host
+WINDOW_LIMITS = {"destination": "receive-window", "source": "send-buffer"}
+PATH_LIMIT = "network-capacity"
 BAD = frozenset({"critical", "failed"})
 DEGRADED = BAD | {"warning"}
 SILENT_RUNS = 2
@@ -40,6 +49,9 @@ class Cell:
     # the rest of the cell's setting: the address family unless IPv4, the congestion control unless the default,
     # the auth mode where the protocol has one ("ipv6 bbr", "token", "x509")
     setting: str = ""
+    # the measurement's binding limit and its fix (results.diagnosis); "": not diagnosed
+    limit: str = ""
+    fix: str = ""
 
     @property
     def ref(self) -> Ref:
@@ -118,7 +130,14 @@ def _node_findings(by_setting: Mapping[Setting, list[Cell]], explained: set) -> 
                 if len(mine) >= MIN_PEERS and all(c.state in BAD for c in mine) and rest_ok:
                     found[(node, side)].extend(mine)
     out = []
-    for node in sorted({n for n, _ in found}):
+    for (node, side), mine in sorted(found.items()):
+        limits = {c.limit for c in mine}
+        if limits == {WINDOW_LIMITS[side]}:
+            out.append(_tuning_finding(node, side, mine))
+        if limits <= {WINDOW_LIMITS[side], PATH_LIMIT} and "" not in limits:
+            found[(node, side)] = []  # explained: not the node's NIC, uplink or host; nor a later rule's
+            explained.update(c.ref for c in mine)
+    for node in sorted({n for n, side in found if found[(n, side)]}):
         sent, received = found.get((node, "source"), []), found.get((node, "destination"), [])
         if sent and received:
             what, where = "from and to", "the node itself (NIC, uplink, host)"
@@ -127,10 +146,22 @@ def _node_findings(by_setting: Mapping[Setting, list[Cell]], explained: set) -> 
         else:
             what, where = "to", "its receiving side (NIC, uplink, disk or TCP receive tuning)"
         mine = sent + received
+        named = sorted({c.limit for c in mine if c.limit})
+        why = f"; their limits: {', '.join(named)}" if named else ""
         out.append(Finding(f"node:{node}", "node", "critical",
-                           f"every test {what} {node} is critical or failed ({len(mine)} cells; {_settings(mine)}): "
-                           f"look at {where}", tuple(sorted({c.ref for c in mine}))))
+                           f"every test {what} {node} is critical or failed ({len(mine)} cells; {_settings(mine)}"
+                           f"{why}): look at {where}", tuple(sorted({c.ref for c in mine}))))
     return out
+
+
+def _tuning_finding(node: str, side: str, mine: list[Cell]) -> Finding:
+    """Every bad test to (from) ``node`` waited on its receive window (send buffer): the setting, not the node."""
+    limit = WINDOW_LIMITS[side]
+    what = "to" if side == "destination" else "from"
+    fix = next((c.fix for c in mine if c.fix), f"raise the {limit.replace('-', ' ')} on {node}")
+    return Finding(f"tuning:{node}:{limit}", "tuning", "warning",
+                   f"every slow test {what} {node} is {limit}-limited ({len(mine)} cells; {_settings(mine)}): {fix}",
+                   tuple(sorted({c.ref for c in mine})))
 
 
 def _site_pair_findings(by_setting: Mapping[Setting, list[Cell]], sites: Mapping[str, str],

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from results import contract, rfc3339, selectors, thresholds
+from results.diagnosis.limits import LIMITS
 from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
@@ -272,6 +273,24 @@ class HostField(serializers.JSONField):
     """Both ends' host telemetry over a test as ingested (the contract's host), or null."""
 
 
+_BOUND = {"type": "object", "properties": {
+    "limit": {"type": "string", "enum": list(LIMITS)}, "gbps": {"type": "number"},
+    "ratio": {"type": "number", "description": "measured ÷ this bound"},
+    "basis": {"type": "string", "description": "what the bound is, its formula filled in"},
+    "evidence": {"type": "object", "additionalProperties": {"type": ["number", "string"]}},
+    "fix": {"type": "string"}, "sits_at": {"type": "boolean"}}}
+
+
+@extend_schema_field({"anyOf": [{"type": "object", "properties": {
+    "limit": {"type": "string", "enum": list(LIMITS)},
+    "efficiency": {"type": ["number", "null"]}, "path_gbps": {"type": ["number", "null"]},
+    "reason": {"type": "string"}, "fix": {"type": ["string", "null"]},
+    "missing": {"type": "array", "items": {"type": "string"}},
+    "bounds": {"type": "array", "items": _BOUND}}}, {"type": "null"}]})
+class DiagnosisField(serializers.JSONField):
+    """The limit model's answer (results/diagnosis/limits.py, Diagnosis.to_dict), or null: not diagnosed."""
+
+
 class FileTransferSerializer(serializers.ModelSerializer):
     tcp = FileTcpField(read_only=True)
 
@@ -294,16 +313,17 @@ class MeasurementSerializer(serializers.ModelSerializer):
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
                   "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "address_family",
                   "repeat", "status", "error", "checksum", "destination_kind", "auth", "implementation",
-                  "started_at", "finished_at", "ingested_at", "cluster"]
+                  "started_at", "finished_at", "ingested_at", "cluster", "binding_limit", "efficiency"]
 
 
 class MeasurementDetailSerializer(MeasurementSerializer):
     files = FileTransferSerializer(many=True, read_only=True)
     tcp = TestTcpField(read_only=True)
     host = HostField(read_only=True)
+    diagnosis = DiagnosisField(read_only=True)
 
     class Meta(MeasurementSerializer.Meta):
-        fields = [*MeasurementSerializer.Meta.fields, "tcp", "host", "files"]
+        fields = [*MeasurementSerializer.Meta.fields, "tcp", "host", "diagnosis", "files"]
 
 
 class GridCellSerializer(serializers.Serializer):
@@ -373,18 +393,28 @@ class HistoryPointSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField()
 
 
-class RttPointSerializer(serializers.Serializer):
+# A chart point's cell settings beside its streams (results.selectors.Pick), after the subclass's own fields (a
+# comment, not a docstring: the subclasses would take it as their schema's description)
+class CellSettingsSerializer(serializers.Serializer):
+    address_family = serializers.CharField()
+    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
+    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
+
+    def get_fields(self):
+        fields = super().get_fields()  # DRF puts a base class's fields first
+        settings = {name: fields.pop(name) for name in CellSettingsSerializer._declared_fields}
+        return {**fields, **settings}
+
+
+class RttPointSerializer(CellSettingsSerializer):
     source = serializers.CharField()
     destination = serializers.CharField()
     streams = serializers.IntegerField()
     rtt_ms = serializers.FloatField()
     throughput_gbps = serializers.FloatField()
-    address_family = serializers.CharField()
-    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
-    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
-class StreamsPairSerializer(serializers.Serializer):
+class StreamsPairSerializer(CellSettingsSerializer):
     protocol = serializers.CharField()
     source = serializers.CharField()
     destination = serializers.CharField()
@@ -392,9 +422,6 @@ class StreamsPairSerializer(serializers.Serializer):
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()
     high_gbps = serializers.FloatField()
-    address_family = serializers.CharField()
-    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
-    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
 # ---- watching over time: changes, problems, maintenance ----

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from tpcmesh_operator.agents import AgentsClient
-from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import MemoryStatusStore
+from tpcmesh_operator.run.agents import AgentsClient
+from tpcmesh_operator.run.delivery import ResultsClient
+from tpcmesh_operator.run.executor import MemoryStatusStore
 
 from tests.integration.operator.test_operator_executor import SPEC, executor, run_info, stored
 

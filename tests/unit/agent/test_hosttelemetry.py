@@ -87,12 +87,14 @@ def test_the_window_is_bracketed_by_the_samples_around_it():
 
 def test_limits_read_the_sysctls_of_a_given_tree(tmp_path: Path):
     for name, text in {"net/ipv4/tcp_rmem": "4096\t131072\t33554432\n", "net/ipv4/tcp_wmem": "4096 16384 4194304",
-                       "net/core/rmem_max": "212992", "net/ipv4/tcp_congestion_control": "cubic\n"}.items():
+                       "net/core/rmem_max": "212992", "net/ipv4/tcp_congestion_control": "cubic\n",
+                       "net/ipv4/tcp_adv_win_scale": "-2\n"}.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     got = ht.limits(None, tmp_path)
     assert got == {"tcp_rmem_max_bytes": 33554432, "tcp_wmem_max_bytes": 4194304, "rmem_max_bytes": 212992,
-                   "wmem_max_bytes": None, "congestion_control": "cubic", "mtu": None, "speed_mbps": None}
+                   "wmem_max_bytes": None, "congestion_control": "cubic", "tcp_adv_win_scale": -2,
+                   "kernel": os.uname().release, "mtu": None, "speed_mbps": None}
 
 
 def test_a_real_sample_of_this_node():

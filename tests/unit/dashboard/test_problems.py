@@ -90,3 +90,32 @@ def test_congestion_controls_and_families_are_compared_within_their_own_setting(
     assert kinds(found) == [("one-direction", "one-direction:a1|c2|builtin|8|ipv6 bbr")]
     assert found[0].cells == (("a1", "c2", "builtin", 8, "ipv6 bbr"),) and "builtin ×8 ipv6 bbr" in found[0].summary
     assert Cell("a1", "c2", "builtin", 8, "ok").ref == ("a1", "c2", "builtin", 8)
+
+
+def diagnosed(limit_to_b1: str, fix: str = "") -> list[Cell]:
+    """Every test to b1 critical, each with the binding limit its diagnosis gave; the rest healthy."""
+    return [Cell(s, d, p, st, "critical" if d == "b1" else "ok", "", limit_to_b1 if d == "b1" else "",
+                 fix if d == "b1" else "")
+            for s, d in itertools.permutations(NODES, 2) for p, st in (("builtin", 1), ("xrootd-https", 1))]
+
+
+def test_a_node_whose_slow_tests_all_wait_on_its_receive_window_is_a_tuning_problem_not_the_node():
+    fix = "raise net.ipv4.tcp_rmem max on b1 to at least 2 × BDP = 66 MB"
+    (f,) = find(diagnosed("receive-window", fix), SITES, {})
+    assert (f.kind, f.key, f.severity) == ("tuning", "tuning:b1:receive-window", "warning")
+    assert fix in f.summary and "every slow test to b1" in f.summary and len(f.cells) == 5 * 2
+
+
+def test_a_node_whose_slow_tests_sit_at_the_path_capacity_raises_nothing():
+    assert find(diagnosed("network-capacity"), SITES, {}) == []
+
+
+def test_the_node_itself_when_its_own_evidence_says_so_with_the_limits_named():
+    (f,) = find(diagnosed("destination-cpu"), SITES, {})
+    assert f.key == "node:b1" and "their limits: destination-cpu" in f.summary
+
+
+def test_a_send_buffer_limit_does_not_clear_the_receiving_side():
+    """Only the side's own window explains it: tests to b1 held by the senders' buffers still point at b1."""
+    (f,) = find(diagnosed("send-buffer"), SITES, {})
+    assert f.kind == "node"

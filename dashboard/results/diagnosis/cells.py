@@ -1,0 +1,115 @@
+"""The limit model (limits.py) applied to a benchmark's grid: each newest transfer cell is diagnosed with what the
+grid holds about its pair and what its measurement recorded, and the answer is kept on the measurement
+(``binding_limit``, ``efficiency``, ``diagnosis``; never on the cell's row, which ingest alone writes). The analysis
+runs it after each ingest (results.analysis), so a measurement is diagnosed while it is its cell's newest.
+
+What a cell is judged with:
+- the pair's path capacity: the pair's newest iperf3 cell with the most streams, same address family (its run
+  said, ``same_run``);
+- the built-in mover on the same pair, streams and family (the protocol bound);
+- both ends' loopback ceilings (Node.loopback_gbps, the grid's diagonal);
+- from the measurement: its aggregate rate (the throughput when it has none), streams, files in flight, RTT, the
+  senders' TCP view (cwnd, retransmits over data segments, the receive-window / send-buffer shares of busy time),
+  both ends' host telemetry (the kernel's TCP limits and release, MTU, the busiest core).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from results.diagnosis import limits
+from results.models import Benchmark, Measurement, Node, PairLatest
+
+TRANSFER_EXCLUDED = ("rtt",)  # cells with no rate to judge
+Key = tuple[int, int, str]  # (source id, destination id, address family)
+
+
+def _host(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> limits.Host:
+    end = end or {}
+    lim = end.get("limits") or {}
+    cpu = end.get("cpu") or {}
+    return limits.Host(
+        name=name, kernel=lim.get("kernel"), tcp_rmem_max=lim.get("tcp_rmem_max_bytes"),
+        tcp_wmem_max=lim.get("tcp_wmem_max_bytes"), rmem_max=lim.get("rmem_max_bytes"),
+        wmem_max=lim.get("wmem_max_bytes"), tcp_adv_win_scale=lim.get("tcp_adv_win_scale"),
+        congestion_control=lim.get("congestion_control"), mtu=lim.get("mtu"), loopback_gbps=loopback,
+        busiest_core_percent=cpu.get("busiest_core_pct"))
+
+
+def _tcp(view: Mapping[str, Any] | None) -> limits.Tcp:
+    """The senders' side of the test's TCP view (only a sender has a cwnd, retransmits and waits)."""
+    view = view or {}
+    sender = view.get("sender") or {}
+    retransmits = sender.get("retransmits", view.get("retransmits"))
+    return limits.Tcp(cwnd_max_bytes=sender.get("cwnd_max_bytes"), retransmits=retransmits,
+                      data_segs_out=sender.get("data_segs_out"),
+                      rwnd_limited=sender.get("rwnd_limited_fraction"),
+                      sndbuf_limited=sender.get("sndbuf_limited_fraction"))
+
+
+def model_input(row: Mapping[str, Any], names: Mapping[int, str], loopback: Mapping[int, float | None],
+                path: limits.PathCapacity | None, builtin_gbps: float | None) -> limits.Measurement | None:
+    """A cell's row (its measurement's figures) and its pair's context -> the model's input; None: nothing to
+    judge (a failed test, no rate)."""
+    gbps = row["aggregate_gbps"] or row["throughput_gbps"]
+    if row["status"] != "succeeded" or not gbps or gbps <= 0:
+        return None
+    host = row["host"] or {}
+    src, dst = row["source_id"], row["destination_id"]
+    return limits.Measurement(
+        gbps=gbps, protocol=row["protocol"], streams=row["streams"] or 1, files=row["file_count"] or 1,
+        concurrency=row["concurrency"], rtt_ms=row["rtt_ms"],
+        source=_host(host.get("source"), names.get(src, ""), loopback.get(src)),
+        destination=_host(host.get("destination"), names.get(dst, ""), loopback.get(dst)),
+        tcp=_tcp(row["tcp"]), path=path,
+        builtin_gbps=builtin_gbps if row["protocol"] != "builtin" else None)
+
+
+ROW_FIELDS = ("id", "protocol", "streams", "address_family", "source_id", "destination_id", "measurement_id",
+              "measurement__run_id", "measurement__status", "measurement__aggregate_gbps",
+              "measurement__throughput_gbps", "measurement__concurrency", "measurement__file_count",
+              "measurement__rtt_ms", "measurement__tcp", "measurement__host")
+
+
+def _rows(bench: Benchmark) -> list[dict[str, Any]]:
+    rows = []
+    for values in PairLatest.objects.filter(benchmark=bench).exclude(protocol__in=TRANSFER_EXCLUDED).values_list(
+            *ROW_FIELDS):
+        row = dict(zip((f.removeprefix("measurement__") for f in ROW_FIELDS), values, strict=True))
+        rows.append(row)
+    return rows
+
+
+def diagnose_benchmark(bench: Benchmark) -> int:
+    """Diagnose every newest transfer cell of ``bench`` and store the answers; how many were diagnosed."""
+    rows = _rows(bench)
+    names = dict(Node.objects.filter(benchmarks=bench).values_list("id", "name"))
+    loopback = dict(Node.objects.filter(benchmarks=bench).values_list("id", "loopback_gbps"))
+    paths: dict[Key, dict[str, Any]] = {}  # the pair's iperf3 with the most streams
+    builtin: dict[tuple[Key, int], float] = {}
+    for r in rows:
+        key = (r["source_id"], r["destination_id"], r["address_family"])
+        rate = r["aggregate_gbps"] or r["throughput_gbps"]
+        if r["status"] != "succeeded" or not rate:
+            continue
+        if r["protocol"] == "iperf3" and (key not in paths or r["streams"] > paths[key]["streams"]):
+            paths[key] = r
+        elif r["protocol"] == "builtin":
+            builtin[(key, r["streams"])] = max(rate, builtin.get((key, r["streams"]), 0.0))
+    measurements = []
+    for r in rows:
+        key = (r["source_id"], r["destination_id"], r["address_family"])
+        iperf3 = paths.get(key)
+        path = None if iperf3 is None or iperf3["id"] == r["id"] else limits.PathCapacity(
+            gbps=iperf3["throughput_gbps"] or iperf3["aggregate_gbps"], streams=iperf3["streams"] or 1,
+            same_run=iperf3["run_id"] == r["run_id"])
+        model = model_input(r, names, loopback, path, builtin.get((key, r["streams"])))
+        if model is None:
+            continue
+        d = limits.diagnose(model)
+        efficiency = round(d.efficiency, 4) if d.efficiency is not None else None
+        measurements.append(Measurement(id=r["measurement_id"], binding_limit=d.limit, efficiency=efficiency,
+                                        diagnosis=d.to_dict()))
+    Measurement.objects.bulk_update(measurements, ["binding_limit", "efficiency", "diagnosis"], batch_size=500)
+    return len(measurements)

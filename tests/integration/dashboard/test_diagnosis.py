@@ -1,0 +1,100 @@
+"""Every slow cell says why (results.diagnosis): after an ingest the analysis diagnoses each newest cell with the
+limit model, stores the answer on the measurement (API: binding_limit, efficiency, diagnosis; filter
+?binding_limit=), and the problem rules use it: a far node whose every incoming single-stream test sits at its
+receive window gets one tuning problem naming tcp_rmem and its figure, not "look at the node"."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.dashboard import batch, measurement
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+NODES = ["a1", "a2", "b1", "far"]
+RTT_FAR_MS = 53.0
+# one end's host telemetry as an agent reports it (tpcmesh_agent.hosttelemetry), cut to what the model reads
+END = {"cpu": {"busiest_core_pct": 30.0, "busiest_core_softirq_pct": 2.0},
+       "limits": {"tcp_rmem_max_bytes": 64_000_000, "tcp_wmem_max_bytes": 64_000_000, "rmem_max_bytes": 212_992,
+                  "wmem_max_bytes": 212_992, "congestion_control": "cubic", "mtu": 9000, "kernel": "6.18.0",
+                  "tcp_adv_win_scale": 1}}
+
+
+def _end(buffer: int) -> dict:
+    end = copy.deepcopy(END)
+    end["limits"].update(tcp_rmem_max_bytes=buffer, tcp_wmem_max_bytes=buffer)
+    return end
+
+
+def _mesh(t: datetime, far_buffer: int, far_gbps: float, far_iperf3_gbps: float) -> list[dict]:
+    """builtin x1 and iperf3 x8 between every pair; `far` is 53 ms away with TCP buffers of `far_buffer` (both
+    ways: its receive window bounds the tests to it, its send buffer the tests from it)."""
+    out = []
+    for s in NODES:
+        for d in NODES:
+            if s == d:
+                continue
+            far = "far" in (s, d)
+            host = {"source": _end(far_buffer if s == "far" else 64_000_000),
+                    "destination": _end(far_buffer if d == "far" else 64_000_000)}
+            waited = {"rwnd_limited_fraction": 0.87 if d == "far" else 0.01,
+                      "sndbuf_limited_fraction": 0.87 if s == "far" else 0.0}
+            for protocol, streams, gbps in (("builtin", 1, far_gbps), ("iperf3", 8, far_iperf3_gbps)):
+                m = measurement(s, d, protocol=protocol, streams=streams, finished=t, gbps=gbps if far else 40.0,
+                                rtt_ms=RTT_FAR_MS if far else 0.2)
+                m["aggregate_gbps"] = m["throughput_gbps"]
+                m["host"] = host
+                m["tcp"] = {"retransmits": 0, "sender": {"retransmits": 0, "data_segs_out": 400_000,
+                                                         "congestion": ["cubic"], **waited}}
+                out.append(m)
+    return out
+
+
+def ingest(client, key, ms, run):
+    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, run=run, nodes=[{"name": n} for n in NODES])),
+                    content_type="application/json", HTTP_AUTHORIZATION=f"Token {key}")
+    assert r.status_code == 200, r.content
+
+
+def test_a_far_node_behind_a_small_receive_window_is_a_tuning_problem_with_its_figures(client, write_key):
+    ingest(client, write_key, _mesh(datetime.now(UTC) - timedelta(hours=1), 3_000_000, 0.35, 2.8), "d1")
+
+    limited = client.get("/api/v1/measurements/?binding_limit=receive-window&protocol=builtin").json()
+    assert limited["count"] == 3, limited
+    assert {(m["source"], m["destination"]) for m in limited["results"]} == {(n, "far") for n in ("a1", "a2", "b1")}
+    one = limited["results"][0]
+    assert one["efficiency"] == pytest.approx(0.35 / 2.8, rel=0.01)  # measured ÷ the pair's iperf3 x8
+    diagnosis = client.get(f"/api/v1/measurements/{one['id']}/").json()["diagnosis"]
+    assert diagnosis["limit"] == "receive-window" and "tcp_rmem" in diagnosis["fix"] and "far" in diagnosis["fix"]
+    window = next(b for b in diagnosis["bounds"] if b["limit"] == "receive-window")
+    assert window["sits_at"] and window["evidence"]["tcp_rmem_max_bytes"] == 3_000_000
+    # from far: its send buffer; the LAN pairs are not window-limited
+    sent = client.get("/api/v1/measurements/?binding_limit=send-buffer&protocol=builtin").json()["results"]
+    assert {m["source"] for m in sent} == {"far"} and len(sent) == 3
+    assert client.get("/api/v1/measurements/?binding_limit=receive-window&destination=a1").json()["count"] == 0
+
+    active = client.get("/api/v1/problems/?active=true").json()["results"]
+    assert [p["key"] for p in active if p["kind"] == "node"] == [], active  # far is healthy: no node problem
+    tuning = {p["key"]: p["summary"] for p in active if p["kind"] == "tuning"}
+    assert set(tuning) == {"tuning:far:receive-window", "tuning:far:send-buffer"}, active
+    assert "every slow test to far is receive-window-limited" in tuning["tuning:far:receive-window"]
+    assert "tcp_rmem" in tuning["tuning:far:receive-window"] and "tcp_wmem" in tuning["tuning:far:send-buffer"]
+
+
+def test_without_telemetry_the_slow_far_node_is_still_a_node_problem_and_the_cell_unknown(client, write_key):
+    """What the dashboard did before diagnosis, and still does when the figures a bound needs are missing."""
+    ms = _mesh(datetime.now(UTC) - timedelta(hours=1), 3_000_000, 0.35, 2.8)
+    for m in ms:
+        m.pop("host", None)
+        m.pop("tcp", None)
+    ingest(client, write_key, ms, "d2")
+    assert client.get("/api/v1/measurements/?binding_limit=receive-window").json()["count"] == 0
+    unknown = client.get("/api/v1/measurements/?binding_limit=unknown&destination=far&protocol=builtin").json()
+    assert unknown["count"] == 3
+    detail = client.get(f"/api/v1/measurements/{unknown['results'][0]['id']}/").json()["diagnosis"]
+    assert detail["missing"], detail  # the missing figures are named, never guessed
+    active = client.get("/api/v1/problems/?active=true").json()["results"]
+    assert [p["key"] for p in active if p["kind"] == "node"] == ["node:far"], active

@@ -129,7 +129,8 @@ class Agent:
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
         self.gridftp_access = GridftpAccess(settings)  # the mesh's members GridFTP admits
         self.metrics = AgentMetrics(self.servers_status)
-        self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses)
+        self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses,
+                                          [settings.port_of(p) or 0 for p in settings.protocols if p != "gridftp"])
         self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics, self.host)
         self.ready = False
         self._set_locks: dict[str, asyncio.Lock] = {}

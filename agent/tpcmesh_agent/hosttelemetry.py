@@ -32,6 +32,13 @@ covers the window and at most one interval either side. Per end (``summarize``, 
   kernels before they were namespaced, read-only in a child namespace), ``congestion_control`` (the default
   algorithm), the interface's ``mtu`` and ``speed_mbps`` (ethtool's link mode; null when the driver does not say,
   e.g. virtio and loopback);
+- ``tcp_sent``: why this end's TCP senders to ``peer`` waited (the built-in data server, XRootD, GridFTP, iperf3):
+  every sample reads the tcp_info of the established sockets on the agent's server ports and of GridFTP's data
+  connections (pyroute2's inet_diag, the kernel's sock_diag, filtered by local port in the kernel) that sent
+  data, and keeps the changes of busy time, rwnd- and sndbuf-limited time,
+  retransmits and data segments; the summary gives them in tcpinfo's shape (``busy_ms``,
+  ``rwnd_limited_fraction``, ``sndbuf_limited_fraction``, ``retransmits``, ``connections``). A connection that
+  opens and closes between two samples is not seen, and one that closes loses its last interval;
 - ``window``: ``seconds`` covered and ``samples`` used.
 Every figure is null when it could not be read; the summary of a window without two samples is None.
 """
@@ -41,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -55,12 +63,16 @@ log = logging.getLogger(__name__)
 
 RING = 3600  # samples kept: an hour at the default 1 s interval
 SATURATED = 95.0  # % busy (softirq included) at which a core is taken as saturated
+# tcp_info counters of a sending socket kept per interval (inet_diag's INET_DIAG_INFO names, µs for the times)
+SENT_COUNTERS = ("tcpi_bytes_acked", "tcpi_busy_time", "tcpi_rwnd_limited", "tcpi_sndbuf_limited",
+                 "tcpi_total_retrans", "tcpi_bytes_retrans", "tcpi_data_segs_out")
 LINK_COUNTERS = ("rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 DRIVER_COUNTER = re.compile(r"drop|err|discard|miss|fifo|timeout", re.IGNORECASE)
 # /proc/sys is read directly: no library reads sysctls, and the files are the kernel's own interface (a read
 # there answers for the reading process's network namespace)
 SYSCTL = Path("/proc/sys")
 AGENT = "agent"
+EPHEMERAL_SENDERS = ("globus-gridftp-server",)  # send test data from ports of their own choice (data channels)
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,9 @@ class Sample:
     driver: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> the driver's drop/error counters
     mem_available: int | None = None
     mem_total: int | None = None
+    # what this node's TCP senders did since the previous sample: (peer address, socket cookie) -> SENT_COUNTERS
+    # changes, for the sockets that sent data in that interval
+    sent: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
 
 # ---- the summary (pure) ------------------------------------------------------------------------------------------
@@ -174,6 +189,28 @@ def interface_summary(samples: Sequence[Sample], name: str | None) -> dict[str, 
     return out
 
 
+def sent_summary(samples: Sequence[Sample], peer: str | None) -> dict[str, Any] | None:
+    """The ``tcp_sent`` part: this end's TCP senders towards ``peer`` over the samples' intervals, in tcpinfo's
+    shape (``busy_ms``, ``rwnd_limited_fraction``, ``sndbuf_limited_fraction``, ``retransmits``,
+    ``bytes_retrans``, ``data_segs_out``, ``connections``); None without a peer or when nothing was sent to it."""
+    if peer is None or len(samples) < 2:
+        return None
+    total = [0] * len(SENT_COUNTERS)
+    connections = set()
+    for s in samples[1:]:  # each sample holds the changes since the one before it
+        for (address, cookie), changes in s.sent.items():
+            if address == peer:
+                connections.add(cookie)
+                total = [a + b for a, b in zip(total, changes, strict=True)]
+    if not connections:
+        return None
+    acked, busy, rwnd, sndbuf, retrans, bytes_retrans, segs = total
+    return {"connections": len(connections), "retransmits": retrans, "bytes_retrans": bytes_retrans,
+            "data_segs_out": segs, "busy_ms": round(busy / 1000, 3),
+            "rwnd_limited_fraction": round(min(1.0, rwnd / busy), 4) if busy else None,
+            "sndbuf_limited_fraction": round(min(1.0, sndbuf / busy), 4) if busy else None}
+
+
 def memory_summary(samples: Sequence[Sample]) -> dict[str, Any]:
     avail = [s.mem_available for s in samples if s.mem_available is not None]
     total = next((s.mem_total for s in reversed(samples) if s.mem_total is not None), None)
@@ -190,7 +227,7 @@ def window(ring: Iterable[Sample], since: float, until: float) -> list[Sample]:
 
 
 def summarize(samples: Sequence[Sample], interface: str | None = None,
-              limits: dict[str, Any] | None = None) -> dict[str, Any] | None:
+              limits: dict[str, Any] | None = None, peer: str | None = None) -> dict[str, Any] | None:
     """One end's host summary from its samples in time order (see the module's docstring); None without two."""
     if len(samples) < 2:
         return None
@@ -201,10 +238,16 @@ def summarize(samples: Sequence[Sample], interface: str | None = None,
         "interface": interface_summary(samples, interface),
         "memory": memory_summary(samples),
         "limits": limits,
+        "tcp_sent": sent_summary(samples, peer),
     }
 
 
 # ---- reading the node --------------------------------------------------------------------------------------------
+def _plain(address: str) -> str:
+    """An IPv4-mapped IPv6 address (a dual-stack server's IPv4 peer: XRootD listens so) as the IPv4 address."""
+    return address.removeprefix("::ffff:") if address.startswith("::ffff:") and "." in address else address
+
+
 def _sysctl_max(name: str, path: Path = SYSCTL) -> int | None:
     """The last number of a sysctl (tcp_rmem's maximum, rmem_max's only value); None when it cannot be read."""
     try:
@@ -288,13 +331,17 @@ def limits(interface: str | None, sysctl: Path = SYSCTL) -> dict[str, Any]:
 
 class Sampler:
     """The ring of samples and the thread that fills it (``start``/``stop``); ``summary`` answers a window.
-    ``addresses``: the agent's own addresses, whose interfaces' driver counters are sampled too."""
+    ``addresses``: the agent's own addresses, whose interfaces' driver counters are sampled too; ``ports``: its
+    servers' ports, whose sending sockets make ``tcp_sent``."""
 
-    def __init__(self, interval: float, addresses: Sequence[str] = (), ring: int = RING) -> None:
+    def __init__(self, interval: float, addresses: Sequence[str] = (), ports: Iterable[int] = (),
+                 ring: int = RING) -> None:
         self.interval = interval
+        self.ports = frozenset(p for p in ports if p)  # the agent's servers' ports (tcp_sent)
         self.addresses = tuple(a for a in addresses if a)
         self.ring: deque[Sample] = deque(maxlen=ring)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the ring
+        self._sampling = threading.Lock()  # one sample at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._me = psutil.Process()
@@ -302,6 +349,7 @@ class Sampler:
         self._ipr: Any = None
         self._driver_links: set[str] | None = None  # the interfaces whose driver counters are sampled
         self._no_driver_stats: set[str] = set()
+        self._sockets: dict[int, tuple[int, ...]] | None = None  # socket cookie -> SENT_COUNTERS, last sample
 
     # -- one sample --
     def _process_tree(self) -> dict[int, tuple[str, float, float]]:
@@ -371,8 +419,57 @@ class Sampler:
                 eth.close()
         return out
 
+    def _sending_ports(self, procs: dict[int, tuple[str, float, float]]) -> set[int]:
+        """The local ports this node's test data leaves from: the agent's servers' (``ports``), and the data
+        connections of the programs without a fixed one (GridFTP's per-session servers: psutil lists them)."""
+        found = set(self.ports)
+        for pid, (name, _, _) in procs.items():
+            if name not in EPHEMERAL_SENDERS:
+                continue
+            try:
+                found.update(c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
+                             if c.status == psutil.CONN_ESTABLISHED and c.raddr)
+            except psutil.Error:
+                continue
+        return found
+
+    def _sent(self, procs: dict[int, tuple[str, float, float]]) -> dict[tuple[str, int], tuple[int, ...]]:
+        """The established TCP sockets of the agent's servers that sent data since the last call (pyroute2's
+        inet_diag, asked for one local port at a time: the kernel filters, so a node with thousands of other
+        sockets costs nothing more), their counters' changes; a socket new since then counts from its start (its
+        counters are cumulative)."""
+        from pyroute2 import DiagSocket
+
+        now: dict[int, tuple[str, tuple[int, ...]]] = {}
+        with DiagSocket() as ds:
+            ds.bind()
+            for port in sorted(self._sending_ports(procs)):
+                for family in (socket.AF_INET, socket.AF_INET6):
+                    # established sockets, with INET_DIAG_INFO (struct tcp_info)
+                    for msg in ds.get_sock_stats(family=family, states=1 << 1, extensions=1 << 1, sport=port):
+                        info = msg.get_attr("INET_DIAG_INFO")
+                        if info is None or not info.get("tcpi_bytes_acked"):
+                            continue  # never sent a byte
+                        now[int(msg["idiag_cookie"])] = (_plain(str(msg["idiag_dst"])),
+                                                         tuple(int(info.get(k) or 0) for k in SENT_COUNTERS))
+        first, before = self._sockets is None, self._sockets or {}
+        self._sockets = {cookie: counters for cookie, (_, counters) in now.items()}
+        if first:
+            return {}  # the baseline: what was sent before the agent started is no test's
+        out: dict[tuple[str, int], tuple[int, ...]] = {}
+        for cookie, (peer, counters) in now.items():
+            old = before.get(cookie, (0,) * len(SENT_COUNTERS))
+            if counters[0] > old[0]:  # more bytes acknowledged: it sent in this interval
+                out[(peer, cookie)] = tuple(max(0, b - a) for a, b in zip(old, counters, strict=True))
+        return out
+
     def sample(self) -> Sample:
-        """Take one sample now and keep it in the ring."""
+        """Take one sample now and keep it in the ring (one at a time: the thread's, and one a summary asks for,
+        share the netlink socket and the counters' last values)."""
+        with self._sampling:
+            return self._sample()
+
+    def _sample(self) -> Sample:
         cpu = tuple(tuple(getattr(c, f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq",
                                                           "softirq", "steal")) for c in psutil.cpu_times(percpu=True))
         try:
@@ -385,9 +482,15 @@ class Sampler:
         except Exception as e:
             log.info("Reading the driver counters failed: %s", e)
             driver = {}
+        procs = self._process_tree()
+        try:
+            sent = self._sent(procs)
+        except Exception as e:  # inet_diag refused (a restricted sandbox): no sender view, the rest still counts
+            log.info("Reading the TCP sockets failed: %s", e)
+            sent = {}
         mem = psutil.virtual_memory()
-        s = Sample(t=time.time(), cpu=cpu, procs=self._process_tree(), links=links, driver=driver,
-                   mem_available=int(mem.available), mem_total=int(mem.total))
+        s = Sample(t=time.time(), cpu=cpu, procs=procs, links=links, driver=driver,
+                   mem_available=int(mem.available), mem_total=int(mem.total), sent=sent)
         with self._lock:
             self.ring.append(s)
         return s
@@ -435,4 +538,4 @@ class Sampler:
         if name is None:
             busiest = interface_summary(samples, None)
             name = busiest["name"] if busiest else None
-        return summarize(samples, name, limits(name))
+        return summarize(samples, name, limits(name), peer)

@@ -1,5 +1,7 @@
 """Both ends' host telemetry and why TCP waited (the contract's `host` and the sender's tcp figures) as the pair
-page shows them beside the throughput: one short line per end, the full figures in a tooltip. Pure."""
+page shows them beside the throughput: one short line per end, the full figures in a tooltip. Why TCP waited comes
+from the record's sender view (the built-in mover), else from the source's host telemetry of its sending sockets
+(host.source.tcp_sent: XRootD, GridFTP, iperf3). Pure."""
 
 from __future__ import annotations
 
@@ -71,6 +73,10 @@ def waited(tcp: dict[str, Any] | None) -> str:
 def view(host: dict[str, Any] | None, tcp: dict[str, Any] | None) -> dict[str, Any]:
     """What a pair page row shows: {"ends": [(short name, line, details)], "waited": text}."""
     host = host or {}
+    said = waited(tcp)
+    if not said:  # XRootD, GridFTP, iperf3: the record has no sender view, the source's host telemetry may
+        seen = waited({"sender": (host.get("source") or {}).get("tcp_sent")})
+        said = f"{seen} (source's sockets)" if seen else ""
     return {"ends": [(short, end_line(host.get(end)), end_details(host.get(end)))
                      for end, short in ENDS if host.get(end)],
-            "waited": waited(tcp)}
+            "waited": said}

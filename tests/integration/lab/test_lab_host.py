@@ -48,11 +48,14 @@ def mesh(tmp_path_factory):
         _set_rmem(lab.node("roomy").netns or "", LARGE_RMEM)
         certs = Certificates.create(state / "pki", lab.nodes)
         token = secrets.token_urlsafe(32)
-        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin",))
+        start_agents(lab, certs, token, state, budget_bytes=2 * 10**9, protocols=("builtin", "xrootd-https", "gridftp",
+                                                                               "iperf3"))
         ctx = ssl.create_default_context(cafile=str(certs.ca_file))
         with httpx.Client(verify=ctx, timeout=120, headers={"Authorization": f"Bearer {token}"}) as client:
             for name in ("tight", "roomy"):
-                client.post(f"{_api(lab, name)}/api/v1/filesets", json=FILES).raise_for_status()
+                # naming the mesh's members, as an operator's run does: GridFTP admits only them
+                client.post(f"{_api(lab, name)}/api/v1/filesets",
+                            json={**FILES, "mesh": ["tight", "roomy"]}).raise_for_status()
             yield lab, client
 
 
@@ -60,13 +63,15 @@ def _api(lab, name: str) -> str:
     return f"https://{lab.node(name).address}:{DEFAULT_PORTS['control']}"
 
 
-def pull(mesh, destination: str, source: str) -> tuple[dict, dict]:
-    """A built-in test run by ``destination`` from ``source``: its record, and the source's host summary of it."""
+def pull(mesh, destination: str, source: str, protocol: str = "builtin", **extra) -> tuple[dict, dict]:
+    """A test run by ``destination`` from ``source``: its record, and the source's host summary of it."""
     lab, client = mesh
     tid = str(uuid.uuid4())
     client.post(_api(lab, destination) + "/api/v1/transfers", json={
-        "test_id": tid, "protocol": "builtin", "source": {"host": lab.node(source).address, "port": 9080},
-        "file_set": FILES, "timeout_seconds": 120, "destination": "sink"}).raise_for_status()
+        "test_id": tid, "protocol": protocol, "source": {"host": lab.node(source).address,
+                                                         "port": DEFAULT_PORTS[protocol]},
+        "file_set": FILES, "timeout_seconds": 120,
+        "destination": "store" if protocol in ("xrootd-https", "gridftp") else "sink", **extra}).raise_for_status()
     deadline = time.monotonic() + 150
     while (rec := client.get(_api(lab, destination) + f"/api/v1/transfers/{tid}").json())["status"] == "running":
         assert time.monotonic() < deadline, f"the test from {source} to {destination} did not finish in 150 s"
@@ -103,6 +108,22 @@ def test_a_small_receive_buffer_makes_the_sender_receive_window_limited(mesh):
     assert large["rwnd_limited_fraction"] <= 0.25, large
     assert small["rwnd_limited_fraction"] - large["rwnd_limited_fraction"] >= 0.25
     assert tight["files"][0]["tcp"]["sender"]["rwnd_limited_fraction"] == small["rwnd_limited_fraction"]
+
+
+def test_xrootds_sending_sockets_say_it_waited_for_the_receive_window(mesh):
+    """XRootD's own sockets (its public instance sends, the destination's TPC instance pulls): the destination's
+    record has no sender view of them, the source's host telemetry does (sock_diag, every sample). Not a
+    comparison: with a large buffer XRootD's own receiving pace still fills the window at times (seen 0.47 at
+    0.8 Gbit/s), and a pull that fast is over in less than the lab agents' 1 s sample interval (half its
+    connections' data unseen)."""
+    rec, source = pull(mesh, "tight", "roomy", "xrootd-https")
+    assert rec["tcp"]["sender"] is None  # the destination sees only its receiving sockets (ss)
+    sent = source["tcp_sent"]
+    print(f"XRootD's senders: {sent} at {rec['throughput_gbps']:.2f} Gbit/s")
+    assert sent is not None and sent["connections"] >= 1
+    assert sent["data_segs_out"] >= 0.6 * FILES["size"] / 65000, sent  # most of the data, in full segments
+    assert sent["busy_ms"] > 1000 and sent["rwnd_limited_fraction"] >= 0.4, sent
+    assert "xrootd" in source["processes"] and source["processes"]["xrootd"]["cpu_seconds"] > 0
 
 
 SAMPLE_A_VETH = r"""
@@ -152,3 +173,25 @@ def test_a_veth_gives_the_drivers_statistics_and_its_speed(tmp_path):
     assert nic["name"] == "v0" and nic["tx_bytes"] >= 20_000_000, nic
     assert nic["driver"] is not None, nic  # veth's counters (e.g. rx_queue_0_drops), none of which moved
     assert summary["limits"]["speed_mbps"] == 10000 and summary["limits"]["mtu"] == 1500
+
+
+def test_gridftps_data_connections_are_found_and_seen(mesh):
+    """GridFTP sends from data connections of its own choosing (per-session server processes): the agent finds
+    them through psutil and reads them like the others."""
+    rec, source = pull(mesh, "tight", "roomy", "gridftp")
+    sent = source["tcp_sent"]
+    print(f"GridFTP's senders: {sent} at {rec['throughput_gbps']:.2f} Gbit/s")
+    assert sent is not None and sent["connections"] >= 1
+    assert sent["data_segs_out"] >= 0.6 * FILES["size"] / 65000, sent
+    assert sent["busy_ms"] > 1000 and sent["rwnd_limited_fraction"] is not None
+
+
+def test_iperf3s_sending_server_is_seen_too(mesh):
+    """iperf3's JSON carries no chrono stats; its sending server (-R: the source's, on its port) is read like the
+    others."""
+    rec, source = pull(mesh, "tight", "roomy", "iperf3", streams=2, duration_seconds=3)
+    sent = source["tcp_sent"]
+    print(f"iperf3's senders: {sent} at {rec['throughput_gbps']:.2f} Gbit/s")
+    assert rec["tcp"]["sender"]["rwnd_limited_fraction"] is None  # not in iperf3's own report
+    assert sent is not None and sent["connections"] >= 2 and sent["busy_ms"] > 2000, sent
+    assert sent["rwnd_limited_fraction"] >= 0.4, sent

@@ -112,3 +112,18 @@ def test_a_real_sample_of_this_node():
     sampler.stop()
     schema = json.loads((REPO / "manifests/schemas/measurement.v1.schema.json").read_text())
     jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/host"}).validate({"destination": summary})
+
+
+def test_the_senders_view_sums_the_intervals_towards_the_peer_only():
+    # SENT_COUNTERS: bytes acked, busy µs, rwnd-limited µs, sndbuf-limited µs, retransmits, bytes retransmitted, segs
+    before = Sample(t=0.0, cpu=(), sent={("10.0.0.2", 7): (9, 9, 9, 9, 9, 9, 9)})  # before the window: not counted
+    one = Sample(t=1.0, cpu=(), sent={("10.0.0.2", 7): (5_000_000, 1_000_000, 800_000, 0, 2, 2896, 3500),
+                                      ("10.0.0.9", 8): (1, 1_000_000, 0, 0, 0, 0, 1)})  # another peer
+    two = Sample(t=2.0, cpu=(), sent={("10.0.0.2", 7): (5_000_000, 1_000_000, 900_000, 100_000, 1, 1448, 3500),
+                                      ("10.0.0.2", 11): (1_000_000, 2_000_000, 0, 0, 0, 0, 700)})
+    sent = ht.sent_summary([before, one, two], "10.0.0.2")
+    assert sent == {"connections": 2, "retransmits": 3, "bytes_retrans": 4344, "data_segs_out": 7700,
+                    "busy_ms": 4000.0, "rwnd_limited_fraction": 0.425, "sndbuf_limited_fraction": 0.025}
+    assert ht.sent_summary([before, one, two], "10.0.0.3") is None  # nothing sent there: a receiver
+    assert ht.sent_summary([before, one, two], None) is None
+    assert ht._plain("::ffff:10.0.0.2") == "10.0.0.2" and ht._plain("2001:db8::2") == "2001:db8::2"

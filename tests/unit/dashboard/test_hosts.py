@@ -26,3 +26,13 @@ def test_why_tcp_waited_is_said_only_when_the_sender_was_seen():
     shown = hosts.view({"destination": {"limits": {"tcp_rmem_max_bytes": 33554432, "mtu": 1500}}}, tcp)
     assert [e[0] for e in shown["ends"]] == ["dst"]
     assert "tcp_rmem max 33.6 MB" in shown["ends"][0][2] and "MTU 1500" in shown["ends"][0][2]
+
+
+def test_without_a_sender_view_the_sources_sockets_say_why_it_waited():
+    host = {"source": {"tcp_sent": {"busy_ms": 15780.0, "rwnd_limited_fraction": 0.704,
+                                    "sndbuf_limited_fraction": 0.0}}}
+    assert hosts.view(host, {"sender": None})["waited"] == (
+        "receive window 70 %, send buffer 0 % of 15.8 s busy (source's sockets)")
+    builtin = {"sender": {"busy_ms": 1000.0, "rwnd_limited_fraction": 0.1, "sndbuf_limited_fraction": 0.2}}
+    assert hosts.view(host, builtin)["waited"] == "receive window 10 %, send buffer 20 % of 1.0 s busy"
+    assert hosts.view({"source": {"tcp_sent": None}}, None)["waited"] == ""

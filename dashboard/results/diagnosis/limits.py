@@ -25,8 +25,10 @@ flight at once it equals the throughput).
   buffer in flight). tcp_rmem/tcp_wmem bound the buffers the kernel autotunes; ``net.core.rmem_max``/``wmem_max``
   cap only what a program asks for with SO_RCVBUF/SO_SNDBUF, so they are evidence and part of the fix, not the
   bound.
-- The observed windows widen these: if the sender's largest cwnd or the receiver's rcv_space exceeds the window
-  derived from the limits, the window bound uses the observed one (the limits were read too low).
+- The observed window widens these: if the receiver's rcv_space (bytes it took in per round trip) exceeds the
+  window derived from the limits by a quarter, the window bound uses it (the limits were read too low). The sender's
+  cwnd does not: it is a cap, not data in flight, and BBR sets it to twice its BDP estimate whatever the windows
+  (seen in the lab: a 4× larger cwnd than a 1 MiB send buffer allowed in flight).
 - *loss* (Mathis et al. 1997): ``conns × MSS × 1.22 ÷ (RTT × √p)``, ``p`` = retransmits ÷ data segments sent,
   MSS from tcp_info or the source's MTU − 52 (IPv4 + TCP with timestamps). Only for loss-based congestion control
   (reno, cubic, …): BBR does not back off on random loss, so with BBR at the source the bound is absent. No
@@ -43,7 +45,8 @@ flight at once it equals the throughput).
 (1.25)``: a bound exceeded by more than 25 % was estimated too low and explains nothing. The loss bound is allowed
 ``LOSS_ABOVE`` (1.5): Mathis's constant is 0.87–1.31 by ACK strategy and loss pattern (1.22 is periodic loss), and
 retransmits only approximate the loss rate (in the lab, cubic over 53 ms with 0.1 % random loss sat at 0.7–1.4 of
-it). Of the bounds it sits at, the lowest binds; bounds within ``TIE_BAND`` (10 %) of the lowest tie, and the
+it). Of the bounds it sits at, the lowest binds; bounds within ``TIE_BAND`` (10 %) of the lowest tie, and so does direct evidence (a saturated
+CPU, a window the kernel says TCP waited on) whatever its value, and the
 first in ``TIE_ORDER`` wins: receive-window, send-buffer, source-cpu, destination-cpu, storage, network-capacity,
 loss (the specific mechanism before the path, as an iperf3 path figure is itself subject to the same windows; but
 losses at the path's own capacity are a full path's congestion signal, so the path comes before loss). When the kernel's
@@ -156,6 +159,7 @@ class Bound:
     basis: str  # what the value is, with its formula filled in
     evidence: dict[str, float | int | str]
     fix: str
+    direct: bool = False  # the host or kernel said so (a saturated CPU, a window TCP waited on): always a tie
 
     @property
     def sits_at(self) -> bool:
@@ -221,10 +225,10 @@ class _Builder:
         self.src = m.source.label("source")
         self.dst = m.destination.label("destination")
 
-    def add(self, limit: str, gbps: float, basis: str, evidence: dict, fix: str) -> None:
+    def add(self, limit: str, gbps: float, basis: str, evidence: dict, fix: str, direct: bool = False) -> None:
         if not (gbps > 0 and math.isfinite(gbps)):
             return
-        self.bounds.append(Bound(limit, gbps, self.m.gbps / gbps, basis, evidence, fix))
+        self.bounds.append(Bound(limit, gbps, self.m.gbps / gbps, basis, evidence, fix, direct))
 
     def need(self, what: str) -> None:
         if what not in self.missing:
@@ -281,7 +285,7 @@ class _Builder:
                 if getattr(host, f"{setting}_max") is None:
                     self.need(f"{setting} max of {who}")
             return
-        observed = max(m.tcp.cwnd_max_bytes or 0, m.tcp.rcv_space_bytes or 0)
+        observed = m.tcp.rcv_space_bytes or 0
         dst, src = m.destination, m.source
         if dst.tcp_rmem_max is None:
             self.need(f"tcp_rmem max of {self.dst}")
@@ -370,12 +374,12 @@ class _Builder:
                          {"busiest_core_percent": core},
                          f"a core of {who} was {core:.0f} % busy (softirq included) at {gb(self.m.gbps)}: spread "
                          "the NIC's interrupts (RSS, irqbalance), keep the transfer off the interrupt core, or give "
-                         "the node more CPU")
+                         "the node more CPU", direct=True)
             elif quota >= CORE_BUSY_PERCENT:
                 self.add(limit, self.m.gbps, f"{who}'s processes used {quota:.0f} % of their CPU quota",
                          {"cpu_quota_used_percent": quota},
                          f"{who}'s transfer processes used {quota:.0f} % of their CPU quota at {gb(self.m.gbps)}: "
-                         "raise the quota (the pod's CPU limit) or remove it")
+                         "raise the quota (the pod's CPU limit) or remove it", direct=True)
 
     def storage(self) -> None:
         for value, who, what in ((self.m.source_read_gbps, self.src, "reads"),
@@ -417,7 +421,7 @@ def _pick(candidates: Iterable[Bound]) -> Bound | None:
     if not at:
         return None
     lowest = min(b.gbps for b in at)
-    tied = [b for b in at if b.gbps <= lowest * (1 + TIE_BAND)]
+    tied = [b for b in at if b.gbps <= lowest * (1 + TIE_BAND) or b.direct]
     return min(tied, key=lambda b: (TIE_ORDER.index(b.limit), b.gbps))
 
 
@@ -449,7 +453,7 @@ def diagnose(m: Measurement) -> Diagnosis:
             candidates.append(Bound(named, m.gbps, 1.0, f"the kernel: {named}-limited {shares[named]:.0%} of the time",
                                     {f"{named.replace('-', '_')}_limited": round(shares[named], 3)},
                                     f"raise net.ipv4.{setting} max on {who} (the size to aim for needs "
-                                    f"{', '.join(missing) or 'the pair RTT and path figure'})"))
+                                    f"{', '.join(missing) or 'the pair RTT and path figure'})", True))
     chosen = _pick(candidates)
     if chosen is None:
         proto = next((x for x in bounds if x.limit == "protocol"), None)

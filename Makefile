@@ -54,6 +54,10 @@ bench-planner: setup ## Mesh planner: planning time and rounds vs the lower boun
 bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms; round policies on a shared uplink
 	$(VENV)/bin/tpcmesh-local bench-fidelity --output BENCHMARKS.md
 
+.PHONY: bench-diagnosis
+bench-diagnosis: setup ## Limit model on injected faults (root): each cause on pairs of one WAN-lab mesh, iperf3 at 1 and 8 streams, a confusion matrix
+	$(VENV)/bin/tpcmesh-local bench-diagnosis
+
 .PHONY: local-cleanup
 local-cleanup: ## Remove network namespaces and devices left behind by killed local runs
 	$(VENV)/bin/tpcmesh-local cleanup

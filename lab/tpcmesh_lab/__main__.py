@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench-fidelity", help="iperf3 vs the built-in mover on one emulated link")
     bench.add_argument("--output", type=Path, default=None, help="BENCHMARKS.md to update (default: print only)")
     bench.add_argument("--seconds", type=float, default=8.0, help="iperf3 duration")
+    diag = sub.add_parser("bench-diagnosis", help="inject each cause of a slow cell on pairs of one mesh, score the "
+                                                  "limit model's labels (iperf3 alone, root)")
+    diag.add_argument("--pairs", type=int, default=2, help="pairs per cause (default 2)")
+    diag.add_argument("--seconds", type=float, default=4.0, help="iperf3 duration per test")
+    diag.add_argument("--only", default="", help="only the causes whose name contains this (e.g. loss)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -65,6 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .fidelity import main as fidelity_main
 
         return fidelity_main(output=args.output, seconds=args.seconds)
+    if args.command == "bench-diagnosis":
+        from .diagnosisrun import main as diagnosis_main
+
+        return diagnosis_main(pairs=args.pairs, seconds=args.seconds, only=args.only)
     from .demo import DEFAULT_BENCHMARK, DemoOptions, demo
 
     if args.agents < 2:

@@ -1,8 +1,9 @@
 """`make bench-diagnosis` (issue #26): inject each cause on chosen pairs of one mesh, score the labels.
 
 Pure parts (this module, unit-tested): the **injection plan** — one WAN profile and the pairs to score — and the
-**scorer** — a confusion matrix of injected cause against the limit the model named. The run between them (agents,
-the operator's executor, the dashboard's diagnosis) needs the host telemetry of #26 and is wired by the bench.
+**scorer** — a confusion matrix of injected cause against the limit the model named. The run between them is
+``diagnosisrun.py`` for now (iperf3 alone, the figures read where the lab holds them); with the agents' host
+telemetry it can run the real protocols through the operator's executor and the dashboard's diagnosis.
 
 The plan. Faults are of two kinds. A *link* fault (delay with large buffers, loss, a rate) belongs to one link, so
 it is put on a link between two healthy nodes that no other scored pair uses. A *host* fault (a small buffer, a CPU

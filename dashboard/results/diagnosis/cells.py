@@ -37,10 +37,12 @@ def _host(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> l
         busiest_core_percent=cpu.get("busiest_core_pct"))
 
 
-def _tcp(view: Mapping[str, Any] | None) -> limits.Tcp:
-    """The senders' side of the test's TCP view (only a sender has a cwnd, retransmits and waits)."""
+def _tcp(view: Mapping[str, Any] | None, source: Mapping[str, Any] | None) -> limits.Tcp:
+    """The senders' side of the test's TCP view (only a sender has a cwnd, retransmits and waits): the record's
+    (the built-in mover's), else what the source's host telemetry read of its sending sockets (``tcp_sent``:
+    XRootD's, GridFTP's, iperf3's)."""
     view = view or {}
-    sender = view.get("sender") or {}
+    sender = view.get("sender") or (source or {}).get("tcp_sent") or {}
     retransmits = sender.get("retransmits", view.get("retransmits"))
     return limits.Tcp(cwnd_max_bytes=sender.get("cwnd_max_bytes"), retransmits=retransmits,
                       data_segs_out=sender.get("data_segs_out"),
@@ -62,7 +64,7 @@ def model_input(row: Mapping[str, Any], names: Mapping[int, str], loopback: Mapp
         concurrency=row["concurrency"], rtt_ms=row["rtt_ms"],
         source=_host(host.get("source"), names.get(src, ""), loopback.get(src)),
         destination=_host(host.get("destination"), names.get(dst, ""), loopback.get(dst)),
-        tcp=_tcp(row["tcp"]), path=path,
+        tcp=_tcp(row["tcp"], host.get("source")), path=path,
         builtin_gbps=builtin_gbps if row["protocol"] != "builtin" else None)
 
 

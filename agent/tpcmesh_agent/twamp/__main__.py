@@ -33,12 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peer", action="append", type=_peer, default=[], help="NAME=ADDRESS[,PORT]: probe and allow")
     p.add_argument("--allow", action="append", type=_peer, default=[],
                    help="NAME=ADDRESS[,PORT]: probe and allow (an external reflector)")
+    p.add_argument("--reflect", action="append", default=[], help="ADDRESS: answer, do not probe")
     p.add_argument("--rate", type=float, default=10.0, help="packets per second to each peer")
     p.add_argument("--padding", type=int, default=27)
     p.add_argument("--dscp", type=int, default=0)
     p.add_argument("--period", type=float, default=60.0, help="seconds per summary")
     p.add_argument("--loss-timeout", type=float, default=5.0)
-    p.add_argument("--periods", type=int, default=0, help="exit after this many summaries per peer (0: never)")
+    p.add_argument("--periods", type=int, default=0,
+                   help="exit after this many whole periods' summaries per peer (0: never; the first, partial "
+                        "period does not count)")
     return p
 
 
@@ -49,14 +52,15 @@ async def _main(args: argparse.Namespace) -> int:
 
     def emit(record: dict) -> None:
         print(json.dumps(record), flush=True)
-        counts[record["peer"]] += 1
-        if args.periods and len(counts) == peers and min(counts.values()) >= args.periods:
+        counts[record["peer"]] += not record["partial"]
+        if args.periods and sum(1 for v in counts.values() if v >= args.periods) == peers:
             done.set()
 
     probe = LossProbe(args.address, port=args.port, node=args.node, on_summary=emit)
     try:
         probe.start()
-        probe.configure({"peers": args.peer, "external_reflectors": args.allow, "rate_pps": args.rate,
+        probe.configure({"peers": args.peer, "external_reflectors": args.allow,
+                         "allowed_senders": args.reflect, "rate_pps": args.rate,
                          "padding": args.padding, "dscp": args.dscp, "period_s": args.period,
                          "loss_timeout_s": min(args.loss_timeout, args.period)})
     except (OSError, ConfigError) as e:

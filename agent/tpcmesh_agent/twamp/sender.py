@@ -28,6 +28,8 @@ from .summary import Reply, summarize
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 863  # RFC 8545: the well-known port of a TWAMP-light Session-Reflector
 READ_BURST = 256
+BATCH_S = 0.001  # packets due this close together are sent at one wake-up
+HOUSEKEEPING_S = 0.1  # new peers start and periods close at least this often
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class Sender:
         self.counters = {"sent": 0, "replies": 0, "malformed": 0, "unknown_source": 0, "late": 0,
                          "send_errors": 0, "no_socket": 0}
         self._task: asyncio.Task | None = None
-        self._wake = asyncio.Event()
+        self._changed = False
         self._error = codec.UNKNOWN_ERROR
         self._state: ClockState | None = None
 
@@ -153,7 +155,7 @@ class Sender:
                 self.peers[key].peer = peer
             else:
                 self.peers[key] = _PeerState(peer)
-        self._wake.set()
+        self._changed = True
 
     def set_config(self, config: ProbeConfig) -> None:
         """A new rate, padding, DSCP or period: the open periods are closed as they are, new ones start."""
@@ -167,7 +169,7 @@ class Sender:
                 st.current.end = now
                 st.closing.append(st.current)
                 st.current = None
-        self._wake.set()
+        self._changed = True
 
     # ---- sending -------------------------------------------------------------------------------------------
     def _clock_state(self) -> ClockState:
@@ -182,22 +184,29 @@ class Sender:
                        if math.isfinite(self._state.esterror_s) else codec.UNKNOWN_ERROR)
 
     async def _run(self) -> None:
-        """Send on schedule, open and close periods, summarise closed ones after the loss timeout."""
+        """Send on schedule (the packets due within BATCH_S go together), open and close periods and summarise
+        closed ones after the loss timeout (checked at every period boundary and every HOUSEKEEPING_S)."""
         heap: list[tuple[float, tuple[str, int]]] = []
         scheduled: set[tuple[str, int]] = set()
-        last_clock = 0.0
+        last_clock = housekeeping = boundary = 0.0
         while True:
             mono = time.monotonic()
-            if mono - last_clock > 1.0:
-                self._refresh_clock()
-                last_clock = mono
+            wall = time.time()
             interval = 1.0 / self.config.rate_pps
-            new = [k for k in self.peers if k not in scheduled]
-            for i, key in enumerate(new):  # spread the new peers' phases over one interval
-                heapq.heappush(heap, (mono + interval * (i + 1) / (len(new) + 1), key))
-                scheduled.add(key)
-            self._periods(time.time())
-            while heap and heap[0][0] <= mono + 0.0005:
+            if mono >= housekeeping or wall >= boundary or self._changed:
+                self._changed = False
+                if mono - last_clock > 1.0:
+                    self._refresh_clock()
+                    last_clock = mono
+                new = [k for k in self.peers if k not in scheduled]
+                for i, key in enumerate(new):  # spread the new peers' phases over one interval
+                    heapq.heappush(heap, (mono + interval * (i + 1) / (len(new) + 1), key))
+                    scheduled.add(key)
+                self._periods(wall)
+                period = self.config.period_s
+                boundary = (math.floor(wall / period) + 1) * period
+                housekeeping = mono + HOUSEKEEPING_S
+            while heap and heap[0][0] <= mono + BATCH_S:
                 due, key = heapq.heappop(heap)
                 st = self.peers.get(key)
                 if st is None:
@@ -205,13 +214,12 @@ class Sender:
                     continue
                 self._send(st)
                 nxt = due + interval
-                if nxt < mono - interval:  # far behind (a stalled loop): skip, do not burst
+                if nxt < mono - 10 * interval:  # far behind (a stalled loop): skip ahead, do not burst
                     nxt = mono + interval
                 heapq.heappush(heap, (nxt, key))
-            self._wake.clear()
-            timeout = max(0.0, heap[0][0] - time.monotonic()) if heap else 1.0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(timeout, 1.0))
+            wake = min(heap[0][0] if heap else mono + HOUSEKEEPING_S, housekeeping,
+                       mono + max(0.0, boundary - time.time()))
+            await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
     def _periods(self, now: float) -> None:
         period = self.config.period_s

@@ -4,9 +4,11 @@ Configured as a whole (``configure``) from a JSON object, the control API's ``PU
 
     {"peers": [{"name": "node-b", "address": "198.51.100.11", "port": 863}, ...],   # mesh members: probed, allowed
      "external_reflectors": [{"name": "ps-host", "address": "2001:db8::5", "port": 863}],  # probed, allowed
+     "allowed_senders": ["192.0.2.9"],   # answered, not probed (e.g. a perfSONAR host that probes this node)
      "rate_pps": 10, "padding": 27, "dscp": 0, "period_s": 60, "loss_timeout_s": 5, "max_clock_error_s": 0.001}
 
-The reflector answers only the addresses of ``peers`` and ``external_reflectors`` (any source port).
+The reflector answers only the addresses of ``peers``, ``external_reflectors`` and ``allowed_senders`` (any source
+port).
 """
 
 from __future__ import annotations
@@ -55,10 +57,26 @@ def _peers(raw: object, where: str) -> list[Peer]:
     return out
 
 
-def parse_config(body: object) -> tuple[ProbeConfig, list[Peer], list[Peer]]:
+def _addresses(raw: object) -> frozenset[str]:
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list) or len(raw) > MAX_PEERS:
+        raise ConfigError(f"allowed_senders must be a list of at most {MAX_PEERS} IP addresses")
+    out = set()
+    for i, a in enumerate(raw):
+        try:
+            if not isinstance(a, str):
+                raise TypeError(a)
+            out.add(canonical(a))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"allowed_senders[{i}] {a!r} is not an IP address") from e
+    return frozenset(out)
+
+
+def parse_config(body: object) -> tuple[ProbeConfig, list[Peer], list[Peer], frozenset[str]]:
     if not isinstance(body, dict):
         raise ConfigError("the loss-probe configuration must be a JSON object")
-    known = {f.name for f in fields(ProbeConfig)} | {"peers", "external_reflectors"}
+    known = {f.name for f in fields(ProbeConfig)} | {"peers", "external_reflectors", "allowed_senders"}
     unknown = set(body) - known
     if unknown:
         raise ConfigError(f"unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
@@ -73,8 +91,8 @@ def parse_config(body: object) -> tuple[ProbeConfig, list[Peer], list[Peer]]:
         config = ProbeConfig(**values).validate()
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    return config, _peers(body.get("peers"), "peers"), _peers(body.get("external_reflectors"),
-                                                               "external_reflectors")
+    return (config, _peers(body.get("peers"), "peers"), _peers(body.get("external_reflectors"), "external_reflectors"),
+            _addresses(body.get("allowed_senders")))
 
 
 class LossProbe:
@@ -88,6 +106,7 @@ class LossProbe:
         self.config = ProbeConfig()
         self.peers: list[Peer] = []
         self.external: list[Peer] = []
+        self.senders: frozenset[str] = frozenset()
         self._allowed: frozenset[str] = frozenset()
         self.reflectors = [Reflector(a, port, self.is_allowed, clock) for a in self.addresses]
         self._extra = on_summary
@@ -122,9 +141,9 @@ class LossProbe:
         self.close_sockets()
 
     def configure(self, body: object) -> dict:
-        config, peers, external = parse_config(body)
-        self.config, self.peers, self.external = config, peers, external
-        self._allowed = frozenset(p.key[0] for p in (*peers, *external))
+        config, peers, external, senders = parse_config(body)
+        self.config, self.peers, self.external, self.senders = config, peers, external, senders
+        self._allowed = frozenset(p.key[0] for p in (*peers, *external)) | senders
         if config != self.sender.config:
             self.sender.set_config(config)
         self.sender.set_peers([*peers, *external])
@@ -137,7 +156,7 @@ class LossProbe:
             return {"name": p.name, "address": p.address, "port": p.port}
 
         return {**asdict(self.config), "peers": [peer(p) for p in self.peers],
-                "external_reflectors": [peer(p) for p in self.external]}
+                "external_reflectors": [peer(p) for p in self.external], "allowed_senders": sorted(self.senders)}
 
     def status(self) -> dict:
         reflector: dict[str, int] = {}

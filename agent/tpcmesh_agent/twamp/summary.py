@@ -12,7 +12,7 @@ T4 sender receives):
   marked trusted only when the local clock and the reflector's error estimate together are within the bound;
 - **IPDV** (RFC 3393): the difference of the one-way delays of packets with consecutive sequence numbers, both
   received (its selection function); the clocks' offset cancels, so IPDV needs no synchronised clocks. Jitter is
-  given as the mean and the 95th percentile of |IPDV|, per direction and for the round trip.
+  given as the mean, the median and the 95th percentile of |IPDV|, per direction and for the round trip.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def _ipdv(delays: Mapping[int, float]) -> dict | None:
     diffs = sorted(abs(delays[s + 1] - delays[s]) for s in delays if s + 1 in delays)
     if not diffs:
         return None
-    return {"mean_abs": _ms(statistics.fmean(diffs)), "p95_abs": _ms(percentile(diffs, 95)), "pairs": len(diffs)}
+    return {"mean_abs": _ms(statistics.fmean(diffs)), "median_abs": _ms(statistics.median(diffs)),
+            "p95_abs": _ms(percentile(diffs, 95)), "pairs": len(diffs)}
 
 
 def summarize(sent: Iterable[int], replies: Iterable[Reply], *, local_synchronized: bool, local_error_s: float,

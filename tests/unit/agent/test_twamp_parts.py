@@ -46,8 +46,9 @@ def test_outbox_is_bounded_and_counts_what_it_dropped():
 
 
 def test_config_defaults_and_errors():
-    config, peers, external = parse_config({"peers": [{"name": "b", "address": "2001:db8::1"}]})
-    assert (config.rate_pps, config.period_s, config.padding, peers[0].port, external) == (10.0, 60.0, 27, 863, [])
+    config, peers, external, senders = parse_config({"peers": [{"name": "b", "address": "2001:db8::1"}]})
+    assert (config.rate_pps, config.period_s, config.padding, peers[0].port, external, senders) == \
+        (10.0, 60.0, 27, 863, [], frozenset())
     for body, message in [
         ({"padding": 10}, "cannot be reflected"),
         ({"rate_pps": 0}, "rate_pps"),
@@ -56,6 +57,7 @@ def test_config_defaults_and_errors():
         ({"peers": [{"name": "x", "address": "192.0.2.1", "port": 0}]}, "port"),
         ({"speed": 1}, "unknown field"),
         ({"padding": 27.5}, "padding must be a number"),
+        ({"allowed_senders": ["192.0.2.1", 7]}, "allowed_senders"),
     ]:
         with pytest.raises(ConfigError, match=message):
             parse_config(body)

@@ -27,7 +27,7 @@ def test_a_clean_stream():
         (100, 100, 0, 0.0, 0, 0)
     assert s["rtt_ms"] == {"min": 30.0, "median": 30.0, "p95": 30.0, "max": 30.0}
     assert s["one_way_ms"]["forward"] == {"min": 10.0 + OFFSET * 1000, "median": 10.0 + OFFSET * 1000}
-    assert s["ipdv_ms"]["forward"] == {"mean_abs": 0.0, "p95_abs": 0.0, "pairs": 99}
+    assert s["ipdv_ms"]["forward"] == {"mean_abs": 0.0, "median_abs": 0.0, "p95_abs": 0.0, "pairs": 99}
     assert s["ipdv_ms"]["round_trip"]["mean_abs"] == 0.0
 
 
@@ -60,7 +60,8 @@ def test_replies_to_other_periods_are_not_counted():
 def test_jitter_from_alternating_delays():
     # forward delay alternates 10 / 12 ms: every consecutive pair differs by 2 ms; backward stays constant
     s = run(range(20), [reply(i, forward=0.010 + 0.002 * (i % 2)) for i in range(20)])
-    assert s["ipdv_ms"]["forward"] == {"mean_abs": 2.0, "p95_abs": 2.0, "pairs": 19}
+    assert s["ipdv_ms"]["forward"] == {"mean_abs": 2.0, "median_abs": 2.0, "p95_abs": 2.0,
+                                         "pairs": 19}
     assert s["ipdv_ms"]["backward"]["mean_abs"] == 0.0
     assert s["ipdv_ms"]["round_trip"]["mean_abs"] == pytest.approx(2.0)
     assert s["rtt_ms"]["min"] == 30.0 and s["rtt_ms"]["max"] == 32.0

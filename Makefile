@@ -43,12 +43,16 @@ lint: setup ## ruff and mypy
 	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator lab/tpcmesh_lab
 
 .PHONY: bench
-bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice ## Run every benchmark; results go to BENCHMARKS.md
+bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss ## Run every benchmark; results go to BENCHMARKS.md
 
 # ---- lab (lab/, tpcmesh-local): the WAN lab, the local mode, benches ----
 .PHONY: bench-planner
 bench-planner: setup ## Mesh planner: planning time and rounds vs the lower bound for 10, 100, 1000 agents
 	$(PY) -m tpcmesh_lab.bench planner --output BENCHMARKS.md
+
+.PHONY: bench-loss
+bench-loss: setup ## Loss mesh: an agent's TWAMP-light probe CPU (and wall) time at 10 and 100 peers simulated on loopback
+	$(PY) -m tpcmesh_lab.lossbench --output BENCHMARKS.md
 
 .PHONY: bench-fidelity
 bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms; round policies on a shared uplink

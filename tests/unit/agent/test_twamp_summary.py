@@ -40,9 +40,11 @@ def test_loss_counts_every_packet_without_a_reply():
 
 
 def test_duplicates_are_counted_once_and_not_as_received_twice():
-    replies = [reply(i) for i in range(10)] + [reply(2), reply(2), reply(7)]
+    late_copy = reply(2, backward=0.5)  # a copy that took half a second longer
+    replies = [reply(i) for i in range(10)] + [late_copy, reply(2), reply(7)]
     s = run(range(10), replies)
     assert (s["received"], s["lost"], s["duplicates"]) == (10, 0, 3)
+    assert s["reordered"] == 0 and s["rtt_ms"]["max"] == 30.0  # the first copy counts, the others only as copies
 
 
 def test_reordered_packets_are_those_below_one_seen_before():
@@ -73,6 +75,7 @@ def test_rtt_percentiles():
     assert s["rtt_ms"]["p95"] == pytest.approx(10.0 + 94)
     assert s["rtt_ms"]["max"] == pytest.approx(10.0 + 99)
     assert percentile([1, 2, 3, 4], 50) == 2 and percentile([1, 2, 3, 4], 100) == 4
+    assert percentile([1, 2, 3, 4, 5], 50) == 3  # nearest rank: the smallest value with at least q % at or below
 
 
 @pytest.mark.parametrize(("synced", "remote_synced", "local_error", "remote_error", "trusted", "why"), [

@@ -109,7 +109,7 @@ class Agent:
         self.data_server6: Any | None = None  # dual stack: the built-in data server on address6
         self.movers, self.problems = load_movers(settings)
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
-        self.metrics = AgentMetrics(self.servers_status)
+        self.metrics = AgentMetrics(self.servers_status, lambda: self.loss)
         self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics)
         self.loss: LossProbe | None = None
         self.loss_error: str | None = None

@@ -63,10 +63,13 @@ def test_the_reflector_answers_only_allowed_senders_with_replies_no_larger(agent
     before = agent.get("/api/v1/loss").json()["reflector"]
     with udp(mine) as s, udp(stranger) as other:
         target = (agent.address, LOSS_PORT)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 46 << 2)  # DSCP EF: the reply carries it back
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         for seq, padding in ((5, 27), (6, 200)):
             s.sendto(sender_packet(seq, padding), target)
-            reply, source = s.recvfrom(65536)
+            reply, ancillary, _, source = s.recvmsg(65536, 64)
             assert source == target
+            assert [payload[0] for _, kind, payload in ancillary if kind == socket.IP_TOS] == [46 << 2]
             assert len(reply) == 14 + padding  # as large as the request: 27 padding bytes fewer
             # RFC 5357 4.2.1, field by field
             assert struct.unpack("!I", reply[0:4])[0] in (0, 1)  # the reflector's own sequence, per sender
@@ -86,6 +89,8 @@ def test_the_reflector_answers_only_allowed_senders_with_replies_no_larger(agent
     delta = {k: after[k] - before[k] for k in after}
     assert delta == {"received": 5, "reflected": 2, "not_allowed": 1, "malformed": 1, "too_short": 1,
                      "send_errors": 0}
+    for reason in ("not_allowed", "malformed", "too_short"):
+        assert agent.metric("tpcmesh_agent_loss_reflector_dropped_total", reason=reason) == after[reason]
 
 
 class HandReflector(threading.Thread):
@@ -96,17 +101,20 @@ class HandReflector(threading.Thread):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((address, 0))
         self.sock.settimeout(0.2)
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         self.port = self.sock.getsockname()[1]
         self.seen: list[tuple[int, int]] = []  # (sequence, length)
+        self.tos: set[int] = set()
         self.stop = threading.Event()
 
     def run(self) -> None:
         n = 0
         while not self.stop.is_set():
             try:
-                data, peer = self.sock.recvfrom(65536)
+                data, ancillary, _, peer = self.sock.recvmsg(65536, 64)
             except TimeoutError:
                 continue
+            self.tos |= {payload[0] for level, kind, payload in ancillary if kind == socket.IP_TOS}
             received = ntp_now()
             seq, stamp, error = struct.unpack("!IQH", data[:14])
             self.seen.append((seq, len(data)))
@@ -131,6 +139,7 @@ def test_the_sender_probes_a_foreign_reflector_and_keeps_summaries_until_acknowl
         agent.client().put("/api/v1/loss/config", json={"rate_pps": 0.01})
         reflector.join(5)
     assert reflector.seen and {length for _, length in reflector.seen} == {74}
+    assert reflector.tos == {10 << 2}  # DSCP 10 (AF11)
     seqs = [s for s, _ in reflector.seen]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
     batch = agent.get("/api/v1/loss/summaries", params={"limit": 3}).json()
@@ -141,6 +150,14 @@ def test_the_sender_probes_a_foreign_reflector_and_keeps_summaries_until_acknowl
         assert (s["peer"], s["sent"], s["lost"], s["duplicates"], s["reordered"]) == ("hand", 50, 0, 0, 0)
         assert s["packet_bytes"] == 74 and s["dscp"] == 10 and s["rtt_ms"]["min"] < 5
         assert s["one_way_ms"]["trusted"] is False  # the hand reflector says its clock is not synchronised
+    # Prometheus: per peer, from the finished periods; no one-way delay while a clock is not synchronised
+    assert agent.metric("tpcmesh_agent_loss_packets_sent_total", peer="hand") >= 50 * len(full)
+    assert agent.metric("tpcmesh_agent_loss_packets_lost_total", peer="hand") == 0
+    assert agent.metric("tpcmesh_agent_loss_ratio", peer="hand") == 0
+    assert 0 < agent.metric("tpcmesh_agent_loss_rtt_seconds", peer="hand", statistic="median") < 0.005
+    assert agent.metric("tpcmesh_agent_loss_ipdv_seconds", peer="hand", direction="forward") is not None
+    assert agent.metric("tpcmesh_agent_loss_one_way_delay_seconds", peer="hand", direction="forward") is None
+    assert agent.metric("tpcmesh_agent_loss_summaries_pending") >= 4
     # Not acknowledged: the same batch again; acknowledged: gone, the rest stays
     again = agent.get("/api/v1/loss/summaries", params={"limit": 3}).json()
     assert [s["id"] for s in again["summaries"]] == [s["id"] for s in batch["summaries"]]

@@ -125,6 +125,11 @@ class Settings:
         return self.data_dir / "incoming"
 
     @property
+    def loss_outbox_file(self) -> Path:
+        """Where the loss summaries not yet collected wait while the agent is stopped."""
+        return self.data_dir / "loss-outbox.json"
+
+    @property
     def ca_dir(self) -> Path | None:
         """A CA directory (<hash>.0 files) derived from ca_file for XRootD/Globus; written on first use."""
         if self.ca_file is None:

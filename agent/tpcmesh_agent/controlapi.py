@@ -190,6 +190,8 @@ class Agent:
             self.supervisor = None
         if s.loss_port:
             probe = LossProbe(s.addresses, port=s.loss_port, node=s.node_name, capacity=s.loss_buffer_summaries)
+            if kept := probe.outbox.load(s.loss_outbox_file):
+                log.info("Loaded %d loss summaries saved by the last run from %s", kept, s.loss_outbox_file)
             try:
                 probe.start()
                 self.loss = probe
@@ -223,6 +225,11 @@ class Agent:
         self.ready = False
         if self.loss is not None:
             await self.loss.stop()
+            try:
+                self.loss.outbox.save(self.settings.loss_outbox_file)
+            except OSError as e:
+                log.warning("Could not save %d loss summaries to %s: %s", len(self.loss.outbox),
+                            self.settings.loss_outbox_file, e.strerror or e)
             self.loss = None
         await self.runner.shutdown()
         if self.supervisor is not None:

@@ -5,11 +5,22 @@ the oldest unacknowledged ones in batches (``batch``), stores them, then acknowl
 it stored (``ack``); what it does not acknowledge is handed out again on the next read, so a collector that dies
 between the two re-reads the same batch (the archive must take a summary twice without harm: its key is node,
 peer and period). The outbox is bounded: past ``capacity`` summaries the oldest are dropped and counted.
+
+It lives in memory; the agent saves it to a file in its data directory when it stops and loads it when it starts
+(``save``/``load``), so a restarted agent (an upgrade, a crash-looping sidecar) keeps what was not collected. A
+killed agent loses what came after its last save.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import deque
+from pathlib import Path
+
+from ..atomic import write_atomically
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY = 20_000  # about 1 KiB of JSON each: ~20 MiB; 3 h 20 min of 100 peers' minutes
 MAX_BATCH = 1_000
@@ -54,3 +65,26 @@ class Outbox:
     def status(self) -> dict:
         return {"pending": len(self._items), "capacity": self.capacity, "dropped": self.dropped,
                 "acknowledged": self.acknowledged, "next_id": self._next_id}
+
+    def save(self, path: Path) -> None:
+        """Write the pending summaries (JSON) to ``path`` in one rename."""
+        data = {"next_id": self._next_id, "dropped": self.dropped, "summaries": list(self._items)}
+        write_atomically(path, json.dumps(data).encode(), mode=0o600)
+
+    def load(self, path: Path) -> int:
+        """Take the summaries saved in ``path`` (before any new one), then remove the file; how many were taken.
+        A missing file is nothing to load; an unreadable one is logged and left for a person to look at."""
+        try:
+            data = json.loads(path.read_text())
+            items = [x for x in data["summaries"] if isinstance(x, dict) and isinstance(x.get("id"), int)]
+            next_id = int(data["next_id"])
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("Saved loss summaries %s could not be read (%s); starting with none", path, e)
+            return 0
+        self._items = deque(items[-self.capacity:])
+        self.dropped += int(data.get("dropped", 0)) + max(0, len(items) - self.capacity)
+        self._next_id = max(next_id, max((x["id"] for x in items), default=0) + 1)
+        path.unlink(missing_ok=True)
+        return len(self._items)

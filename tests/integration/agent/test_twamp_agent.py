@@ -9,6 +9,7 @@ speaks to a foreign reflector and its summaries wait in the outbox, batch by bat
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -175,3 +176,28 @@ def test_loss_api_needs_the_token_and_checks_its_input(agent):
     assert agent.client().put("/api/v1/loss/config", json={"padding": 5}).status_code == 422
     assert agent.get("/api/v1/loss/summaries", params={"limit": 0}).status_code == 422
     assert agent.post("/api/v1/loss/summaries/ack", json={"through": "all"}).status_code == 422
+
+
+def test_summaries_not_collected_survive_an_agent_restart(agent_factory, addresses):
+    reflector = HandReflector(addresses[2])
+    reflector.start()
+    try:
+        first = agent_factory(loss_port=LOSS_PORT)
+        first.client().put("/api/v1/loss/config", json={
+            "external_reflectors": [{"name": "hand", "address": addresses[2], "port": reflector.port}],
+            "rate_pps": 20, "period_s": 1, "loss_timeout_s": 0.5}).raise_for_status()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and first.get("/api/v1/loss/summaries").json()["pending"] < 2:
+            time.sleep(0.3)
+        first.get("/api/v1/loss/summaries").raise_for_status()
+        first.stop()  # SIGTERM: the outbox is saved in the data directory
+        saved = json.loads((first.data_dir / "data" / "loss-outbox.json").read_text())["summaries"]
+        assert len(saved) >= 2
+        second = agent_factory(loss_port=LOSS_PORT, data_dir=first.data_dir / "data")
+        kept = second.get("/api/v1/loss/summaries").json()
+    finally:
+        reflector.stop.set()
+        reflector.join(5)
+    assert [s["id"] for s in kept["summaries"]] == [s["id"] for s in saved]
+    assert kept["next_id"] == saved[-1]["id"] + 1
+    assert not (first.data_dir / "data" / "loss-outbox.json").exists()

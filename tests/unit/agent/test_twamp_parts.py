@@ -61,3 +61,20 @@ def test_config_defaults_and_errors():
     ]:
         with pytest.raises(ConfigError, match=message):
             parse_config(body)
+
+
+def test_outbox_is_saved_and_loaded_with_its_ids(tmp_path):
+    path = tmp_path / "outbox.json"
+    box = Outbox(capacity=10)
+    for i in range(4):
+        box.put({"n": i})
+    box.ack(1)
+    box.save(path)
+    again = Outbox(capacity=2)  # a smaller outbox keeps the newest and counts the rest as dropped
+    assert again.load(path) == 2 and not path.exists()
+    assert [(x["id"], x["n"]) for x in again.batch(10)] == [(3, 2), (4, 3)]
+    assert again.status()["dropped"] == 1
+    assert again.put({"n": 4}) == 5  # ids go on where the saved outbox stopped
+    assert Outbox().load(path) == 0  # nothing saved: nothing loaded
+    path.write_text("{not json")
+    assert Outbox().load(path) == 0 and path.exists()  # an unreadable file is left for a person

@@ -52,7 +52,12 @@ bench-planner: setup ## Mesh planner: planning time and rounds vs the lower boun
 
 .PHONY: bench-loss
 bench-loss: setup ## Loss mesh: an agent's TWAMP-light probe CPU (and wall) time at 10 and 100 peers simulated on loopback
-	$(PY) -m tpcmesh_lab.lossbench --output BENCHMARKS.md
+	$(PY) -m tpcmesh_lab.lossbench cpu --output BENCHMARKS.md
+
+LOSS ?= 0.01
+.PHONY: bench-loss-window
+bench-loss-window: setup ## Loss mesh (root): the loss reported over a long window on a lossy lab link vs its binomial interval (LOSS=0.01 percent; 1 h 55 min at 10 packets/s)
+	$(PY) -m tpcmesh_lab.lossbench window --loss $(LOSS) --output BENCHMARKS.md
 
 .PHONY: bench-fidelity
 bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms; round policies on a shared uplink

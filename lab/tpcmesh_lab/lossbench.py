@@ -1,4 +1,5 @@
-"""`python -m tpcmesh_lab.lossbench`: an agent's loss-probe CPU at 10, 100 (and more) peers, into BENCHMARKS.md.
+"""`python -m tpcmesh_lab.lossbench`: an agent's loss-probe CPU at 10, 100 (and more) peers (``cpu``), and the
+loss a probe reports over a long window on one lossy link of the WAN lab (``window``), into BENCHMARKS.md.
 
 The agent under test is the agent's own probe (``python -m tpcmesh_agent.twamp``: the reflector and the sender the
 agent runs) on one loopback address; the peers are simulated on further loopback addresses 127.0.x.y, all in one
@@ -24,6 +25,7 @@ from .netns import Lab
 from .profile import parse_profile
 
 SECTION = "bench-loss"
+WINDOW_SECTION = "bench-loss-window"
 PORT = 18863  # not the well-known 863, so the bench also runs without root
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -123,19 +125,86 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def measure_window(loss_percent: float, delay_ms: float, rate: float, period: float, periods: int) -> dict:
+    """One prober, one reflector in two namespaces of the WAN lab, the link dropping ``loss_percent`` towards the
+    reflector: the minute summaries of ``periods`` whole periods, added up."""
+    profile = parse_profile({"nodes": ["prober", "reflector"], "links": [
+        {"from": "prober", "to": "reflector", "delayMs": delay_ms, "lossPercent": loss_percent},
+        {"from": "reflector", "to": "prober", "delayMs": delay_ms}]}, "loss-window")
+    with Lab(profile, mode="netns") as lab:
+        prober, reflector = lab.node("prober"), lab.node("reflector")
+        lab.popen("reflector", [sys.executable, "-m", "tpcmesh_agent.twamp", "--address", reflector.address,
+                                "--port", str(PORT), "--reflect", prober.address],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        started = time.monotonic()
+        proc = lab.popen("prober", [sys.executable, "-m", "tpcmesh_agent.twamp", "--address", prober.address,
+                                    "--port", str(PORT), "--rate", str(rate), "--period", str(period),
+                                    "--periods", str(periods), "--peer", f"reflector={reflector.address},{PORT}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate()
+        wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"the prober failed: {err[-2000:]}")
+    records = [r for r in map(json.loads, out.splitlines()) if not r["partial"]][:periods]
+    sent, lost = sum(r["sent"] for r in records), sum(r["lost"] for r in records)
+    return {"loss_percent": loss_percent, "delay_ms": delay_ms, "rate": rate, "period": period,
+            "periods": len(records), "sent": sent, "lost": lost, "wall_s": wall,
+            "per_period": [r["lost"] for r in records],
+            "rtt_median_ms": sorted(r["rtt_ms"]["median"] for r in records if r["rtt_ms"])[len(records) // 2]}
+
+
+def render_window(rows: list[dict]) -> str:
+    from scipy.stats import binom
+
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "## Loss mesh: the loss reported over a long window (`make bench-loss-window`)",
+        "",
+        "One prober and one reflector (`python -m tpcmesh_agent.twamp`) in two network namespaces of the WAN lab; "
+        "the delay line drops the set share of the packets towards the reflector (a random draw per packet). The "
+        "periods' summaries are added up over the window; the reported loss must lie in the central 99.9 % "
+        "binomial interval of the set rate for the packets sent. To tell a rate p from no loss at all (P(0 lost) "
+        "< 0.1 %) a window needs about 6.9 / p packets: 69,000 for 0.01 %, 1 h 55 min at the product's 10 "
+        f"packets/s. {when}, {os.cpu_count()} cores.",
+        "",
+        "| set loss | one-way delay | packets/s | window | sent | lost | reported loss | 99.9 % interval (packets) "
+        "| inside | lost per period |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        low, high = binom.interval(0.999, r["sent"], r["loss_percent"] / 100)
+        inside = "yes" if low <= r["lost"] <= high else "NO"
+        window = f"{r['periods']} × {r['period']:g} s"
+        per = " ".join(str(x) for x in r["per_period"]) if len(r["per_period"]) <= 30 else "…"
+        lines.append(f"| {r['loss_percent']:g} % | {r['delay_ms']:g} ms | {r['rate']:g} | {window} | "
+                     f"{r['sent']:,} | {r['lost']} | {100 * r['lost'] / r['sent']:.4f} % | {low:.0f}–{high:.0f} | "
+                     f"{inside} | {per} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m tpcmesh_lab.lossbench", description=__doc__)
-    ap.add_argument("--peers", default="10,100", help="comma-separated peer counts")
+    ap.add_argument("what", nargs="?", choices=["cpu", "window"], default="cpu")
+    ap.add_argument("--peers", default="10,100", help="cpu: comma-separated peer counts")
     ap.add_argument("--rate", type=float, default=10.0, help="packets/s to each peer")
-    ap.add_argument("--period", type=float, default=20.0, help="seconds per summary")
-    ap.add_argument("--periods", type=int, default=3, help="measured periods after the warm-up period")
-    ap.add_argument("--output", type=Path, default=None, help=f"BENCHMARKS.md to update (section {SECTION})")
+    ap.add_argument("--period", type=float, default=None, help="seconds per summary (cpu: 20, window: 60)")
+    ap.add_argument("--periods", type=int, default=None,
+                    help="measured periods (cpu: 3 after a warm-up period; window: 115, 1 h 55 min)")
+    ap.add_argument("--loss", default="0.01", help="window: comma-separated loss rates, percent")
+    ap.add_argument("--delay", type=float, default=10.0, help="window: one-way delay, ms")
+    ap.add_argument("--output", type=Path, default=None, help="BENCHMARKS.md to update")
     args = ap.parse_args(argv)
-    rows = [measure(int(n), args.rate, args.period, args.periods) for n in args.peers.split(",")]
-    body = render(rows)
+    if args.what == "window":
+        rows = [measure_window(float(p), args.delay, args.rate, args.period or 60.0, args.periods or 115)
+                for p in args.loss.split(",")]
+        body, section = render_window(rows), WINDOW_SECTION
+    else:
+        rows = [measure(int(n), args.rate, args.period or 20.0, args.periods or 3) for n in args.peers.split(",")]
+        body, section = render(rows), SECTION
     print(body)
     if args.output:
-        write_section(args.output, SECTION, body)
+        write_section(args.output, section, body)
 
 
 if __name__ == "__main__":

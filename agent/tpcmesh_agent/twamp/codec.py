@@ -139,13 +139,14 @@ class ReflectorPacket:
                                self.sender_ttl & 0xFF) + self.padding
 
 
-def build_sender(sequence: int, timestamp: int, error: ErrorEstimate, padding: int) -> bytes:
-    """A sender packet with ``padding`` zero bytes (RFC 4656 allows any padding; zeros compress nowhere on a WAN)."""
+def build_sender(sequence: int, timestamp: int, error: ErrorEstimate, padding: int | bytes) -> bytes:
+    """A sender packet; ``padding``: the padding's bytes, or a number of zero bytes."""
     if not 0 <= sequence <= 0xFFFFFFFF:
         raise ValueError(f"sequence {sequence} is not a 32-bit number")
-    if not 0 <= padding <= MAX_PACKET - SENDER_HEADER:
-        raise ValueError(f"padding {padding} is outside 0..{MAX_PACKET - SENDER_HEADER}")
-    return SenderPacket(sequence, timestamp, error, bytes(padding)).build()
+    fill = bytes(padding) if isinstance(padding, int) else padding
+    if not 0 <= len(fill) <= MAX_PACKET - SENDER_HEADER:
+        raise ValueError(f"padding {len(fill)} is outside 0..{MAX_PACKET - SENDER_HEADER}")
+    return SenderPacket(sequence, timestamp, error, fill).build()
 
 
 def parse_sender(data: bytes) -> SenderPacket:

@@ -14,6 +14,7 @@ import contextlib
 import heapq
 import logging
 import math
+import os
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -118,6 +119,7 @@ class Sender:
                          "send_errors": 0, "no_socket": 0}
         self._task: asyncio.Task | None = None
         self._changed = False
+        self._fill = os.urandom(self.config.padding)  # pseudo-random padding (RFC 4656 4.1.2), drawn once
         self._error = codec.UNKNOWN_ERROR
         self._state: ClockState | None = None
 
@@ -160,6 +162,8 @@ class Sender:
     def set_config(self, config: ProbeConfig) -> None:
         """A new rate, padding, DSCP or period: the open periods are closed as they are, new ones start."""
         old, self.config = self.config, config.validate()
+        if config.padding != old.padding:
+            self._fill = os.urandom(config.padding)
         if config.dscp != old.dscp:
             for sock in self.sockets.values():
                 udp.set_dscp(sock, config.dscp)
@@ -246,7 +250,7 @@ class Sender:
         seq = st.sequence
         st.sequence = (seq + 1) & 0xFFFFFFFF
         t1 = time.time_ns()
-        packet = codec.build_sender(seq, codec.to_ntp_ns(t1), self._error, self.config.padding)
+        packet = codec.build_sender(seq, codec.to_ntp_ns(t1), self._error, self._fill)
         b.sent[seq] = t1
         try:
             sock.sendto(packet, (st.peer.key[0], st.peer.port))

@@ -106,6 +106,7 @@ class HandReflector(threading.Thread):
         self.port = self.sock.getsockname()[1]
         self.seen: list[tuple[int, int]] = []  # (sequence, length)
         self.tos: set[int] = set()
+        self.paddings: set[bytes] = set()
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -119,6 +120,7 @@ class HandReflector(threading.Thread):
             received = ntp_now()
             seq, stamp, error = struct.unpack("!IQH", data[:14])
             self.seen.append((seq, len(data)))
+            self.paddings.add(data[14:])
             head = struct.pack("!IQHHQIQHHB", n, ntp_now(), 0x0001, 0, received, seq, stamp, error, 0, 64)
             self.sock.sendto(head + data[41:], peer)
             n += 1
@@ -141,6 +143,7 @@ def test_the_sender_probes_a_foreign_reflector_and_keeps_summaries_until_acknowl
         reflector.join(5)
     assert reflector.seen and {length for _, length in reflector.seen} == {74}
     assert reflector.tos == {10 << 2}  # DSCP 10 (AF11)
+    assert len(reflector.paddings) == 1 and reflector.paddings != {bytes(60)}  # pseudo-random (RFC 4656 4.1.2)
     seqs = [s for s, _ in reflector.seen]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
     batch = agent.get("/api/v1/loss/summaries", params={"limit": 3}).json()

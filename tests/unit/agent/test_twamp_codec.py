@@ -22,6 +22,7 @@ def test_sender_packet_layout_is_the_rfcs():
     assert data[12:14] == bytes([0x80 | 10, 3])  # S bit, Z 0, scale 10; multiplier 3
     assert data[14:] == bytes(27)
     assert codec.parse_sender(data) == codec.SenderPacket(7, 0x0102030405060708, err, bytes(27))
+    assert codec.build_sender(7, 1, err, padding=b"xyz")[14:] == b"xyz"
 
 
 def test_reflector_packet_round_trip_and_positions():

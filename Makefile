@@ -76,8 +76,12 @@ IMAGE_TAG ?= $$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml
 protocols: setup ## Write every protocol list (CRD, schemas, chart, each package's protocols.py) from manifests/protocols.yaml
 	$(PY) hack/protocols.py
 
+.PHONY: grafana
+grafana: setup ## Write the chart's Grafana dashboards (charts/tpcmesh/dashboards/*.json) with grafana-foundation-sdk
+	$(PY) hack/grafana.py
+
 .PHONY: chart
-chart: setup control-plane protocols ## Copy manifests/crds into the chart, lint it and package it into dist/
+chart: setup control-plane protocols grafana ## Copy manifests/crds into the chart, write its dashboards, lint it and package it into dist/
 	@rm -f charts/tpcmesh/crds/*.yaml && cp manifests/crds/*.yaml charts/tpcmesh/crds/
 	@helm="$(K8S_BIN)/helm"; $$helm lint --strict charts/tpcmesh --kube-version 1.34.4 && \
 	  for v in charts/tpcmesh/ci/*-values.yaml; do $$helm lint --strict charts/tpcmesh --kube-version 1.34.4 -f $$v >/dev/null || exit 1; done && \

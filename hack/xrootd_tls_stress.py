@@ -53,7 +53,7 @@ KINDS = ("ck", "ckabort", "getabort", "put", "hsabort", "copy", "copyabort")
 
 
 def agents_pki(directory: Path) -> TestPKI:
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o755)

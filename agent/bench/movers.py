@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     size = pick_size(wanted, 11)
 
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     from tests.support.agents import TestPKI, start_agent
 
@@ -404,7 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     def new_destination() -> Any:
         for old in agents[1:]:
             stop(old)
-        return start()
+        dst = start()
+        # the source's GridFTP server admits only the mesh's members: name the new destination one, as an operator's
+        # run names its agents (the agent's daemons/gridmap.py)
+        agents[0].file_set(count=11, size=size, mesh=[dst.name])
+        return dst
 
     if args.only != "auth":
         run_movers(args, agents, start, stop, new_destination, size, wanted, repeats, log)
@@ -415,17 +419,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _stamp(size: int) -> tuple[str, str]:
-    """When a run ended and its file size, as the sections' headers say them."""
-    return (datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            f"{size / 1e9:g} GB" if size >= 10**8 else f"{size / 1e6:g} MB")
+class RunStamp:
+    """A section's run as its header tells it: the file size, and (taken when the run begins, told once it has
+    ended) when it ended, on what machine, how long it took and the load at its start and end."""
+
+    def __init__(self, size: int) -> None:
+        self.t0 = time.monotonic()
+        self.load_start = os.getloadavg()[0]
+        self.size_text = f"{size / 1e9:g} GB" if size >= 10**8 else f"{size / 1e6:g} MB"
+
+    def ended(self) -> str:
+        return (f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, {platform.node()}, {os.cpu_count()} cores, "
+                f"run took {time.monotonic() - self.t0:.0f} s, 1-minute load average {self.load_start:.1f} at the "
+                f"start and {os.getloadavg()[0]:.1f} at the end")
 
 
 def run_movers(args: Any, agents: list, start: Any, stop: Any, new_destination: Any, size: int, wanted: int,
                repeats: int, log: Any) -> None:
     """The movers table: every mover, the main matrix."""
-    t0 = time.monotonic()
-    load_start = os.getloadavg()[0]
+    stamp = RunStamp(size)
     reduced = size != wanted
     try:
         src = start()
@@ -437,7 +449,7 @@ def run_movers(args: Any, agents: list, start: Any, stop: Any, new_destination: 
     finally:
         for a in list(agents):
             stop(a)
-    when, size_text = _stamp(size)
+    size_text = stamp.size_text
     note = (f" **Files reduced to {size_text}** (wanted {wanted / 1e9:g} GB: source set + one stored copy must fit "
             f"in /dev/shm and free memory)." if reduced else "")
     header = (f"Two real agents on loopback addresses of their own, {'quick run: ' if args.quick else ''}files of "
@@ -453,10 +465,8 @@ def run_movers(args: Any, agents: list, start: Any, stop: Any, new_destination: 
               "start and at the end of every repeat (median of all); one untimed cp and built-in store of the whole "
               "set first warm the memory, and an untimed cp before each case's built-in store rows (on this VM the "
               "first write into memory it has not touched lately, e.g. freed by the last XRootD, is slower). "
-              f"{when}, {platform.node()}, {os.cpu_count()} cores, "
-              f"run took {time.monotonic() - t0:.0f} s, 1-minute load average {load_start:.1f} at the start and "
-              f"{os.getloadavg()[0]:.1f} at the end (the load counts the benchmark's own threads, XRootD's many; "
-              f"other work on the machine lowers every figure).{note}")
+              f"{stamp.ended()} (the load counts the benchmark's own threads, XRootD's many; other work on the "
+              f"machine lowers every figure).{note}")
     write_section(args.output, bench.table(header))
     log(f"Wrote the bench-movers section of {args.output}")
 
@@ -472,8 +482,7 @@ def run_auth(args: Any, test_pki: Any, agents: list, stop: Any, size: int, repea
     from tests.support.anonymous_xrootd import anonymous_xrootd_pair
     from tests.support.tokens import running_issuer
 
-    t0 = time.monotonic()
-    load_start = os.getloadavg()[0]
+    stamp = RunStamp(size)
     bench = AuthBench(size, repeats, log, Bench(size, repeats, log).api)
     with running_issuer(test_pki) as issuer:
         try:
@@ -493,14 +502,12 @@ def run_auth(args: Any, test_pki: Any, agents: list, stop: Any, size: int, repea
         finally:
             for a in list(agents):
                 stop(a)
-    when, size_text = _stamp(size)
-    header = (f"{(movers_auth_doc())} {'Quick run: f' if args.quick else 'F'}iles of {size_text} (SI); "
+    header = (f"{(movers_auth_doc())} {'Quick run: f' if args.quick else 'F'}iles of {stamp.size_text} (SI); "
               f"{'one run' if repeats == 1 else f'median of {repeats}'} (the spread column: lowest-highest sample "
               "of the agent-driven and the by-hand copies). The x509 rows already read the source anonymously: only "
               "the destination's local instance checks the agent's certificate, once per connection; the none rows "
               "check nothing on either side. "
-              f"{when}, {platform.node()}, {os.cpu_count()} cores, run took {time.monotonic() - t0:.0f} s, "
-              f"1-minute load average {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end.")
+              f"{stamp.ended()}.")
     write_section(args.output, bench.section(header), AUTH_START, AUTH_END)
     log(f"Wrote the bench-movers authorization section of {args.output}")
 

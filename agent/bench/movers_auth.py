@@ -96,7 +96,7 @@ class AuthBench:
         self.cases: dict[tuple[int, int], AuthCase] = {}
 
     def tokens(self, issuer: Any, src: Any, dst: Any) -> dict[str, str]:
-        from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
+        from tpcmesh_operator.credentials.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
 
         return {"read": issuer.issue(TokenRequest(dst.name, _audience(src), (READ_SETS,), TOKEN_LIFETIME)),
                 "create": issuer.issue(TokenRequest(dst.name, _audience(dst), (CREATE_INCOMING,), TOKEN_LIFETIME))}

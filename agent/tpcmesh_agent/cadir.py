@@ -41,6 +41,10 @@ def signing_policy(ca_pem: bytes) -> str:
 def one_line_dn(pem: bytes) -> str:
     """A PEM certificate's subject in OpenSSL's one-line form (``/O=tpcmesh/CN=node``): how XrdHttp names a client
     certificate (the gridmap) and how a Globus signing policy names a CA."""
-    subject = x509.load_pem_x509_certificate(pem).subject
+    return one_line_name(x509.load_pem_x509_certificate(pem).subject)
+
+
+def one_line_name(name: x509.Name) -> str:
+    """A name in OpenSSL's one-line form (``/O=tpcmesh/CN=node``)."""
     return "".join(f"/{a.rfc4514_attribute_name}="
-                   f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in subject)
+                   f"{a.value if isinstance(a.value, str) else a.value.decode(errors='replace')}" for a in name)

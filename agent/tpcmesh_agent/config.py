@@ -113,6 +113,10 @@ class Settings:
     loss_buffer_summaries: int = field(default=20_000, metadata={
         "help": "most loss-probe summaries kept until a collector acknowledges them (about 1 KiB each; the oldest "
                 "are dropped and counted beyond it): 20000 hold 3 h 20 min of 100 peers' minutes"})
+    host_sample_interval: float = field(default=1.0, metadata={
+        "help": "seconds between samples of the node's CPU, the agent's processes, interfaces and memory (host "
+                "telemetry: each test's record summarises both ends' samples over its window, GET /api/v1/host); "
+                "0: no host telemetry"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
 
     # ---- derived -------------------------------------------------------------------------------------------
@@ -261,6 +265,9 @@ class Settings:
         for name in ("marker_interval", "idle_timeout", "copy_timeout"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be > 0")
+        if not 0 <= self.host_sample_interval <= 60:
+            raise SettingsError(f"host_sample_interval {self.host_sample_interval} must be between 0 (off) and 60 "
+                                "seconds")
         return self
 
 

@@ -7,18 +7,21 @@ import asyncio
 import contextlib
 import hmac
 import importlib
+import ipaddress
 import json
 import logging
 import signal
 import ssl
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from . import __version__, congestion, versions
+from . import __version__, congestion, hosttelemetry, versions
 from .cadir import write_ca_dir
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
+from .daemons.gridmap import GridftpAccess, MeshError
 from .files import FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import CONTENT_TYPE, AgentMetrics
 from .movers import load_movers
@@ -30,6 +33,23 @@ from .twamp.outbox import MAX_BATCH
 from .twamp.service import ConfigError, LossProbe
 
 log = logging.getLogger(__name__)
+
+
+def _when(value: str | None, name: str) -> float:
+    """A query's time as Unix seconds: RFC 3339 (2026-11-28T01:02:03.5Z) or a number; 422 naming ``name``."""
+    if not value:
+        raise ApiError(422, f"{name} is required: an RFC 3339 time or Unix seconds")
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError as e:
+        raise ApiError(422, f"{name} {value!r} is neither an RFC 3339 time nor Unix seconds") from e
+    if t.tzinfo is None:
+        raise ApiError(422, f"{name} {value!r} has no UTC offset (write Z or +00:00)")
+    return t.timestamp()
 
 
 class TokenSource:
@@ -109,8 +129,10 @@ class Agent:
         self.data_server6: Any | None = None  # dual stack: the built-in data server on address6
         self.movers, self.problems = load_movers(settings)
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
+        self.gridftp_access = GridftpAccess(settings)  # the mesh's members GridFTP admits
         self.metrics = AgentMetrics(self.servers_status, lambda: self.loss)
-        self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics)
+        self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses)
+        self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics, self.host)
         self.loss: LossProbe | None = None
         self.loss_error: str | None = None
         self.ready = False
@@ -171,6 +193,7 @@ class Agent:
             f"{name} {version or 'unknown'}" for name, version in self.runner.versions.items()))
         if s.ca_file is not None and s.ca_dir is not None:
             write_ca_dir(s.ca_file, s.ca_dir)
+        self.host.start()
         if "builtin" in s.protocols and "builtin" in self.movers:
             from .movers.builtin import DataServer
 
@@ -232,6 +255,7 @@ class Agent:
                             self.settings.loss_outbox_file, e.strerror or e)
             self.loss = None
         await self.runner.shutdown()
+        await asyncio.to_thread(self.host.stop)
         if self.supervisor is not None:
             with contextlib.suppress(Exception):
                 await self.supervisor.stop()
@@ -289,6 +313,7 @@ class Agent:
             "servers": self.servers_status(),
             "budget_bytes": self.settings.budget_bytes,
             "file_sets": self.filesets.list(),
+            "mesh": self.gridftp_access.members(),
             "running_test_id": running.job.test_id if running else None,
         })
 
@@ -297,9 +322,12 @@ class Agent:
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object: {count, size} or {dataset}")
         verify = body.pop("verify", False)
+        mesh = body.pop("mesh", None)
         try:
             spec = spec_from_request(body)
-        except FileSetError as e:
+            if mesh is not None:  # the run's agents: who may read the set over GridFTP (daemons/gridmap.py)
+                await asyncio.to_thread(self.gridftp_access.set_members, mesh)
+        except (FileSetError, MeshError) as e:
             raise ApiError(422, str(e)) from e
         lock = self._set_locks.setdefault(spec.name, asyncio.Lock())
         async with lock:
@@ -394,6 +422,28 @@ class Agent:
             raise ApiError(422, f"through must be a summary id (an integer >= 0), got {through!r}")
         return web.json_response({"acknowledged": box.ack(through), **box.status()})
 
+    async def host_summary(self, request: web.Request) -> web.Response:
+        """This end's host telemetry over a window (hosttelemetry.py): ``since`` and ``until`` as RFC 3339 times or
+        Unix seconds, ``peer`` the other end's address (its route names the interface). 404 when the agent keeps
+        no telemetry (host_sample_interval 0) or none of that time."""
+        q = request.query
+        since, until = _when(q.get("since"), "since"), _when(q.get("until"), "until")
+        if until < since:
+            raise ApiError(422, f"until ({q.get('until')}) is before since ({q.get('since')})")
+        peer = q.get("peer") or None
+        if peer is not None:
+            try:
+                ipaddress.ip_address(peer)
+            except ValueError as e:
+                raise ApiError(422, f"peer must be an IP address, got {peer!r}") from e
+        summary = await asyncio.to_thread(self.host.summary, since, until, peer)
+        if summary is None:
+            why = ("host telemetry is off on this agent (host_sample_interval 0)" if self.settings.host_sample_interval
+                   <= 0 else f"no host samples from {q.get('since')} to {q.get('until')} on this agent (it keeps "
+                   f"the last {hosttelemetry.RING} samples)")
+            raise ApiError(404, why)
+        return web.json_response(summary)
+
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -415,6 +465,7 @@ class Agent:
             web.put("/api/v1/loss/config", self.loss_config),
             web.get("/api/v1/loss/summaries", self.loss_summaries),
             web.post("/api/v1/loss/summaries/ack", self.loss_ack),
+            web.get("/api/v1/host", self.host_summary),
         ])
         return app
 

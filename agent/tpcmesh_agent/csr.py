@@ -4,8 +4,8 @@
 `--renew` (sidecar) keeps doing so before each expiry. The request carries CN = the node name and SANs = the
 node name and the agent's addresses (its address and, dual stack, the pod's other ones: status.podIPs, which with
 hostNetwork are the node's, so HTTPS over IPv6 verifies too), signer `tpcmesh.io/agent`; the operator
-(tpcmesh_operator.certs) approves it only for the agent ServiceAccount on that very node. The agent's pod-bound
-token authenticates the request.
+(tpcmesh_operator.credentials.signer) approves it only for the agent ServiceAccount on that very node. The agent's
+pod-bound token authenticates the request.
 
 Talks to the API server with the standard library (no Kubernetes client in the agent image); settings from
 TPCMESH_AGENT_NODE_NAME, TPCMESH_AGENT_ADDRESS, TPCMESH_AGENT_POD_IPS (comma-separated) and

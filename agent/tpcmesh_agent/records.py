@@ -14,6 +14,8 @@ Units: bytes, seconds, SI Gbit/s (1e9 bit/s).
   the same two combined over its files, ``retransmits`` (the senders' total: only a sender retransmits; None when
   no sender view came) and ``srtt_median_ms`` (the median of the files' smoothed RTT, the sender's when known).
   Movers without a view of their own (XRootD, GridFTP) get the receiver side of the test from ss (ssview.py).
+- host (when the agent keeps host telemetry): ``{"destination": summary}`` of this node over the test's window
+  (hosttelemetry.py); the operator adds ``source``, asked from the source agent after the test.
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ def build_record(
     samples: Iterable[tuple[float, int]] = (),
     receiver_view: dict[str, Any] | None = None,
     implementation: dict[str, str | None] | None = None,
+    host: dict[str, Any] | None = None,
 ) -> dict:
     """A finished record (status succeeded|failed|cancelled) that validates as the contract's transferRecord;
     ``implementation`` (versions.implementation) says which program, in which versions, made it."""
@@ -197,4 +200,6 @@ def build_record(
         record["tcp"] = tcp
     if implementation is not None:
         record["implementation"] = implementation
+    if host is not None:
+        record["host"] = host
     return record

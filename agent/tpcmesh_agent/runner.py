@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import congestion, memory, records, versions
+from . import congestion, hosttelemetry, memory, records, versions
 from .config import ALL_PROTOCOLS, Settings
 from .files import MAX_FILE_SIZE, FileSetError, FileSets, spec_from_request, validate_name
 from .metrics import AgentMetrics
@@ -126,8 +126,9 @@ def memory_shortfall(job: TransferJob, mover: Mover, incoming_dir: Path) -> str 
 
 class TransferRunner:
     def __init__(self, settings: Settings, movers: dict[str, Mover], problems: dict[str, str], filesets: FileSets,
-                 metrics: AgentMetrics) -> None:
+                 metrics: AgentMetrics, host: hosttelemetry.Sampler | None = None) -> None:
         self.settings = settings
+        self.host = host  # this node's host telemetry: the record carries the destination's summary
         self.movers = movers
         self.problems = problems
         self.filesets = filesets
@@ -352,8 +353,9 @@ class TransferRunner:
                 samples = records.spread_samples(results) if run.progress.end_only else run.samples
                 implementation = versions.implementation(mover.implementation, self.versions,
                                                          await self._peer_version(mover, job, results))
+                host = await self._host_summary(job, run.started_at, finished)
                 run.record = records.build_record(job, results, run.started_at, finished, status, error, samples,
-                                                  receiver_view, implementation)
+                                                  receiver_view, implementation, host)
             except Exception as e:  # a malformed mover result must not leave the agent busy forever
                 log.exception("Transfer %s: building the record failed", job.test_id)
                 status, error = "failed", f"agent error building the record: {type(e).__name__}: {e}"
@@ -370,6 +372,19 @@ class TransferRunner:
                      job.test_id, status, run.record["total_bytes"], _fmt(run.record["throughput_gbps"]),
                      _fmt(run.record["aggregate_gbps"]), f" ({error})" if error else "")
 
+
+    async def _host_summary(self, job: TransferJob, started: datetime, finished: datetime) -> dict | None:
+        """``{"destination": this end's host summary}`` over the test (the operator adds the source's); None when
+        this agent keeps no host telemetry."""
+        if self.host is None:
+            return None
+        try:
+            mine = await asyncio.to_thread(self.host.summary, started.timestamp(), finished.timestamp(),
+                                           _ip_or_none(job.source.host))
+        except Exception as e:  # telemetry is worth no failed record
+            log.warning("Transfer %s: summarising the host telemetry failed: %s", job.test_id, e)
+            return None
+        return {"destination": mine} if mine is not None else None
 
     async def _peer_version(self, mover: Mover, job: TransferJob, results: list[FileResult]) -> str | None:
         """The other end's version (Mover.peer_version), asked only when data came (a source that sent nothing may
@@ -406,6 +421,13 @@ class TransferRunner:
                 return f"; the local {protocol} server died during the test: {message}{hint}"
             await asyncio.sleep(0.1)
         return ""
+
+
+def _ip_or_none(host: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None  # a name (an external endpoint): the interface is then the one that moved the most bytes
 
 
 def _fmt(v: float | None) -> str:

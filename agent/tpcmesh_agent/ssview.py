@@ -5,7 +5,9 @@ ss prints struct tcp_info as text (``rtt:12.3/0.5 minrtt:10.1 cwnd:42 retrans:0/
 ``parse`` turns it back into tcpinfo's fields so the summaries have one definition (tcpinfo.summarize). Every
 established connection to the test's source counts (the protocols' data channels and XRootD's control ones): this
 is the destination's side, the receiver, which counts no data retransmits; its out-of-order packets and RTT do tell
-a lossy or long path. A connection that opens and closes between two samples is not seen.
+a lossy or long path. Why a sender waited (ss's ``busy``, ``rwnd_limited``, ``sndbuf_limited``) is parsed too: on
+these receiving sockets busy time stays about 0, so the fractions are mostly null here (a push, where this end
+sends, has them). A connection that opens and closes between two samples is not seen.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ _FIELDS = {"minrtt": ("min_rtt", 1000), "cwnd": ("snd_cwnd", 1), "mss": ("snd_ms
            "bytes_retrans": ("bytes_retrans", 1), "reord_seen": ("reord_seen", 1),
            "rcv_ooopack": ("rcv_ooopack", 1), "data_segs_out": ("data_segs_out", 1),
            "data_segs_in": ("data_segs_in", 1), "unacked": ("unacked", 1)}
+# ss "busy:612ms rwnd_limited:140ms(22.9%) sndbuf_limited:..." -> tcpinfo's µs fields (ms resolution)
+_CHRONO = {"busy": "busy_time", "rwnd_limited": "rwnd_limited", "sndbuf_limited": "sndbuf_limited"}
 _ZERO_WHEN_ABSENT = ("total_retrans", "lost", "bytes_retrans", "reord_seen", "rcv_ooopack")
 
 
@@ -56,6 +60,11 @@ def parse_info(line: str) -> tuple[dict[str, Any], str | None]:
                 out[field] = int(float(value) * scale)
             elif tok in ("delivery_rate", "pacing_rate") and i + 1 < len(tokens):
                 out[tok] = _rate(tokens[i + 1])
+            elif name in _CHRONO and value:  # busy:612ms rwnd_limited:140ms(22.9%): the sender's chrono stats
+                out[_CHRONO[name]] = int(float(value.partition("ms")[0]) * 1000)
+                if name == "busy":  # ss leaves out a limited time of 0, so with busy they are known
+                    out.setdefault("rwnd_limited", 0)
+                    out.setdefault("sndbuf_limited", 0)
         except ValueError:
             continue  # a field this ss prints differently: left out, the rest still counts
     return out, congestion

@@ -15,9 +15,14 @@ connection's own share), rates and cwnd the highest sampled, srtt the median of 
 - ``cwnd_max_bytes``/``cwnd_last_bytes`` (tcpi_snd_cwnd * tcpi_snd_mss);
 - ``delivery_rate_max_bps``, ``pacing_rate_max_bps`` in bit/s (the kernel reports bytes/s);
 - ``data_segs_out``/``data_segs_in``: data segments sent/received, so retransmits can be read as a ratio;
-- ``congestion``: the congestion-control algorithm (TCP_CONGESTION); ``samples``: how many samples.
+- ``congestion``: the congestion-control algorithm (TCP_CONGESTION); ``samples``: how many samples;
+- why the sender waited (the kernel's chrono stats, Linux 4.10+; a sender's figures, a receiver's busy time is
+  about 0): ``busy_ms``, the time with data in flight (tcpi_busy_time), ``rwnd_limited_fraction`` the share of it
+  spent stalled by the receiver's window (tcpi_rwnd_limited), ``sndbuf_limited_fraction`` by the sender's own
+  socket buffer (tcpi_sndbuf_limited); null when the kernel does not give them or nothing was sent.
 ``combine`` merges several connections (a file's streams, a test's files): counters and rates summed, min RTT the
-lowest, srtt and cwnd the highest, the algorithms listed once each.
+lowest, srtt and cwnd the highest, the algorithms listed once each, busy time summed and the limited fractions
+weighted by each connection's busy time.
 """
 
 from __future__ import annotations
@@ -91,12 +96,17 @@ def _max(values: Iterable[int | float | None]) -> Any:
     return max(got) if got else None
 
 
+def _fraction(part: int | None, busy: int | None) -> float | None:
+    return None if part is None or not busy else round(min(1.0, part / busy), 4)
+
+
 def summarize(samples: Sequence[Mapping[str, Any]], congestion: str | None = None) -> dict[str, Any] | None:
     """One connection's summary from its parsed samples in time order (None without samples)."""
     if not samples:
         return None
     first, last = samples[0], samples[-1]
     rtts = [s["rtt"] for s in samples if s.get("rtt")]
+    busy = _delta(first, last, "busy_time")  # µs, as the rwnd and sndbuf limited times
     return {
         "retransmits": _delta(first, last, "total_retrans"),
         "bytes_retrans": _delta(first, last, "bytes_retrans"),
@@ -115,13 +125,16 @@ def summarize(samples: Sequence[Mapping[str, Any]], congestion: str | None = Non
         "congestion": [congestion] if congestion else [],
         "samples": len(samples),
         "connections": 1,
+        "busy_ms": None if busy is None else round(busy / 1000, 3),
+        "rwnd_limited_fraction": _fraction(_delta(first, last, "rwnd_limited"), busy),
+        "sndbuf_limited_fraction": _fraction(_delta(first, last, "sndbuf_limited"), busy),
     }
 
 
 # a file's row keeps these (the test keeps every figure): a record of 1000 files stays small enough for the
 # operator's status budget (about 150 bytes a side instead of 450)
 FILE_FIGURES = ("retransmits", "lost_max", "reordering", "out_of_order", "min_rtt_ms", "srtt_ms", "cwnd_max_bytes",
-                "delivery_rate_max_bps", "connections")
+                "delivery_rate_max_bps", "connections", "busy_ms", "rwnd_limited_fraction", "sndbuf_limited_fraction")
 
 
 def for_file(view: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,4 +170,10 @@ def combine(summaries: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | N
     lows = [p["min_rtt_ms"] for p in parts if p.get("min_rtt_ms") is not None]
     out["min_rtt_ms"] = min(lows) if lows else None
     out["congestion"] = sorted({c for p in parts for c in p.get("congestion") or []})
+    busy = [p for p in parts if p.get("busy_ms") is not None]
+    out["busy_ms"] = round(sum(p["busy_ms"] for p in busy), 3) if busy else None
+    for key in ("rwnd_limited_fraction", "sndbuf_limited_fraction"):
+        weighted = [(p[key], p["busy_ms"]) for p in busy if p.get(key) is not None]
+        total = sum(b for _, b in weighted)
+        out[key] = round(sum(f * b for f, b in weighted) / total, 4) if total else None
     return out

@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import metadata
 
 from . import __version__
@@ -38,55 +39,40 @@ MAX_LENGTH = 64  # the contract's bound on a version string
 
 # a version as the programs print it: digits and dots, then perhaps a suffix (5.6.0-rc1, 3.9+, 13.24)
 _V = r"(\d+(?:\.\d+)+(?:[-+~][0-9A-Za-z.+~-]*)?)"
-_XROOTD = re.compile(rf"^\s*v?{_V}\s*$", re.MULTILINE)  # "v5.5.3" (xrootd -v, xrdcp --version, query config)
-_GRIDFTP_SERVER = re.compile(rf"globus_gridftp_server:\s*{_V}")  # "globus_gridftp_server: 13.24 (1653033972-1)"
-_GLOBUS_URL_COPY = re.compile(rf"globus-url-copy:\s*{_V}")  # "globus-url-copy: 10.12"
-_IPERF3 = re.compile(rf"^\s*iperf\s+{_V}", re.MULTILINE)  # "iperf 3.12 (cJSON 1.7.15)"
-_GRIDFTP_BANNER = re.compile(rf"GridFTP Server\s+{_V}")  # "220 host GridFTP Server 13.24 (gcc64, ...) [...] ready."
-_AGENT = re.compile(rf"\btpcmesh-agent/{_V}")  # the built-in data server's "Server: tpcmesh-agent/0.1.0"
 _SAFE = re.compile(r"^[0-9A-Za-z.+~_-]+$")
 
 
-def _first(pattern: re.Pattern[str], text: str | bytes | None) -> str | None:
-    if text is None:
-        return None
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    m = pattern.search(text)
-    if m is None:
-        return None
-    version = m.group(1).rstrip(".-")
-    return version if len(version) <= MAX_LENGTH and _SAFE.match(version) else None
+@dataclass(frozen=True)
+class VersionParser:
+    """Reads a version out of what a program says of itself: the pattern's group; None for no text, no match, or a
+    version longer than the contract allows or with other characters."""
+
+    pattern: re.Pattern[str]
+
+    def __call__(self, text: str | bytes | None) -> str | None:
+        if text is None:
+            return None
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        m = self.pattern.search(text)
+        if m is None:
+            return None
+        version = m.group(1).rstrip(".-")
+        return version if len(version) <= MAX_LENGTH and _SAFE.match(version) else None
 
 
-def parse_xrootd(text: str | bytes | None) -> str | None:
-    """``5.5.3`` from ``v5.5.3`` (xrootd -v, xrdcp --version, xrdfs … query config version)."""
-    return _first(_XROOTD, text)
-
-
-def parse_gridftp_server(text: str | bytes | None) -> str | None:
-    """``13.24`` from ``globus_gridftp_server: 13.24 (1653033972-1)`` (globus-gridftp-server -version)."""
-    return _first(_GRIDFTP_SERVER, text)
-
-
-def parse_globus_url_copy(text: str | bytes | None) -> str | None:
-    """``10.12`` from ``globus-url-copy: 10.12`` (globus-url-copy -version)."""
-    return _first(_GLOBUS_URL_COPY, text)
-
-
-def parse_iperf3(text: str | bytes | None) -> str | None:
-    """``3.12`` from ``iperf 3.12 (cJSON 1.7.15)`` (iperf3 --version; also the JSON report's start.version)."""
-    return _first(_IPERF3, text)
-
-
-def parse_gridftp_banner(text: str | bytes | None) -> str | None:
-    """``13.24`` from a GridFTP server's greeting ``220 <host> GridFTP Server 13.24 (gcc64, …) […] ready.``."""
-    return _first(_GRIDFTP_BANNER, text)
-
-
-def parse_agent_server(text: str | bytes | None) -> str | None:
-    """``0.1.0`` from the built-in data server's ``Server: tpcmesh-agent/0.1.0``."""
-    return _first(_AGENT, text)
+# ``5.5.3`` from ``v5.5.3`` (xrootd -v, xrdcp --version, xrdfs … query config version)
+parse_xrootd = VersionParser(re.compile(rf"^\s*v?{_V}\s*$", re.MULTILINE))
+# ``13.24`` from ``globus_gridftp_server: 13.24 (1653033972-1)`` (globus-gridftp-server -version)
+parse_gridftp_server = VersionParser(re.compile(rf"globus_gridftp_server:\s*{_V}"))
+# ``10.12`` from ``globus-url-copy: 10.12`` (globus-url-copy -version)
+parse_globus_url_copy = VersionParser(re.compile(rf"globus-url-copy:\s*{_V}"))
+# ``3.12`` from ``iperf 3.12 (cJSON 1.7.15)`` (iperf3 --version; also the JSON report's start.version)
+parse_iperf3 = VersionParser(re.compile(rf"^\s*iperf\s+{_V}", re.MULTILINE))
+# ``13.24`` from a GridFTP server's greeting ``220 <host> GridFTP Server 13.24 (gcc64, …) […] ready.``
+parse_gridftp_banner = VersionParser(re.compile(rf"GridFTP Server\s+{_V}"))
+# ``0.1.0`` from the built-in data server's ``Server: tpcmesh-agent/0.1.0``
+parse_agent_server = VersionParser(re.compile(rf"\btpcmesh-agent/{_V}"))
 
 
 def agent_version() -> str:
@@ -139,23 +125,16 @@ def implementation(name: str, versions: dict[str, str | None], peer_version: str
 async def xrootd_server_version(host: str, port: int, timeout: float = TIMEOUT) -> str | None:
     """An XRootD server's version as it answers ``query config version`` (root protocol), None when it does not."""
     from .movers.base import url_host
+    from .movers.external import run_program
 
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "xrdfs", f"root://{url_host(host)}:{port}", "query", "config", "version",
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env={**os.environ, "XRD_CONNECTIONRETRY": "1", "XRD_REQUESTTIMEOUT": str(int(timeout)),
-                 "XRD_CONNECTIONWINDOW": str(int(timeout))})
+        proc = await run_program(["xrdfs", f"root://{url_host(host)}:{port}", "query", "config", "version"],
+                                 time.monotonic() + timeout,
+                                 env={"XRD_CONNECTIONRETRY": "1", "XRD_REQUESTTIMEOUT": str(int(timeout)),
+                                      "XRD_CONNECTIONWINDOW": str(int(timeout))})
     except OSError:
         return None
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        return None
-    return parse_xrootd(out) if proc.returncode == 0 else None
+    return parse_xrootd(proc.stdout) if proc.returncode == 0 else None
 
 
 async def gridftp_banner_version(host: str, port: int, timeout: float = TIMEOUT) -> str | None:

@@ -139,6 +139,9 @@ class Measurement(models.Model):
     tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
     implementation = models.JSONField(null=True, blank=True, help_text=(
         "the program and versions that made the measurement (the contract's implementation); null: not recorded"))
+    host = models.JSONField(null=True, blank=True, help_text=(
+        "both ends' host telemetry over the test: CPU, own processes, interface, memory, TCP limits (the contract's "
+        "host); null: not recorded"))
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
                                           help_text="the congestion control the test asked for (null: default)")
     repeat = models.PositiveSmallIntegerField(null=True, blank=True,
@@ -196,19 +199,26 @@ class FileTransfer(models.Model):
         ordering = ["measurement", "name"]
 
 
-class PairLatest(models.Model):
+class CellSettings(models.Model):
+    """A grid cell's settings beside its streams, each a setting of its own like streams: an IPv6 or a bbr result
+    never overwrites an IPv4 or cubic one, and a benchmark whose spec.auth changed keeps a cell per mode (#13)."""
+
+    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
+    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
+                                          help_text="empty: the nodes' default")
+    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
+                            help_text="token, x509 or none; empty: a protocol without auth modes")
+
+    class Meta:
+        abstract = True
+
+
+class PairLatest(CellSettings):
     """The newest measurement per grid cell and setting (kept by services.ingest)."""
 
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
     protocol = models.CharField(max_length=20)
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurement has no stream count")
-    # Settings of their own, like streams: an IPv6 or a bbr result never overwrites an IPv4 or cubic one.
-    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
-    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
-                                          help_text="empty: the nodes' default")
-    # and the auth mode: a benchmark whose spec.auth changed keeps a cell per mode (#13)
-    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
-                            help_text="token, x509 or none; empty: a protocol without auth modes")
     source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+")
@@ -292,7 +302,7 @@ class ApiToken(models.Model):
         return True
 
 
-class Change(models.Model):
+class Change(CellSettings):
     """A step change in one cell's history (results.stats.changes): the first run after the step, the medians of
     the stretches on each side, and when it was found."""
 
@@ -301,11 +311,6 @@ class Change(models.Model):
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     protocol = models.CharField(max_length=20)
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurements have no stream count")
-    address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
-    congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
-                                          help_text="empty: the nodes' default")
-    auth = models.CharField(max_length=8, default="", db_default="", blank=True,
-                            help_text="token, x509 or none; empty: a protocol without auth modes")
     metric = models.CharField(max_length=20, choices=[(m, m) for m in METRICS])
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+",
                                     help_text="the first measurement after the step")

@@ -565,6 +565,12 @@ def pair_history(
     return out
 
 
+def measurement_telemetry(ids: list[Any]) -> dict[Any, dict[str, Any]]:
+    """The host telemetry and TCP view of a few measurements (the pair page's newest rows): id -> {host, tcp}.
+    Apart from pair_history, so that its every-row query does not read these JSON documents."""
+    return {row["id"]: row for row in Measurement.objects.filter(id__in=ids).values("id", "host", "tcp")}
+
+
 def link_observations(source: Node, destination: Node, protocol: str, bench: Benchmark | None = None,
                       since: datetime | None = None) -> list[Observation]:
     """One direction's runs of one protocol, oldest first, as the advice reads them (Observation.of: failures as

@@ -17,6 +17,7 @@ from django.utils.safestring import mark_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from results import federation, params, selectors, services, thresholds
+from results import hosts as hosts_
 from results import implementations as implementations_
 from results import metrics as metrics_
 from results.access import read_access_required
@@ -320,7 +321,7 @@ def pair_page(request, source: str, destination: str):
     }
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
-        "newest": transfers[::-1][:NEWEST_ROWS],
+        "newest": _with_telemetry(transfers[::-1][:NEWEST_ROWS]),
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
         "repeated": selectors.pair_repeated_cells(a, b, bench),
         "advice": _advice(history), "advice_terms": {"runs": LEVEL_RUNS, "min_runs": MIN_RUNS,
@@ -328,6 +329,13 @@ def pair_page(request, source: str, destination: str):
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
+
+
+def _with_telemetry(rows: list[dict]) -> list[dict]:
+    """The newest rows, each with both ends' host telemetry and why its sender waited (results.hosts)."""
+    found = selectors.measurement_telemetry([r["id"] for r in rows])
+    return [{**r, "host": hosts_.view(found.get(r["id"], {}).get("host"), found.get(r["id"], {}).get("tcp"))}
+            for r in rows]
 
 
 def _advice(history: list[dict]) -> list[dict]:

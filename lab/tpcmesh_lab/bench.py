@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import platform
-import re
 import statistics
 import time
 from collections import Counter
 from pathlib import Path
 
-from tpcmesh_operator.planner import _busiest_first_schedule, _circle_schedule, lower_bound, plan, site_lower_bound
-from tpcmesh_operator.spec import DEFAULT_SITE_LABEL, parse_spec
+from tpcmesh_operator.plan.planner import (
+    _busiest_first_schedule,
+    _circle_schedule,
+    lower_bound,
+    plan,
+    site_lower_bound,
+)
+from tpcmesh_operator.plan.spec import DEFAULT_SITE_LABEL, parse_spec
+
+from .report import utc_minute, write_section
 
 SECTION = "bench-planner"
 
@@ -92,7 +98,8 @@ def render_sites(rows: list[dict]) -> str:
         "`roundPolicy: siteExclusive` (no site in two tests of a round, so tests never share a site's uplink), full "
         "mesh, one plan each, checked. A round is a matching of the site multigraph (a test between two sites an "
         "edge, one within a site an edge to the site's own dummy vertex). Site lower bound: max(Δ, ⌈Γ⌉) per setting, "
-        "Δ the busiest site's tests, Γ the densest odd vertex set's 2|E(U)|/(|U|−1) (planner.py, siteschedule.py); "
+        "Δ the busiest site's tests, Γ the densest odd vertex set's 2|E(U)|/(|U|−1) "
+        "(plan/planner.py, plan/siterounds.py); "
         "the optimum is the bound or one more (Goldberg–Seymour). Equal sites: the circle method; uneven ones: the "
         "fractional edge-colouring LP (column generation, HiGHS) and its integer rounding when the circle method and "
         "the busiest-first greedy miss the bound (their rounds: \"before the LP\", small mixes only; six sites of "
@@ -111,12 +118,11 @@ def render_sites(rows: list[dict]) -> str:
 
 
 def render(rows: list[dict], spec_desc: str) -> str:
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "## Mesh planner (`make bench-planner`)",
         "",
         f"Full directed mesh, {spec_desc}; median of 3 plans (pure Python, {platform.python_version()}, "
-        f"{os.cpu_count()} cores), {when}. Goal: 1000 agents in under 1 s, rounds = lower bound "
+        f"{os.cpu_count()} cores), {utc_minute()}. Goal: 1000 agents in under 1 s, rounds = lower bound "
         "⌈N(N−1)/⌊N/2⌋⌉ per setting. Tests in a round never share an agent (checked on every plan). The plan "
         "holds the pair rounds once for all settings; a round's tests are materialised when it is dispatched "
         "(timed here: the plan plus its first round).",
@@ -129,17 +135,6 @@ def render(rows: list[dict], spec_desc: str) -> str:
         lines.append(f"| {r['n']} | {r['settings']} | {r['tests']:,} | {r['rounds']} | {r['bound']} | "
                      f"{r['total_rounds']} | {r['seconds'] * 1000:.2f} ms | {'yes' if ok else 'NO'} |")
     return "\n".join(lines)
-
-
-def write_section(path: Path, name: str, body: str) -> None:
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{body}\n{end}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if start in text and end in text:
-        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> None:

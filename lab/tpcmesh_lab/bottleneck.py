@@ -15,8 +15,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from tpcmesh_operator.planner import plan
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.planner import plan
+from tpcmesh_operator.plan.spec import parse_spec
 
 from .mesh import MeshError
 from .netns import Lab

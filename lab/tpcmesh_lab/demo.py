@@ -1,7 +1,7 @@
 """`tpcmesh-local demo`: a measured mesh on this machine, no cluster.
 
 Starts N real agents in the WAN lab (or on loopback), the dashboard on SQLite, runs the TransferBenchmark YAML once
-through the operator's own spec parser, planner and run executor (``tpcmesh_operator.runs``), delivers to the
+through the operator's own spec parser, planner and run executor (``tpcmesh_operator.run.executor``), delivers to the
 dashboard, prints the grid's URL and serves until Ctrl-C (``--once``: exits after the run).
 """
 
@@ -25,12 +25,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from tpcmesh_operator.agents import AgentsClient
-from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import ExecutorOptions, JsonFileStatusStore, Progress, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import BenchmarkSpec, SpecError, load_manifest
-from tpcmesh_operator.tokens.issuer import TokenIssuer
-from tpcmesh_operator.tokens.server import IssuerServer
+from tpcmesh_operator.credentials.tokens.issuer import TokenIssuer
+from tpcmesh_operator.credentials.tokens.server import IssuerServer
+from tpcmesh_operator.plan.spec import BenchmarkSpec, SpecError, load_manifest
+from tpcmesh_operator.run.agents import AgentsClient
+from tpcmesh_operator.run.delivery import ResultsClient
+from tpcmesh_operator.run.executor import (
+    ExecutorOptions,
+    JsonFileStatusStore,
+    Progress,
+    RunExecutor,
+    RunInfo,
+    StaticDirectory,
+)
 
 from .mesh import (
     ALL_PROTOCOLS,
@@ -162,7 +169,7 @@ async def run_benchmark(name: str, spec: BenchmarkSpec, agents: list, agent_toke
 
 def choose_protocols(spec: BenchmarkSpec, agents: list) -> tuple[BenchmarkSpec, dict[str, str]]:
     """Keep the benchmark's protocols every agent offers here; say why the others are left out."""
-    from tpcmesh_operator.planner import RTT
+    from tpcmesh_operator.plan.planner import RTT
 
     left_out: dict[str, str] = {}
     keep = []

@@ -11,7 +11,6 @@ section of BENCHMARKS.md.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
@@ -28,30 +27,18 @@ import uuid
 from pathlib import Path
 
 import httpx
-from tpcmesh_operator.agents import DEFAULT_PORTS
+from tpcmesh_operator.run.agents import DEFAULT_PORTS
 
 from . import bottleneck
 from .mesh import Certificates, MeshError, start_agents
 from .netns import Lab, LabError, netns_unavailable_reason
 from .profile import load_profile, parse_profile
+from .report import utc_minute, write_section
 
 log = logging.getLogger("tpcmesh.local.fidelity")
-START, END = "<!-- bench-fidelity:start -->", "<!-- bench-fidelity:end -->"
+SECTION = "bench-fidelity"
 FILES = {"count": 4, "size": 128_000_000}
 REPEATS = 3
-
-
-def replace_section(path: Path, body: str) -> None:
-    """Replace the text between the markers (append the section when the file lacks it)."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    section = f"{START}\n{body.rstrip()}\n{END}"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        tail = rest.split(END, 1)[1]
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text, encoding="utf-8")
 
 
 def iperf3(lab: Lab, seconds: float, streams: int = 4) -> float:
@@ -139,7 +126,6 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
     site_ratios = bottleneck.ratios_to_solo(shared)["siteExclusive"].values()
     site_ok = all(abs(x - 1) <= 0.15 for x in site_ratios)
     ok = abs(ratio - 1) <= 0.10 and rtt_err <= 0.10 and site_ok
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "## Fidelity of the WAN lab (`make bench-fidelity`)",
         "",
@@ -147,7 +133,7 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
         f"through the project's delay line, far -> near, medians of {REPEATS} alternating repeats. "
         f"iperf3: 4 streams, {seconds:g} s (first 2 s omitted). Built-in mover: real agents, {FILES['count']} files "
         f"x {FILES['size'] // 10**6} MB at once, 1 stream each, into a sink; wall-clock aggregate. "
-        f"RTT: the agents' probe (TCP connect, 10 samples). {when}, {platform.node()}, {os.cpu_count()} cores.",
+        f"RTT: the agents' probe (TCP connect, 10 samples). {utc_minute()}, {platform.node()}, {os.cpu_count()} cores.",
         "",
         "| measure | value | target | ok |",
         "|---|---|---|---|",
@@ -182,6 +168,6 @@ def main(output: Path | None = None, seconds: float = 8.0) -> int:
     text = "\n".join(lines)
     print(text)
     if output is not None:
-        replace_section(output, text)
+        write_section(output, SECTION, text)
         print(f"Wrote the bench-fidelity section of {output}")
     return 0 if ok else 1

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from tpcmesh_operator import pki
-from tpcmesh_operator.agents import DEFAULT_PORTS, Agent
+from tpcmesh_operator.credentials import pki
 from tpcmesh_operator.protocols import PROTOCOLS as ALL_PROTOCOLS
+from tpcmesh_operator.run.agents import DEFAULT_PORTS, Agent
 
 from .netns import Lab, Node
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import hostlimits
 from .profile import WanProfile
 
 log = logging.getLogger("tpcmesh.local.lab")
@@ -65,6 +66,8 @@ class Node:
     netns: str | None = None  # None: loopback mode, processes run in the root namespace
     device: str | None = None
     address6: str | None = None  # netns mode: its IPv6 address (the delay line carries both families)
+    cpu_group: hostlimits.CpuGroup | None = None  # the profile's cpuQuota: every process started here joins it
+    sysctls: dict[str, list[int]] = field(default_factory=dict)  # the profile's buffer maxima, as written
 
 
 @dataclass
@@ -166,6 +169,9 @@ class Lab:
             "Running on loopback addresses %s-%s without WAN emulation (%s).",
             self.nodes[0].address, self.nodes[-1].address, self.reason,
         )
+        if self.profile.hosts:
+            log.warning("The profile's host limits (%s) are not applied without the netns lab.",
+                        ", ".join(sorted(self.profile.hosts)))
 
     def _start_netns(self) -> None:
         remove_leftovers()
@@ -201,10 +207,32 @@ class Lab:
             _ip("-n", node.netns, "-6", "addr", "add", f"{node.address6}/64", "dev", "wan0", "nodad")
             self._write_hosts(node)
         self.emulated = True
+        self._apply_host_limits()
         log.info(
             "Created %d network namespaces on %s joined by the delay line (host side %s).",
             len(self.nodes), self.subnet, self.host_address,
         )
+
+    def _apply_host_limits(self) -> None:
+        """The profile's ``hosts``: buffer maxima in each node's namespace, its CPU group and busy processes."""
+        for node in self.nodes:
+            spec = self.profile.host(node.name)
+            assert node.netns
+            try:
+                for name, maximum in spec.sysctls.items():
+                    node.sysctls[name] = hostlimits.set_buffer_max(node.netns, name, maximum)
+                if spec.cpu_quota is not None:
+                    node.cpu_group = hostlimits.CpuGroup.create(node.netns, spec.cpu_quota)
+            except hostlimits.LimitError as exc:
+                raise LabError(f"the limits of node {node.name} (the profile's hosts): {exc}") from exc
+            if node.sysctls or node.cpu_group:
+                log.info("Limited node %s: %s.", node.name, ", ".join(
+                    [f"{k} {' '.join(map(str, v))}" for k, v in node.sysctls.items()]
+                    + ([f"{spec.cpu_quota:g} cores ({node.cpu_group.hierarchy.describe()})"] if node.cpu_group else [])
+                    + ([f"{spec.cpu_hogs} busy processes beside it"] if spec.cpu_hogs else [])))
+            for _ in range(spec.cpu_hogs):
+                self.popen(node, [sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
 
     def _write_hosts(self, node: Node) -> None:
         """``ip netns exec`` bind-mounts /etc/netns/<ns>/hosts over /etc/hosts: every node's name, and this
@@ -280,7 +308,7 @@ class Lab:
         at close, and a ``critical`` one that dies before takes the whole lab down."""
         n = self.node(node) if isinstance(node, str) else node
         kwargs.setdefault("start_new_session", True)
-        kwargs.setdefault("preexec_fn", die_with_parent())
+        kwargs["preexec_fn"] = self._preexec(n, kwargs.get("preexec_fn", die_with_parent()))
         what = f"{Path(argv[0]).name} on {n.name if n else 'the host'}"
         proc = subprocess.Popen(self.command(n, argv), **kwargs)
         with self._lock:
@@ -290,7 +318,24 @@ class Lab:
         return proc
 
     def run(self, node: Node | str, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
+        n = self.node(node) if isinstance(node, str) else node
+        if n.cpu_group is not None:
+            kwargs["preexec_fn"] = self._preexec(n, kwargs.get("preexec_fn"))
         return subprocess.run(self.command(node, argv), **kwargs)
+
+    @staticmethod
+    def _preexec(node: Node | None, then: Callable[[], None] | None) -> Callable[[], None] | None:
+        """``then``, after joining the node's CPU group when it has one."""
+        if node is None or node.cpu_group is None:
+            return then
+        join = node.cpu_group.join()
+
+        def preexec() -> None:
+            join()
+            if then is not None:
+                then()
+
+        return preexec
 
     def _watch(self, proc: subprocess.Popen, what: str) -> None:
         code = proc.wait()
@@ -323,6 +368,8 @@ class Lab:
         for node in self.nodes:
             if node.netns:
                 remove_namespace(node.netns)
+            if node.cpu_group is not None:
+                node.cpu_group.remove()
         for fn in reversed(self._cleanups):
             try:
                 fn()
@@ -465,6 +512,10 @@ def remove_leftovers(*, all_owners: bool = False) -> list[str]:
         for d in NETNS_ETC.iterdir():
             if d.name.startswith(PREFIX) and owner_gone(d.name[len(PREFIX):]):
                 shutil.rmtree(d, ignore_errors=True)
+    for group in hostlimits.lab_groups(PREFIX):
+        if owner_gone(group.name[len(PREFIX):]):
+            hostlimits.remove_group(group)
+            removed.append(str(group))
     with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
         for link in json.loads(_ip("-j", "link", "show") or "[]"):
             name = link.get("ifname", "")

@@ -14,6 +14,17 @@ A profile is a small YAML file (see ``profiles/default.yaml``)::
       - name: site-a
         nodes: [site-a]                  # every packet between these nodes and any other node passes it
         rateMbit: 200                    # its rate, each direction
+    hosts:                               # optional: a node's own limits (faults for `make bench-diagnosis`)
+      - node: site-b
+        tcpRmemMaxBytes: 3145728         # net.ipv4.tcp_rmem's maximum in the node's namespace
+        tcpWmemMaxBytes: 2097152         # net.ipv4.tcp_wmem's maximum in the node's namespace
+        cpuQuota: 0.25                   # CPU for everything the node runs, in cores (a cgroup's quota)
+        cpuHogs: 1                       # busy processes beside the agent, inside that quota (needs cpuQuota)
+
+tcp_rmem and tcp_wmem are per network namespace, so a node's buffers change nothing outside it. net.core.rmem_max
+and wmem_max are not set: on the kernels seen here they are visible in a namespace but read-only (host-wide), and
+the lab never changes host-wide settings. The CPU quota is a cgroup per node (``cpu.max`` on cgroup v2, or
+``cpu.cfs_quota_us`` where the cpu controller is on cgroup v1), holding every process the lab starts on the node.
 """
 
 from __future__ import annotations
@@ -29,6 +40,10 @@ DEFAULT_PROFILE = PROFILES_DIR / "default.yaml"
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 LINK_KEYS = {"between", "from", "to", "delayMs", "rateMbit", "lossPercent"}
 UPLINK_KEYS = {"name", "nodes", "rateMbit"}
+HOST_KEYS = {"node", "tcpRmemMaxBytes", "tcpWmemMaxBytes", "cpuQuota", "cpuHogs"}
+BUFFER_BYTES = (4096, 2**31 - 1)  # the kernel's int; 4096 is tcp_rmem's smallest minimum
+CPU_QUOTA_CORES = (0.01, 1024.0)  # cgroup cpu.max: at least 1 ms of every 100 ms period
+CPU_HOGS = (0, 64)
 
 
 class ProfileError(ValueError):
@@ -56,6 +71,27 @@ class UplinkSpec:
     rate_mbit: float
 
 
+@dataclass(frozen=True)
+class HostSpec:
+    """A node's own limits: its TCP buffer maxima (per-namespace sysctls) and its CPU (a cgroup quota, busy
+    processes beside the agent)."""
+
+    tcp_rmem_max: int | None = None
+    tcp_wmem_max: int | None = None
+    cpu_quota: float | None = None  # cores
+    cpu_hogs: int = 0
+
+    @property
+    def sysctls(self) -> dict[str, int]:
+        """The maxima to set: sysctl name -> bytes."""
+        out = {}
+        if self.tcp_rmem_max is not None:
+            out["net.ipv4.tcp_rmem"] = self.tcp_rmem_max
+        if self.tcp_wmem_max is not None:
+            out["net.ipv4.tcp_wmem"] = self.tcp_wmem_max
+        return out
+
+
 @dataclass
 class WanProfile:
     nodes: list[str]
@@ -63,6 +99,10 @@ class WanProfile:
     links: dict[tuple[str, str], LinkSpec] = field(default_factory=dict)
     source: str = "<memory>"
     uplinks: list[UplinkSpec] = field(default_factory=list)
+    hosts: dict[str, HostSpec] = field(default_factory=dict)
+
+    def host(self, node: str) -> HostSpec:
+        return self.hosts.get(node, HostSpec())
 
     def link(self, src: str, dst: str) -> LinkSpec:
         return self.links.get((src, dst), self.default)
@@ -84,7 +124,9 @@ class WanProfile:
         links = {k: v for k, v in self.links.items() if k[0] in names and k[1] in names}
         uplinks = [UplinkSpec(u.name, kept, u.rate_mbit) for u in self.uplinks
                    if (kept := tuple(n for n in u.nodes if n in names))]
-        return WanProfile(nodes=names, default=self.default, links=links, source=self.source, uplinks=uplinks)
+        hosts = {k: v for k, v in self.hosts.items() if k in names}
+        return WanProfile(nodes=names, default=self.default, links=links, source=self.source, uplinks=uplinks,
+                          hosts=hosts)
 
 
 def _link(raw: object, where: str) -> LinkSpec:
@@ -147,21 +189,62 @@ def parse_profile(data: object, source: str = "<memory>") -> WanProfile:
                 raise ProfileError(f"{where}: a link needs two different nodes, got {a!r} twice")
             profile.links[(a, b)] = spec
     profile.uplinks = _uplinks(data.get("uplinks") or [], profile.nodes, source)
+    profile.hosts = _hosts(data.get("hosts") or [], profile.nodes, source)
     return profile
 
 
-def _uplinks(raw: object, nodes: list[str], source: str) -> list[UplinkSpec]:
+def _number(raw: dict, key: str, where: str, low: float, high: float, *, integer: bool) -> float | None:
+    if key not in raw or raw[key] is None:
+        return None
+    value = raw[key]
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ProfileError(f"{where}.{key}: must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not low <= value <= high:
+        raise ProfileError(f"{where}.{key}: {value} is outside {low:g}..{high:g}")
+    return value
+
+
+def _entries(raw: object, section: str, keys: set[str], source: str) -> list[tuple[str, dict]]:
+    """A list of mappings with only ``keys``: each with where it is (``<source>: <section>[i]``)."""
     if not isinstance(raw, list):
-        raise ProfileError(f"{source}: uplinks must be a list")
+        raise ProfileError(f"{source}: {section} must be a list")
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"{source}: {section}[{i}]"
+        if not isinstance(entry, dict):
+            raise ProfileError(f"{where}: must be a mapping")
+        unknown = set(entry) - keys
+        if unknown:
+            raise ProfileError(f"{where}: unknown field(s) {sorted(unknown)} (known: {sorted(keys)})")
+        out.append((where, entry))
+    return out
+
+
+def _hosts(raw: object, nodes: list[str], source: str) -> dict[str, HostSpec]:
+    out: dict[str, HostSpec] = {}
+    for where, h in _entries(raw, "hosts", HOST_KEYS, source):
+        node = h.get("node")
+        if node not in nodes:
+            raise ProfileError(f"{where}.node: {node!r} is not in nodes {nodes}")
+        if node in out:
+            raise ProfileError(f"{where}.node: {node!r} has limits already (one hosts entry per node)")
+        rmem = _number(h, "tcpRmemMaxBytes", where, *BUFFER_BYTES, integer=True)
+        wmem = _number(h, "tcpWmemMaxBytes", where, *BUFFER_BYTES, integer=True)
+        quota = _number(h, "cpuQuota", where, *CPU_QUOTA_CORES, integer=False)
+        hogs = _number(h, "cpuHogs", where, *CPU_HOGS, integer=True) or 0
+        if hogs and quota is None:
+            raise ProfileError(f"{where}.cpuHogs: needs cpuQuota, so the busy processes share the node's quota and "
+                               "not the machine's other cores")
+        out[node] = HostSpec(None if rmem is None else int(rmem), None if wmem is None else int(wmem),
+                             None if quota is None else float(quota), int(hogs))
+    return out
+
+
+def _uplinks(raw: object, nodes: list[str], source: str) -> list[UplinkSpec]:
     out: list[UplinkSpec] = []
     owner: dict[str, str] = {}
-    for i, u in enumerate(raw):
-        where = f"{source}: uplinks[{i}]"
-        if not isinstance(u, dict):
-            raise ProfileError(f"{where}: must be a mapping")
-        unknown = set(u) - UPLINK_KEYS
-        if unknown:
-            raise ProfileError(f"{where}: unknown field(s) {sorted(unknown)}")
+    for where, u in _entries(raw, "uplinks", UPLINK_KEYS, source):
         name = u.get("name")
         if not isinstance(name, str) or not NODE_NAME.match(name):
             raise ProfileError(f"{where}.name: {name!r} is not a DNS label")

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .outbox import MAX_STATUS_BYTES, STATUS_BUDGET_BYTES
+from .run.outbox import MAX_STATUS_BYTES, STATUS_BUDGET_BYTES
 
 
 class SettingsError(ValueError):
@@ -33,14 +33,16 @@ class Settings:
     # Where benchmarks without spec.results deliver (the chart sets its own dashboard); empty: they must name one.
     results_url: str = ""
     results_token_file: str = ""  # the token for results_url, re-read after a 401
-    # The built-in token issuer (tokens/incluster.py): its URL as the agents reach it (the chart: the operator's
+    # The built-in token issuer (credentials/tokens/incluster.py): its URL as the agents reach it (the chart: the
+    # operator's
     # Service); empty: no issuer here, benchmarks default to x509.
     token_issuer: str = ""
     token_issuer_port: int = 8443
     token_keys_secret: str = "tpcmesh-token-keys"  # in agent_namespace
     token_issuer_tls_dir: str = ""  # tls.crt/tls.key (cert-manager); empty: signed with the agents' CA
     token_rotate_seconds: int = 24 * 3600
-    # An external issuer instead (tokens/external.py): token_issuer is then the site's issuer, this directory holds
+    # An external issuer instead (credentials/tokens/external.py): token_issuer is then the site's issuer, this
+    # directory holds
     # the operator's OAuth client credentials (files client_id, client_secret), and token_issuer_ca_file the CA of
     # the issuer's HTTPS endpoint when no public CA signed it.
     token_client_dir: str = ""

@@ -4,7 +4,7 @@
 - `tick_benchmark`: the timer -> `plan_tick` (pure: the due TransferRun with a deterministic name and a frozen spec,
   concurrencyPolicy against the benchmark's own runs and any other run on its agents, history limits, the last run's
   summary: lastRun, Degraded), then its API calls (AlreadyExists after a restart is success).
-TransferRuns are driven by rundriver.py.
+TransferRuns are driven by run/driver.py.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from . import kube, schedule
-from .rundriver import STOP_ANNOTATION
-from .runstatus import TERMINAL, set_condition
-from .spec import BenchmarkSpec, SpecError, parse_spec, to_dict
+from . import kube
+from .plan import schedule
+from .plan.spec import BenchmarkSpec, SpecError, parse_spec, to_dict
+from .run.driver import STOP_ANNOTATION
+from .run.status import TERMINAL, set_condition
 
 log = logging.getLogger(__name__)
 

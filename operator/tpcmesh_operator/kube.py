@@ -16,10 +16,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .agents import DEFAULT_PORTS, Agent
 from .config import Settings
-from .outbox import MAX_STATUS_BYTES, encoded_size
-from .spec import BenchmarkSpec
+from .plan.spec import BenchmarkSpec
+from .run.agents import DEFAULT_PORTS, Agent
+from .run.outbox import MAX_STATUS_BYTES, encoded_size
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class KubeSecretCredentials:
         self.namespace = namespace
 
     async def read(self, secret: str) -> dict[str, str]:
-        from .external_io import ExternalError
+        from .external.access import ExternalError
 
         try:
             s = await asyncio.to_thread(core().read_namespaced_secret, secret, self.namespace)

@@ -11,18 +11,14 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from . import (
-    certs,  # noqa: F401  (registers the CSR approver/signer handlers)
-    cluster,
-    controller,
-    external_cleanup,
-    kube,
-    rundriver,
-)
+from . import cluster, controller, kube
 from .config import Settings
+from .credentials import signer
+from .credentials.tokens import incluster
+from .external import cleanup as external_cleanup
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
-from .spec import BenchmarkSpec
-from .tokens import incluster
+from .plan.spec import BenchmarkSpec
+from .run import driver as rundriver
 
 # Read once for what kopf fixes at import (timer interval) and at start-up; handlers read Settings.from_env() when
 # they run, so several operators started in one process (the tests' KopfRunner) each get their own environment.
@@ -88,6 +84,20 @@ def login(**_: Any) -> kopf.ConnectionInfo:
     )
 
 
+# The agents' CA (credentials/signer.py): registered first, as before, so the CA is loaded before the others start.
+if signer.SETTINGS.signer_name:
+
+    @kopf.on.startup()  # type: ignore[arg-type]
+    def start_ca(logger: logging.Logger, **_: Any) -> None:
+        signer.start_ca(logger)
+
+    @kopf.on.event("certificates.k8s.io", "v1", "certificatesigningrequests",
+                   when=lambda spec, **_: spec.get("signerName") == signer.SETTINGS.signer_name)
+    def csr_event(name: str, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's keyword
+        if type != "DELETED":
+            signer.handle_csr(name)
+
+
 @kopf.on.startup()  # type: ignore[arg-type]
 def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
     _load_kube_config()
@@ -124,8 +134,8 @@ async def start_token_issuer(logger: logging.Logger, **_: Any) -> None:
     cfg = incluster.IssuerConfig(s.token_issuer, s.token_issuer_port, s.agent_namespace, s.token_keys_secret,
                                  s.token_rotate_seconds, s.token_issuer_tls_dir)
     ca = None
-    if not s.token_issuer_tls_dir and certs.SETTINGS.signer_name and certs.SETTINGS.sign:
-        ca = await asyncio.to_thread(certs.ensure_ca, kube.core().api_client, certs.SETTINGS)
+    if not s.token_issuer_tls_dir and signer.SETTINGS.signer_name and signer.SETTINGS.sign:
+        ca = await asyncio.to_thread(signer.ensure_ca, kube.core().api_client, signer.SETTINGS)
     await asyncio.to_thread(incluster.start_once, cfg, kube.core(), ca)
 
 

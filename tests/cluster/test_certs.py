@@ -1,7 +1,8 @@
 """Agent host certificates through CertificateSigningRequests on the real control plane.
 
 The agent side (tpcmesh_agent.csr) asks with a pod-bound ServiceAccount token; the operator side
-(tpcmesh_operator.certs) runs with the chart's operator ServiceAccount and RBAC, so both are authorised for real.
+(tpcmesh_operator.credentials.signer) runs with the chart's operator ServiceAccount and RBAC, so both are authorised
+for real.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 from kubernetes import client, dynamic
 from tpcmesh_agent import csr as agent_csr
-from tpcmesh_operator import certs
+from tpcmesh_operator.credentials import signer as certs
 
 from tests.support.paths import REPO
 
@@ -186,7 +187,7 @@ def test_other_signers_requests_are_left_alone(csr_cluster, control_plane):
 
 
 def test_ca_is_renewed_a_year_before_it_ends_and_the_old_one_stays_trusted(control_plane):
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     ns = "tpcmesh-ca-renew"
     control_plane.ensure_namespace(ns)

@@ -19,7 +19,7 @@ from tpcmesh_agent import memory as agent_memory
 from tpcmesh_agent import runner as agent_runner
 from tpcmesh_agent.movers import mover_class
 from tpcmesh_agent.movers.base import Endpoint, FileSpec, TransferJob
-from tpcmesh_operator.spec import load_manifest
+from tpcmesh_operator.plan.spec import load_manifest
 
 from tests.support.controlplane import K8S_VERSION, binary
 from tests.support.paths import REPO

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from kubernetes import client
-from tpcmesh_operator.results import ResultsClient
+from tpcmesh_operator.run.delivery import ResultsClient
 
 from tests.cluster import operator_support
 from tests.cluster.operator_support import (

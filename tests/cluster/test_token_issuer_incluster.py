@@ -18,10 +18,11 @@ import pytest
 import yaml
 from cryptography import x509
 from kubernetes import client, dynamic
-from tpcmesh_operator import certs, pki
-from tpcmesh_operator.tokens import incluster
-from tpcmesh_operator.tokens.claims import READ_SETS, TokenRequest
-from tpcmesh_operator.tokens.keyring import load
+from tpcmesh_operator.credentials import pki
+from tpcmesh_operator.credentials import signer as certs
+from tpcmesh_operator.credentials.tokens import incluster
+from tpcmesh_operator.credentials.tokens.claims import READ_SETS, TokenRequest
+from tpcmesh_operator.credentials.tokens.keyring import load
 
 from tests.support.paths import REPO
 

@@ -8,11 +8,11 @@ Use the ``agent_factory`` fixture::
 
 Each agent gets a fresh address (127.0.1.1, 127.0.1.2, ...; an address is locked with a file in /tmp so parallel
 pytest sessions never share one), the default ports on it, a data dir on /dev/shm, a token file, and a host
-certificate from the session's tpcmesh CA (``tpcmesh_operator.pki``). The factory waits for /readyz and kills the
-process at teardown. Keyword arguments are agent settings (``protocols``, ``budget_bytes``, ``builtin_max_rate``,
-``run_user``, ``token_file`` to share one token, ...), passed as TPCMESH_AGENT_<NAME> environment variables.
-``agent_factory.many(n, **settings)`` starts n agents in parallel. ``module_agent_factory`` is the same with agents
-shared by a module's tests.
+certificate from the session's tpcmesh CA (``tpcmesh_operator.credentials.pki``). The factory waits for /readyz and
+kills the process at teardown. Keyword arguments are agent settings (``protocols``, ``budget_bytes``,
+``builtin_max_rate``, ``run_user``, ``token_file`` to share one token, ...), passed as TPCMESH_AGENT_<NAME>
+environment variables. ``agent_factory.many(n, **settings)`` starts n agents in parallel. ``module_agent_factory`` is
+the same with agents shared by a module's tests.
 """
 
 from __future__ import annotations
@@ -57,11 +57,11 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "tpcmesh-test-addresses"
 class TestPKI:
     ca_file: Path
     ca_dir: Path
-    ca: Any  # tpcmesh_operator.pki.KeyPair
+    ca: Any  # tpcmesh_operator.credentials.pki.KeyPair
     directory: Path
 
     def host_cert(self, name: str, addresses: list[str]) -> tuple[Path, Path]:
-        from tpcmesh_operator import pki
+        from tpcmesh_operator.credentials import pki
 
         kp = pki.issue_host_cert(self.ca, name, addresses)
         cert, key = self.directory / f"{name}.crt", self.directory / f"{name}.key"
@@ -279,7 +279,7 @@ _POOL: _AddressPool | None = None
 
 @pytest.fixture(scope="session")
 def tpcmesh_pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     d = tmp_path_factory.mktemp("pki")
     os.chmod(d, 0o755)

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from tpcmesh_agent.daemons import configs
 from tpcmesh_agent.daemons.supervisor import find_library, free_port
-from tpcmesh_operator import pki
+from tpcmesh_operator.credentials import pki
 
 from tests.support.agents import TestPKI
 from tests.support.serving import serving

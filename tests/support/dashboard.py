@@ -70,3 +70,12 @@ def batch(measurements: list[dict[str, Any]], *, namespace: str = "mesh", name: 
     if cluster is not None:
         body["cluster"] = cluster
     return body
+
+
+def page_table(client: Any, path: str, table_id: str) -> str:
+    """The HTML of the table ``id=table_id`` on the page at ``path`` (asserting the page answers 200)."""
+    page = client.get(path)
+    assert page.status_code == 200, page.content[:500]
+    html = page.content.decode()
+    table = html[html.index(f'id="{table_id}"'):]
+    return table[:table.index("</table>")]

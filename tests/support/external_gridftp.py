@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tpcmesh_agent.cadir import one_line_dn, write_ca_dir
 from tpcmesh_agent.daemons.supervisor import free_port
-from tpcmesh_operator import pki
+from tpcmesh_operator.credentials import pki
 
 from tests.support.agents import TestPKI
 from tests.support.serving import serving

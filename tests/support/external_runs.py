@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tpcmesh_operator.agents import Agent, AgentsClient
-from tpcmesh_operator.external_io import StaticCredentials
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.external.access import StaticCredentials
+from tpcmesh_operator.run.agents import Agent, AgentsClient
+from tpcmesh_operator.run.executor import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=1.0)
 COUNT, SIZE = 2, 1_000_000

@@ -25,9 +25,9 @@ from pathlib import Path
 from tpcmesh_agent.cadir import write_ca_dir
 from tpcmesh_agent.daemons import configs
 from tpcmesh_agent.daemons.supervisor import find_library, free_port
-from tpcmesh_operator import pki
-from tpcmesh_operator.tokens.claims import TokenRequest
-from tpcmesh_operator.tokens.issuer import TokenIssuer
+from tpcmesh_operator.credentials import pki
+from tpcmesh_operator.credentials.tokens.claims import TokenRequest
+from tpcmesh_operator.credentials.tokens.issuer import TokenIssuer
 
 from tests.support.agents import TestPKI
 from tests.support.serving import Supervised, serving

@@ -13,9 +13,9 @@ from pathlib import Path
 from tpcmesh_lab.mesh import Certificates, LocalAgent, start_agents
 from tpcmesh_lab.netns import Lab
 from tpcmesh_lab.profile import parse_profile
-from tpcmesh_operator.agents import AgentsClient
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import AgentsClient
+from tpcmesh_operator.run.executor import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 
 FAST = ExecutorOptions(poll_interval=0.1, unreachable_grace=1.0, timeout_grace=5.0, delivery_max_seconds=1.0)
 

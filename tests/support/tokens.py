@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
-from tpcmesh_operator.tokens.issuer import TokenIssuer
-from tpcmesh_operator.tokens.server import IssuerServer
+from tpcmesh_operator.credentials.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
+from tpcmesh_operator.credentials.tokens.issuer import TokenIssuer
+from tpcmesh_operator.credentials.tokens.server import IssuerServer
 
 ISSUER_HOST = "127.0.0.1"
 

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 from tpcmesh_agent import csr as agent_csr
-from tpcmesh_operator import certs
+from tpcmesh_operator.credentials import signer as certs
 
 SA = "system:serviceaccount:tpcmesh:tpc-tpcmesh-agent"
 NODES = {"dtn-1": {"10.0.0.1", "dtn-1", "2001:db8:0:0::1"}, "dtn-2": {"10.0.0.2", "2001:db8::2"}}

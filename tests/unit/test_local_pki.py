@@ -10,7 +10,7 @@ import ipaddress
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 from tpcmesh_lab.controlplane import write_pki
-from tpcmesh_operator import pki
+from tpcmesh_operator.credentials import pki
 
 
 def test_apiserver_serving_certificate_verifies_strictly(tmp_path):

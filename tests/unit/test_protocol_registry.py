@@ -100,7 +100,9 @@ def test_a_malformed_entry_is_named(tmp_path, change, message):
 def test_the_products_read_the_registry():
     from results.models import Measurement
     from tpcmesh_agent.config import ALL_PROTOCOLS
-    from tpcmesh_operator import agents, externals, spec
+    from tpcmesh_operator.external import endpoints as externals
+    from tpcmesh_operator.plan import spec
+    from tpcmesh_operator.run import agents
 
     names = [p.name for p in gen.load(REPO / gen.REGISTRY)]
     assert [c for c, _ in Measurement._meta.get_field("protocol").choices] == names

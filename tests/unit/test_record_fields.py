@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tpcmesh_operator.measurements import _MEASUREMENT_FIELDS
+from tpcmesh_operator.run.measurements import _MEASUREMENT_FIELDS
 
 from tests.support.paths import REPO
 
@@ -24,8 +24,8 @@ API_ELSEWHERE = {"path"}
 def test_the_operator_copies_every_field_an_agent_record_shares_with_the_measurement():
     wanted = (RECORD & MEASUREMENT) - OPERATOR_DECIDES
     assert set(_MEASUREMENT_FIELDS) == wanted, (
-        f"operator/tpcmesh_operator/measurements.py copies {sorted(set(_MEASUREMENT_FIELDS) - wanted)} that the schema "
-        f"does not share, and leaves out {sorted(wanted - set(_MEASUREMENT_FIELDS))}")
+        f"operator/tpcmesh_operator/run/measurements.py copies {sorted(set(_MEASUREMENT_FIELDS) - wanted)} that the "
+        f"schema does not share, and leaves out {sorted(wanted - set(_MEASUREMENT_FIELDS))}")
 
 
 def test_the_dashboard_stores_and_serves_every_field_of_the_measurement():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 from results import thresholds
-from tpcmesh_operator.spec import DEFAULT_THRESHOLDS
+from tpcmesh_operator.plan.spec import DEFAULT_THRESHOLDS
 
 from tests.support.paths import REPO
 

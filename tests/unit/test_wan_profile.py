@@ -42,6 +42,18 @@ def test_more_nodes_than_the_profile_names_use_the_default_link():
         ({"nodes": ["a", "b"], "uplinks": [{"name": "s", "nodes": ["a"], "rateMbit": 1},
                                            {"name": "t", "nodes": ["a"], "rateMbit": 1}]}, "already behind uplink 's'"),
         ({"nodes": ["a"], "uplinks": [{"name": "s", "nodes": ["a"], "rateMbit": 1, "burst": 2}]}, "unknown field"),
+        ({"nodes": ["a"], "hosts": {"a": {}}}, "hosts must be a list"),
+        ({"nodes": ["a"], "hosts": [{"node": "b"}]}, "hosts[0].node: 'b' is not in nodes"),
+        ({"nodes": ["a"], "hosts": [{"node": "a"}, {"node": "a"}]}, "hosts[1].node: 'a' has limits already"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "tcpRmem": 1}]}, "hosts[0]: unknown field"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "tcpRmemMaxBytes": 100}]}, "tcpRmemMaxBytes: 100 is outside"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "tcpWmemMaxBytes": 1.5e6}]}, "tcpWmemMaxBytes: must be an integer"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "tcpWmemMaxBytes": 2**31}]}, "2147483648 is outside"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "cpuQuota": 0}]}, "hosts[0].cpuQuota: 0 is outside 0.01..1024"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "cpuQuota": "half"}]}, "cpuQuota: must be a number"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "cpuQuota": True}]}, "cpuQuota: must be a number"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "cpuHogs": 1}]}, "hosts[0].cpuHogs: needs cpuQuota"),
+        ({"nodes": ["a"], "hosts": [{"node": "a", "cpuQuota": 1, "cpuHogs": -1}]}, "cpuHogs: -1 is outside 0..64"),
     ],
 )
 def test_bad_profiles_name_the_field(data, message):
@@ -55,6 +67,16 @@ def test_uplinks_are_kept_for_the_nodes_a_smaller_mesh_has():
                                                                   "rateMbit": 200}]})
     assert p.uplinks[0].nodes == ("a1", "a2") and p.uplinks[0].rate_mbit == 200
     assert p.with_nodes(1).uplinks[0].nodes == ("a1",)
+
+
+def test_host_limits_are_parsed_and_kept_for_the_nodes_a_smaller_mesh_has():
+    p = parse_profile({"nodes": ["a", "b"], "hosts": [
+        {"node": "b", "tcpRmemMaxBytes": 3145728, "tcpWmemMaxBytes": 2097152, "cpuQuota": 0.5, "cpuHogs": 1}]})
+    spec = p.host("b")
+    assert (spec.tcp_rmem_max, spec.tcp_wmem_max, spec.cpu_quota, spec.cpu_hogs) == (3145728, 2097152, 0.5, 1)
+    assert spec.sysctls == {"net.ipv4.tcp_rmem": 3145728, "net.ipv4.tcp_wmem": 2097152}
+    assert p.host("a").sysctls == {} and p.host("a").cpu_quota is None
+    assert p.with_nodes(2).host("b") == spec and p.with_nodes(1).hosts == {}
 
 
 def test_missing_file_is_named(tmp_path):

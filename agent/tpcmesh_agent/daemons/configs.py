@@ -295,15 +295,15 @@ def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_g
                  address: str | None = None) -> list[str]:
     """GridFTP with the data dir as home, so URL paths are ``~/sets/...``, restricted to the sets and the incoming
     area (gridftp_restrict_paths). gsiftp (``settings.gsiftp``): GSI authentication with the host certificate
-    (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see gridftp_env); any peer holding a certificate of the
-    trusted CAs may read the sets and write into incoming/, as the user the server runs as (``-auth-level 0``: no
-    grid-mapfile, which would have to list every node's DN). Anonymous: ftp://, sessions as ``anonymous_user``.
+    (X509_USER_CERT/KEY, X509_CERT_DIR in the environment, see gridftp_env), then the client's subject must be in
+    the grid-mapfile (``-auth-level 1``, GRIDMAP in the environment): the agent itself and the mesh's members
+    (gridmap.py), whose sessions run as the server's own user. Anonymous: ftp://, sessions as ``anonymous_user``.
     It binds one address (``address``, default the agent's): a dual-stack agent runs a second server on address6.
     Each transfer it serves is one line of ``transfers.log`` beside ``log_file`` (globus' NetLogger format: file,
     bytes, streams, TYPE=RETR/STOR, DEST=[the data channel's peer], CODE): what the server itself did, e.g. that a
     third-party copy into an external endpoint was sent from this server (gridftp_transfer_log)."""
     if settings.gsiftp:
-        access = ["-auth-level", "0"]
+        access = ["-auth-level", "1"]
     else:
         access = ["-aa", "-anonymous-user", anonymous_user, "-anonymous-group", anonymous_group]
     return [
@@ -345,9 +345,13 @@ def trim_gridftp_transfer_logs(data_dir: str | Path) -> None:
                 os.truncate(path, 0)
 
 
-def gridftp_env(cert: Path, key: Path, ca_dir: Path) -> dict[str, str]:
-    """The GSI environment of a GridFTP server or client: its credential and the CA directory it trusts."""
-    return {"X509_USER_CERT": str(cert), "X509_USER_KEY": str(key), "X509_CERT_DIR": str(ca_dir)}
+def gridftp_env(cert: Path, key: Path, ca_dir: Path, gridmap: Path | None = None) -> dict[str, str]:
+    """The GSI environment of a GridFTP server or client: its credential and the CA directory it trusts; a server's
+    also names its grid-mapfile (``gridmap``)."""
+    env = {"X509_USER_CERT": str(cert), "X509_USER_KEY": str(key), "X509_CERT_DIR": str(ca_dir)}
+    if gridmap is not None:
+        env["GRIDMAP"] = str(gridmap)
+    return env
 
 
 def iperf3_argv(settings: Any, address: str | None = None) -> list[str]:

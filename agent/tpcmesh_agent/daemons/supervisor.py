@@ -28,6 +28,7 @@ from typing import Any
 from ..atomic import write_atomically
 from ..cadir import one_line_dn, write_ca_dir
 from . import configs
+from .gridmap import GridftpAccess
 
 log = logging.getLogger(__name__)
 
@@ -292,12 +293,14 @@ class ServerSupervisor:
             if not s.gsiftp:  # as root, it switches anonymous sessions to the run user itself
                 return self._wrap(argv)
             self._host_credentials()
+            GridftpAccess(s).write()  # who may log in: the agent and the mesh's members (gridmap.py)
             return self._wrap(argv, self.run_user)  # gsiftp sessions run as the server's own user
 
         env = None
         if s.gsiftp:
             cert, key = self._credential_paths()
-            env = configs.gridftp_env(cert, key, Path(s.ca_dir) if s.ca_dir else self._private("ca-dir"))
+            env = configs.gridftp_env(cert, key, Path(s.ca_dir) if s.ca_dir else self._private("ca-dir"),
+                                      GridftpAccess(s).gridmap)
         return ServerSpec(name, s.gridftp_port, address, ("globus-gridftp-server",), prepare, rt / "stdout.log", rt,
                           (rt / "gridftp.log",), env)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -144,6 +145,9 @@ class Mover(abc.ABC):
     # the implementation doing this end's part, as versions.local_versions names it (its version goes in the record)
     implementation: str = "tpcmesh-agent"
 
+    def __init__(self, settings: Any = None) -> None:
+        self.settings = settings  # the agent's Settings (config.py)
+
     @abc.abstractmethod
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
         """Pull every file of the job; never raise for a per-file failure (record it in FileResult.error).
@@ -155,6 +159,23 @@ class Mover(abc.ABC):
     def available(self) -> str | None:
         """None when usable, else a message naming what is missing (e.g. the Debian package)."""
         return None
+
+    def refusal(self, job: TransferJob) -> str | None:
+        """None when this mover can run ``job``, else why not (e.g. more streams than its program takes)."""
+        return None
+
+    def ensure_available(self, job: TransferJob) -> None:
+        """Raise MoverUnavailable, with the reason, when the mover cannot run here or cannot run ``job``."""
+        why = self.available() or self.refusal(job)
+        if why:
+            raise MoverUnavailable(why)
+
+    def begin(self, job: TransferJob, progress: Progress) -> float:
+        """A run's first steps: ensure_available, count the job's files in ``progress``; the job's deadline
+        (``time.monotonic()`` seconds) returned."""
+        self.ensure_available(job)
+        progress.files_total = len(job.files)
+        return time.monotonic() + job.timeout
 
     def memory_needed(self, job: TransferJob) -> tuple[int, str] | None:
         """Worst-case RAM this protocol's programs take for ``job`` beyond the stored files, and why; None: small."""

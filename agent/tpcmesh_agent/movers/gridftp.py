@@ -38,7 +38,6 @@ import contextlib
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,7 +74,7 @@ class GridftpMover(Mover):
     implementation = "globus-gridftp-server"
 
     def __init__(self, settings: Any) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self._client_dir: Path | None = None  # the client's private copy of the host credential (never in data_dir)
 
     async def peer_version(self, job: TransferJob) -> str | None:
@@ -120,11 +119,7 @@ class GridftpMover(Mover):
         return ["-ipv6"] if ":" in source_host else []
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
-        why = self.available()
-        if why:
-            raise MoverUnavailable(why)
-        deadline = time.monotonic() + job.timeout
-        progress.files_total = len(job.files)
+        deadline = self.begin(job, progress)
         trim_gridftp_transfer_logs(self.settings.data_dir)
         if job.remote is not None:
             return await self._push(job, deadline, progress)

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from .. import tcpinfo, versions
-from .base import FileResult, Mover, MoverUnavailable, Progress, TransferJob
+from .base import FileResult, Mover, Progress, TransferJob
 from .external import missing, now, run_program, short
 
 MAX_DURATION = 10.0
@@ -108,7 +108,7 @@ class Iperf3Mover(Mover):
     implementation = "iperf3"
 
     def __init__(self, settings: Any) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self._sender_versions: dict[str, str | None] = {}  # test id -> the sender's version, until asked
 
     async def peer_version(self, job: TransferJob) -> str | None:
@@ -118,9 +118,7 @@ class Iperf3Mover(Mover):
         return missing("iperf3")
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
-        why = self.available()
-        if why:
-            raise MoverUnavailable(why)
+        self.ensure_available(job)
         secs = int(job.duration) if job.duration else duration_for(job.timeout)
         argv = client_argv(job, self.settings.local_address(job.source.host), secs)
         progress.files_total = 1

@@ -20,6 +20,20 @@ from .base import FileResult, FileSpec, Progress, TransferJob
 from .external import now, short
 
 HEAD_ATTEMPTS = 5
+# what sending a COPY and reading its marker stream may raise: copy_error tells each as the file's error
+COPY_ERRORS = (TimeoutError, MarkerStreamError, aiohttp.ClientError, RuntimeError)
+
+
+def copy_error(e: Exception, job: TransferJob, copy: str) -> str:
+    """A file's error for one of COPY_ERRORS raised by its COPY (``copy`` names that COPY: "COPY", "COPY to
+    the local XRootD"); a RuntimeError already says it all."""
+    if isinstance(e, TimeoutError):
+        return f"timed out after {job.timeout:g} s"
+    if isinstance(e, MarkerStreamError):
+        return f"unreadable marker stream: {e}"
+    if isinstance(e, aiohttp.ClientError):
+        return f"{copy} failed: {type(e).__name__}: {e}"
+    return str(e)
 
 
 def _auth(token: str | None) -> dict[str, str]:
@@ -67,14 +81,8 @@ async def push_file(session: aiohttp.ClientSession, job: TransferJob, spec: File
         if not outcome.ok:
             raise RuntimeError(f"HTTP-TPC failed: {outcome.message}")
         error = await _check(session, job, spec, url, result)
-    except TimeoutError:
-        error = f"timed out after {job.timeout:g} s"
-    except MarkerStreamError as e:
-        error = f"unreadable marker stream: {e}"
-    except aiohttp.ClientError as e:
-        error = f"COPY failed: {type(e).__name__}: {e}"
-    except RuntimeError as e:
-        error = str(e)
+    except COPY_ERRORS as e:
+        error = copy_error(e, job, "COPY")
     result.finished_at = result.finished_at or now()
     if error is None and remote.remove:
         error = await _remove(session, url, remote.token)

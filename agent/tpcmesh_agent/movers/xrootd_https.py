@@ -13,27 +13,16 @@ import asyncio
 import shutil
 import ssl
 import time
-from typing import Any
 
 import aiohttp
 
-from .. import versions
 from ..daemons.configs import TPC_SERVERS
-from ..markers import MarkerParser, MarkerStreamError
+from ..markers import MarkerParser
 from ..tokens import Expectation, refusal_reason
-from .base import (
-    BearerTokens,
-    FileResult,
-    FileSpec,
-    Mover,
-    MoverUnavailable,
-    Progress,
-    TransferJob,
-    run_files_concurrently,
-    url_host,
-)
+from .base import BearerTokens, FileResult, FileSpec, Progress, TransferJob, run_files_concurrently, url_host
 from .external import FileWatch, finish_file, now, prepare_destination, short
-from .remote_push import push_file
+from .remote_push import COPY_ERRORS, copy_error, push_file
+from .xrootd import XrootdMover
 
 MAX_STREAMS = 100  # XRootD answers 500 above this
 # XrdHttpTPC (Debian's 5.5 build, with pipelining) reorders a multi-stream pull through up to 16 blocks of 16 MiB
@@ -43,21 +32,10 @@ BLOCK = 16 * 2**20
 SMALL_BLOCK = 2**20
 
 
-class XrootdHttpsMover(Mover):
+class XrootdHttpsMover(XrootdMover):
     protocol = "xrootd-https"
-    implementation = "xrootd"
     local_server = TPC_SERVERS["xrootd-https"]
     source_scheme = "https"  # the URL scheme the local XRootD uses to reach the source
-
-    def __init__(self, settings: Any) -> None:
-        self.settings = settings
-
-    async def peer_version(self, job: TransferJob) -> str | None:
-        """The source agent's XRootD, asked ``query config version`` on its public port (the root protocol shares
-        it); an external endpoint's is not asked (it may want the site's credential): unknown."""
-        if job.remote is not None or not job.source.is_agent:
-            return None
-        return await versions.xrootd_server_version(job.source.host, job.source.port)
 
     def available(self) -> str | None:
         if not shutil.which("xrootd"):
@@ -65,6 +43,11 @@ class XrootdHttpsMover(Mover):
         s = self.settings
         if s.tls_cert is None or s.ca_file is None:
             return "needs tls_cert, tls_key and ca_file: XRootD's HTTP-TPC handler loads only with TLS"
+        return None
+
+    def refusal(self, job: TransferJob) -> str | None:
+        if job.streams > MAX_STREAMS:
+            return f"XRootD accepts at most {MAX_STREAMS} streams, the test asked for {job.streams}"
         return None
 
     def memory_needed(self, job: TransferJob) -> tuple[int, str] | None:
@@ -89,13 +72,7 @@ class XrootdHttpsMover(Mover):
         return f"https://{url_host(self.settings.address)}:{self.settings.xrootd_tpc_port}{path}"
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
-        why = self.available()
-        if why:
-            raise MoverUnavailable(why)
-        if job.streams > MAX_STREAMS:
-            raise MoverUnavailable(f"XRootD accepts at most {MAX_STREAMS} streams, the test asked for {job.streams}")
-        deadline = time.monotonic() + job.timeout
-        progress.files_total = len(job.files)
+        deadline = self.begin(job, progress)
         if job.remote is not None:
             return await self._push(job, deadline, progress)
         dest = prepare_destination(self.settings, job, self.protocol)
@@ -164,14 +141,8 @@ class XrootdHttpsMover(Mover):
                 error = f"XRootD HTTP-TPC failed: {outcome.message}" + self._source_refusal(job, spec, outcome.message)
                 if not job.source.is_agent:
                     error += f" (source {source})"
-        except TimeoutError:
-            error = f"timed out after {job.timeout:g} s"
-        except MarkerStreamError as e:
-            error = f"unreadable marker stream: {e}"
-        except aiohttp.ClientError as e:
-            error = f"COPY to the local XRootD failed: {type(e).__name__}: {e}"
-        except RuntimeError as e:
-            error = str(e)
+        except COPY_ERRORS as e:
+            error = copy_error(e, job, "COPY to the local XRootD")
         result.finished_at = now()
         result.peak_bps = watch.peak_bps()
         await asyncio.to_thread(finish_file, result, spec, job, error)

@@ -24,14 +24,11 @@ import asyncio
 import contextlib
 import re
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from .. import versions
 from ..daemons.configs import TPC_SERVERS, root_tpc_keytab, xrdcp_sss_env
-from .base import FileResult, FileSpec, Mover, MoverUnavailable, Progress, TransferJob, run_files_concurrently
+from .base import FileResult, FileSpec, Progress, TransferJob, run_files_concurrently
 from .external import (
     copy_one_file,
     local_source_address,
@@ -43,6 +40,7 @@ from .external import (
     run_client,
     short,
 )
+from .xrootd import XrootdMover
 
 # fail fast on an endpoint that does not answer (xrdcp's defaults retry for minutes)
 CLIENT_ENV = {"XRD_CONNECTIONRETRY": "1", "XRD_CONNECTIONWINDOW": "10", "XRD_REQUESTTIMEOUT": "60"}
@@ -50,30 +48,15 @@ CHECKSUM_RE = re.compile(r"^adler32\s+([0-9a-fA-F]{1,8})\s*$", re.MULTILINE)
 SIZE_RE = re.compile(r"^Size:\s+(\d+)\s*$", re.MULTILINE)
 
 
-class XrootdRootMover(Mover):
+class XrootdRootMover(XrootdMover):
     protocol = "xrootd-root"
-    implementation = "xrootd"
     local_server = TPC_SERVERS["xrootd-root"]
-
-    def __init__(self, settings: Any) -> None:
-        self.settings = settings
-
-    async def peer_version(self, job: TransferJob) -> str | None:
-        """The source agent's XRootD, asked ``query config version`` on its public port (the root protocol shares
-        it); an external endpoint's is not asked (it may want the site's credential): unknown."""
-        if job.remote is not None or not job.source.is_agent:
-            return None
-        return await versions.xrootd_server_version(job.source.host, job.source.port)
 
     def available(self) -> str | None:
         return missing("xrdcp") or missing("xrootd")
 
     async def run(self, job: TransferJob, progress: Progress) -> list[FileResult]:
-        why = self.available()
-        if why:
-            raise MoverUnavailable(why)
-        deadline = time.monotonic() + job.timeout
-        progress.files_total = len(job.files)
+        deadline = self.begin(job, progress)
         if job.remote is not None:
             return await self._push(job, deadline, progress)
         dest = prepare_destination(self.settings, job, self.protocol)

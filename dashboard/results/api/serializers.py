@@ -125,6 +125,8 @@ class MeasurementIn(serializers.Serializer):
     tcp = JSONObjectField(allow_null=True, required=False, help_text="the test's TCP view (the contract's testTcp)")
     implementation = JSONObjectField(required=False, help_text=(
         "the program and versions that made it (the contract's implementation)"))
+    host = JSONObjectField(required=False, help_text=(
+        "both ends' host telemetry over the test (the contract's host)"))
     congestion_control = serializers.RegexField(r"^[a-z0-9_]{1,15}$", allow_null=True, required=False)
     path = PathIn(required=False, help_text="rtt rows: the source's path to the destination (tracepath)")
     repeat = serializers.IntegerField(min_value=0, max_value=19, allow_null=True, required=False,
@@ -265,6 +267,11 @@ class ImplementationField(serializers.JSONField):
     """The program and versions that made a measurement as ingested (the contract's implementation), or null."""
 
 
+@extend_schema_field(_contract_or_null("host"))
+class HostField(serializers.JSONField):
+    """Both ends' host telemetry over a test as ingested (the contract's host), or null."""
+
+
 class FileTransferSerializer(serializers.ModelSerializer):
     tcp = FileTcpField(read_only=True)
 
@@ -293,9 +300,10 @@ class MeasurementSerializer(serializers.ModelSerializer):
 class MeasurementDetailSerializer(MeasurementSerializer):
     files = FileTransferSerializer(many=True, read_only=True)
     tcp = TestTcpField(read_only=True)
+    host = HostField(read_only=True)
 
     class Meta(MeasurementSerializer.Meta):
-        fields = [*MeasurementSerializer.Meta.fields, "tcp", "files"]
+        fields = [*MeasurementSerializer.Meta.fields, "tcp", "host", "files"]
 
 
 class GridCellSerializer(serializers.Serializer):
@@ -365,18 +373,28 @@ class HistoryPointSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField()
 
 
-class RttPointSerializer(serializers.Serializer):
+# A chart point's cell settings beside its streams (results.selectors.Pick), after the subclass's own fields (a
+# comment, not a docstring: the subclasses would take it as their schema's description)
+class CellSettingsSerializer(serializers.Serializer):
+    address_family = serializers.CharField()
+    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
+    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
+
+    def get_fields(self):
+        fields = super().get_fields()  # DRF puts a base class's fields first
+        settings = {name: fields.pop(name) for name in CellSettingsSerializer._declared_fields}
+        return {**fields, **settings}
+
+
+class RttPointSerializer(CellSettingsSerializer):
     source = serializers.CharField()
     destination = serializers.CharField()
     streams = serializers.IntegerField()
     rtt_ms = serializers.FloatField()
     throughput_gbps = serializers.FloatField()
-    address_family = serializers.CharField()
-    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
-    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
-class StreamsPairSerializer(serializers.Serializer):
+class StreamsPairSerializer(CellSettingsSerializer):
     protocol = serializers.CharField()
     source = serializers.CharField()
     destination = serializers.CharField()
@@ -384,9 +402,6 @@ class StreamsPairSerializer(serializers.Serializer):
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()
     high_gbps = serializers.FloatField()
-    address_family = serializers.CharField()
-    congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
-    auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
 
 
 # ---- watching over time: changes, problems, maintenance ----

@@ -213,7 +213,7 @@ def test_renewed_host_certificate_is_reloaded(agent_factory, tpcmesh_pki):
 
     old = served_serial()
     assert old == x509.load_pem_x509_certificate(agent.cert_file.read_bytes()).serial_number
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     pki.issue_host_cert(tpcmesh_pki.ca, agent.name, [agent.address]).write(agent.cert_file, agent.key_file)
     new = x509.load_pem_x509_certificate(agent.cert_file.read_bytes()).serial_number

@@ -12,7 +12,7 @@ import uuid
 
 import httpx
 import pytest
-from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS
+from tpcmesh_operator.credentials.tokens.claims import CREATE_INCOMING, READ_SETS
 
 from tests.support.tokens import token_for
 

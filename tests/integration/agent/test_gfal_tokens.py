@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from tpcmesh_agent.files import adler32_of
-from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
+from tpcmesh_operator.credentials.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
 
 from tests.integration.agent.test_protocols import xrootd_ports
 

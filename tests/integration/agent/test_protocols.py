@@ -8,6 +8,7 @@ import socket
 import statistics
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -36,10 +37,11 @@ def _t(s: str) -> datetime:
 
 
 def start_pair(factory, count: int, size: int) -> tuple:
-    """A source and a destination agent running every protocol, and the source's set of ``count`` x ``size``."""
+    """A source and a destination agent running every protocol, and the source's set of ``count`` x ``size``; the
+    destination is named a member of the mesh, as an operator's run does (the source's GridFTP admits it)."""
     src = factory(protocols=ALL, run_user="nobody", **xrootd_ports())
     dst = factory(protocols=ALL, run_user="nobody", **xrootd_ports())
-    files = src.file_set(count=count, size=size)["files"]
+    files = src.file_set(count=count, size=size, mesh=[dst.name])["files"]
     return src, dst, files
 
 
@@ -94,6 +96,11 @@ def test_tpc_protocol_moves_the_set(pair, protocol, streams):
                        file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT, streams=streams,
                        timeout_seconds=60, destination="store", timeout=90)
     check_tpc_record(rec, files, protocol, streams)
+    # the destination's host telemetry names the program that did its part, with the CPU it took
+    program = {"builtin": "agent", "xrootd-https": "xrootd", "xrootd-root": "xrootd",
+               "gridftp": "globus-gridftp-server"}[protocol]
+    processes = rec["host"]["destination"]["processes"]
+    assert program in processes and processes[program]["cpu_seconds"] > 0, processes
     # the received files were removed after verification: nothing is left in incoming/
     assert not list((dst.data_dir / "data" / "incoming").iterdir())
 
@@ -470,7 +477,7 @@ def gsiftp_credential(tmp_path, ca, name: str) -> dict[str, str]:
     """A client credential (X509_USER_CERT/KEY) signed by ``ca``, for globus-url-copy."""
     import os
 
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     kp = pki.issue_host_cert(ca, name, ["127.0.0.1"])
     cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
@@ -484,33 +491,95 @@ def globus_url_copy(tmp_path, agent, src_url: str, dst_url: str, cred: dict[str,
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("X509_")}
-    env.update(X509_CERT_DIR=str(agent.data_dir / "data" / "ca-dir"), X509_USER_PROXY=str(tmp_path / "no-proxy"),
-               **cred)
+    env.update({"X509_CERT_DIR": str(agent.data_dir / "data" / "ca-dir"),
+                "X509_USER_PROXY": str(tmp_path / "no-proxy"), **cred})
     return subprocess.run(["globus-url-copy", "-nodcau", src_url, dst_url], env=env, capture_output=True,
                           text=True, timeout=60)
 
 
-def test_gsiftp_admits_only_holders_of_a_trusted_certificate(pair, tpcmesh_pki, tmp_path):
-    """The agents' GridFTP servers speak gsiftp by default: no anonymous ftp://, no certificate of another CA; a
-    certificate of the agents' CA reads the file (what the destination agent's globus-url-copy presents)."""
-    from tpcmesh_operator import pki
+def gsiftp_proxy(tmp_path, cred: dict[str, str], ca_dir) -> dict[str, str]:
+    """An X509 proxy of ``cred`` (grid-proxy-init, as a grid user delegates), for globus-url-copy."""
+    import subprocess
 
-    src, _, files = pair
+    proxy = tmp_path / (Path(cred["X509_USER_CERT"]).stem + ".proxy")
+    subprocess.run(["grid-proxy-init", "-cert", cred["X509_USER_CERT"], "-key", cred["X509_USER_KEY"], "-out",
+                    str(proxy), "-q", "-valid", "1:00"], check=True, capture_output=True, timeout=60,
+                   env={"PATH": "/usr/bin:/bin", "X509_CERT_DIR": str(ca_dir)})
+    return {"X509_USER_PROXY": str(proxy)}
+
+
+def name_members(src, members: list[str]) -> None:
+    """What an operator's run does as it starts: the set prepared on the source, naming the mesh's members."""
+    assert src.post("/api/v1/filesets", json={"count": COUNT, "size": SIZE, "mesh": members}).status_code == 200
+    assert src.get("/api/v1/info").json()["mesh"] == sorted(members)
+
+
+NOT_A_MEMBER = "Gridmap lookup failure: Could not map /O=tpcmesh/CN="
+
+
+def test_gsiftp_admits_only_the_mesh_members(pair, tpcmesh_pki, tmp_path):
+    """The agents' GridFTP servers speak gsiftp: no anonymous ftp://, no certificate of another CA, and of the
+    agents' own CA only the mesh's members (the agent itself and the nodes the operator named): a certificate of
+    that CA whose node is not a member is refused at login. A node named later gets in, and one no longer named is
+    refused, at the next connection, without a restart of the server. A member's proxy counts as the member."""
+    from tpcmesh_operator.credentials import pki
+
+    from tests.integration.agent.test_supervisor import server_pids
+
+    src, dst, files = pair
     path = f"{src.address}:{src.ports['gridftp_port']}/~/sets/{COUNT}x{SIZE}/{files[0]['name']}"
+    expected = (src.data_dir / "data" / "sets" / f"{COUNT}x{SIZE}" / files[0]["name"]).read_bytes()
+    servers = server_pids("globus-gridftp-server", src.address)
 
     def fetch(url: str, cred: dict[str, str], out: str):
         return globus_url_copy(tmp_path, src, url, f"file://{tmp_path / out}", cred)
+
+    def fetched(out: str) -> bytes:
+        return (tmp_path / out).read_bytes() if (tmp_path / out).exists() else b""
 
     anonymous = fetch(f"ftp://{path}", {}, "anonymous")
     assert anonymous.returncode != 0 and "Must perform GSSAPI authentication" in anonymous.stderr, anonymous
     stranger = fetch(f"gsiftp://{path}", gsiftp_credential(tmp_path, pki.create_ca("someone else's CA"), "stranger"),
                      "stranger")
     assert stranger.returncode != 0 and "530" in stranger.stderr, stranger
-    assert not (tmp_path / "stranger").exists() or (tmp_path / "stranger").stat().st_size == 0
-    trusted = fetch(f"gsiftp://{path}", gsiftp_credential(tmp_path, tpcmesh_pki.ca, "peer"), "trusted")
-    assert trusted.returncode == 0, trusted
-    assert (tmp_path / "trusted").read_bytes() == (src.data_dir / "data" / "sets" / f"{COUNT}x{SIZE}" /
-                                                    files[0]["name"]).read_bytes()
+    assert fetched("stranger") == b""
+    outsider = fetch(f"gsiftp://{path}", gsiftp_credential(tmp_path, tpcmesh_pki.ca, "outsider"), "outsider")
+    assert outsider.returncode != 0 and f"{NOT_A_MEMBER}outsider" in outsider.stderr, outsider
+    assert fetched("outsider") == b""
+
+    joining = gsiftp_credential(tmp_path, tpcmesh_pki.ca, "joining-node")
+    refused = fetch(f"gsiftp://{path}", joining, "before")
+    assert refused.returncode != 0 and f"{NOT_A_MEMBER}joining-node" in refused.stderr, refused
+    try:
+        name_members(src, [dst.name, "joining-node"])
+        member = fetch(f"gsiftp://{path}", joining, "member")
+        assert member.returncode == 0, member
+        assert fetched("member") == expected
+        proxy = fetch(f"gsiftp://{path}", gsiftp_proxy(tmp_path, joining, src.data_dir / "data" / "ca-dir"),
+                      "proxy")
+        assert proxy.returncode == 0, proxy
+        assert fetched("proxy") == expected
+    finally:
+        name_members(src, [dst.name])
+    left = fetch(f"gsiftp://{path}", joining, "left")
+    assert left.returncode != 0 and f"{NOT_A_MEMBER}joining-node" in left.stderr, left
+    assert fetched("left") == b""
+    assert server_pids("globus-gridftp-server", src.address)[:1] == servers[:1], "the GridFTP server was restarted"
+    # the mesh's own transfer still runs (the destination's host certificate, a member)
+    rec = dst.transfer(protocol="gridftp", source={"host": src.address, "port": src.ports["gridftp_port"]},
+                       file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT, streams=1,
+                       timeout_seconds=60, destination="store", timeout=90)
+    check_tpc_record(rec, files, "gridftp", 1)
+
+
+def test_a_mesh_member_list_that_is_not_one_is_refused(pair):
+    """``mesh`` must be node names: anything else is a 422 naming the entry, and the members stay as they were."""
+    src, dst, _ = pair
+    for bad, words in (("node-a", "mesh must be a list"), (["Node_A"], "'Node_A' is not a node name"),
+                       (['a"b'], "is not a node name"), ([1], "1 is not a node name")):
+        r = src.post("/api/v1/filesets", json={"count": COUNT, "size": SIZE, "mesh": bad})
+        assert r.status_code == 422 and words in r.json()["error"], (bad, r.text)
+    assert src.get("/api/v1/info").json()["mesh"] == [dst.name]
 
 
 def test_gsiftp_reaches_only_the_sets_and_incoming(pair, tpcmesh_pki, tmp_path):
@@ -520,9 +589,9 @@ def test_gsiftp_reaches_only_the_sets_and_incoming(pair, tpcmesh_pki, tmp_path):
 
     from tests.integration.agent.test_supervisor import server_pids
 
-    src, _, files = pair
+    src, dst, files = pair
     base = f"gsiftp://{src.address}:{src.ports['gridftp_port']}"
-    cred = gsiftp_credential(tmp_path, tpcmesh_pki.ca, "curious-peer")
+    cred = gsiftp_credential(tmp_path, tpcmesh_pki.ca, dst.name)  # a member's certificate
     pids = server_pids("globus-gridftp-server", src.address)
     environ = dict(v.split("=", 1) for v in open(f"/proc/{pids[0]}/environ").read().split("\0") if "=" in v)
     key = environ["X509_USER_KEY"]
@@ -573,3 +642,37 @@ def test_gridftp_anonymous_mode_still_moves_the_set(module_agent_factory, stream
                        file_set={"count": COUNT, "size": SIZE}, files=files, concurrency=COUNT, streams=streams,
                        timeout_seconds=60, destination="store", timeout=90)
     check_tpc_record(rec, files, "gridftp", streams)
+
+
+def test_the_mesh_members_survive_an_agent_restart(agent_factory, tpcmesh_pki, tmp_path):
+    """The member list lives in the agent's data dir: a restarted agent (same settings, same data dir, as a
+    container restarted in its pod) admits the same members and still refuses the others, before any new run."""
+    import dataclasses
+    import subprocess
+
+    from tests.support.agents import wait_ready
+    from tests.support.paths import VENV_BIN
+
+    agent = agent_factory(protocols=("builtin", "gridftp"), run_user="nobody")
+    files = agent.file_set(count=1, size=SIZE, mesh=["peer-a", "peer-b"])["files"]
+    url = f"gsiftp://{agent.address}:{agent.ports['gridftp_port']}/~/sets/1x{SIZE}/{files[0]['name']}"
+    environ = dict(v.split("=", 1) for v in open(f"/proc/{agent.process.pid}/environ").read().split("\0") if "=" in v)
+    agent.stop()
+    log = open(agent.log_file, "ab")
+    restarted = dataclasses.replace(agent, process=subprocess.Popen(
+        [str(VENV_BIN / "tpcmesh-agent")], env=environ, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
+        _client=None)
+    try:
+        wait_ready(restarted)
+        assert restarted.get("/api/v1/info").json()["mesh"] == ["peer-a", "peer-b"]
+        member = globus_url_copy(tmp_path, restarted, url, f"file://{tmp_path / 'member'}",
+                                 gsiftp_credential(tmp_path, tpcmesh_pki.ca, "peer-b"))
+        assert member.returncode == 0, member
+        assert (tmp_path / "member").stat().st_size == SIZE
+        other = globus_url_copy(tmp_path, restarted, url, f"file://{tmp_path / 'other'}",
+                                gsiftp_credential(tmp_path, tpcmesh_pki.ca, "peer-c"))
+        assert other.returncode != 0 and f"{NOT_A_MEMBER}peer-c" in other.stderr, other
+    finally:
+        restarted.stop()
+        log.close()
+        agent.process = restarted.process  # the factory's teardown stops this one

@@ -35,7 +35,9 @@ def dual(tmp_path_factory):
         ctx = ssl.create_default_context(cafile=str(mesh.certs.ca_file))
         with httpx.Client(verify=ctx, timeout=60, headers={"Authorization": f"Bearer {mesh.token}"}) as client:
             source = mesh.agents[1]
-            made = client.post(source.control_url + "/api/v1/filesets", json=FILES)
+            # the mesh's members, as an operator's run names them: the source's GridFTP server admits the destination
+            made = client.post(source.control_url + "/api/v1/filesets",
+                               json={**FILES, "mesh": [a.node.name for a in mesh.agents]})
             made.raise_for_status()
             yield mesh, client, made.json()["files"]  # with their checksums, which the destination verifies
 

@@ -10,8 +10,8 @@ import jwt
 import pytest
 from tpcmesh_agent import token_check
 from tpcmesh_agent.token_check import TokenRefused, TokenValidator, bearer
-from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest, build_claims
-from tpcmesh_operator.tokens.keyring import Keyring
+from tpcmesh_operator.credentials.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest, build_claims
+from tpcmesh_operator.credentials.tokens.keyring import Keyring
 
 from tests.support.tokens import running_issuer
 

@@ -15,7 +15,7 @@ import uuid
 import httpx
 import pytest
 from tpcmesh_agent.tokens import Expectation, refusal_reason
-from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
+from tpcmesh_operator.credentials.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
 
 from tests.integration.agent.test_protocols import xrootd_ports
 from tests.support.tokens import token_for

@@ -9,7 +9,7 @@ from results.models import Measurement
 
 from tests.integration.dashboard.test_api import post, results
 from tests.integration.dashboard.test_sqlite_smoke import PREAMBLE, run_on_sqlite
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, measurement, page_table
 
 pytestmark = [pytest.mark.integration]
 T0 = datetime.now(UTC) - timedelta(days=2)
@@ -50,17 +50,12 @@ def test_the_pair_page_shows_each_rows_versions_and_marks_a_change(client, write
                          finished=T0 + timedelta(hours=8))
     r = post(client, batch([*rows, failed]), write_key)
     assert r.status_code == 200, r.content
-    page = client.get("/pair/a/b/")
-    assert page.status_code == 200
-    html = page.content.decode()
-    newest = html[html.index('id="newest"'):]
-    newest = newest[:newest.index("</table>")]
+    newest = page_table(client, "/pair/a/b/", "newest")
     assert newest.count("<tr") == 1 + 9  # header + every run
     assert newest.count("xrootd 5.6.1, source 5.5.3, agent 0.1.0") == 4
     assert newest.count("xrootd 5.5.3, source 5.5.3, agent 0.1.0") == 4
     assert newest.count("version changed: xrootd 5.5.3 → 5.6.1") == 1  # at the first run of 5.6.1 only
-    steps = html[html.index('id="changes"'):]
-    steps = steps[:steps.index("</table>")]
+    steps = page_table(client, "/pair/a/b/", "changes")
     assert "-50 %" in steps and "version changed: xrootd 5.5.3 → 5.6.1" in steps
 
 

@@ -18,8 +18,8 @@ from results import services
 from results.paths import same_route
 from tpcmesh_lab.netns import netns_unavailable_reason
 from tpcmesh_lab.routed import RoutedLab
-from tpcmesh_operator.measurements import rtt_measurement
-from tpcmesh_operator.planner import Setting, Test
+from tpcmesh_operator.plan.planner import Setting, Test
+from tpcmesh_operator.run.measurements import rtt_measurement
 
 from tests.support.dashboard import batch
 

@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.run.agents import Agent
 
 from tests.support.live_dashboard import running
 

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
-from tpcmesh_operator.agents import Agent
-from tpcmesh_operator.measurements import now_iso
-from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent
+from tpcmesh_operator.run.delivery import ResultsClient
+from tpcmesh_operator.run.executor import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.run.measurements import now_iso
 
 from tests.support.live_dashboard import LiveDashboard
 
@@ -57,7 +57,7 @@ async def test_refused_records_are_set_aside_and_the_rest_delivered(dashboard, c
     backwards["started_at"], backwards["finished_at"] = "2026-01-02T00:00:00Z", "2026-01-01T00:00:00Z"
     events: list = []
     before = REGISTRY.get_sample_value("tpcmesh_operator_rejected_measurements_total", {"protocol": "rtt"}) or 0
-    caplog.set_level(logging.WARNING, logger="tpcmesh_operator.runs")
+    caplog.set_level(logging.WARNING, logger="tpcmesh_operator.run.executor")
     async with ResultsClient(dashboard.url, dashboard.token) as rc:
         ex = delivery(info, status, rc, events)
         await ex.load()

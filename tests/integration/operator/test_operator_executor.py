@@ -13,9 +13,10 @@ from collections import Counter
 import httpx
 import pytest
 from prometheus_client import REGISTRY
-from tpcmesh_operator.agents import Agent, AgentsClient
-from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import (
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent, AgentsClient
+from tpcmesh_operator.run.delivery import ResultsClient
+from tpcmesh_operator.run.executor import (
     ExecutorOptions,
     JsonFileStatusStore,
     MemoryStatusStore,
@@ -23,7 +24,6 @@ from tpcmesh_operator.runs import (
     RunInfo,
     StaticDirectory,
 )
-from tpcmesh_operator.spec import parse_spec
 
 from tests.support.live_dashboard import LiveDashboard
 
@@ -293,7 +293,7 @@ async def test_nodes_and_pairs_in_maintenance_are_left_out_and_named(mesh, share
     the status names both; an annotation whose time does not parse is reported and its node measured."""
     from datetime import UTC, datetime, timedelta
 
-    from tpcmesh_operator import maintenance
+    from tpcmesh_operator.plan import maintenance
 
     _, agents = mesh(4)
     names = sorted(a.node for a in agents)

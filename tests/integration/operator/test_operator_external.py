@@ -18,11 +18,11 @@ import ssl
 
 import httpx
 import pytest
-from tpcmesh_operator.external_cleanup import clean_up
-from tpcmesh_operator.external_io import StaticCredentials
-from tpcmesh_operator.external_tests import EXTERNAL_LABEL, bench_dir
-from tpcmesh_operator.runs import RunExecutor
-from tpcmesh_operator.spec import parse_spec, to_dict
+from tpcmesh_operator.external.access import StaticCredentials
+from tpcmesh_operator.external.cleanup import clean_up
+from tpcmesh_operator.external.copies import EXTERNAL_LABEL, bench_dir
+from tpcmesh_operator.plan.spec import parse_spec, to_dict
+from tpcmesh_operator.run.executor import RunExecutor
 
 from tests.integration.agent.test_protocols import xrootd_ports
 from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, trusting_mesh, with_endpoint

@@ -25,11 +25,11 @@ import os
 import subprocess
 
 import pytest
-from tpcmesh_operator.external_cleanup import clean_up
-from tpcmesh_operator.external_io import StaticCredentials
-from tpcmesh_operator.external_tests import bench_dir
-from tpcmesh_operator.runs import RunExecutor
-from tpcmesh_operator.spec import parse_spec, to_dict
+from tpcmesh_operator.external.access import StaticCredentials
+from tpcmesh_operator.external.cleanup import clean_up
+from tpcmesh_operator.external.copies import bench_dir
+from tpcmesh_operator.plan.spec import parse_spec, to_dict
+from tpcmesh_operator.run.executor import RunExecutor
 
 from tests.support.external_gridftp import external_gridftp, transfers
 from tests.support.external_runs import COUNT, SIZE, one_endpoint_spec, run_external, trusting_mesh, with_endpoint
@@ -232,6 +232,34 @@ def test_a_refused_third_party_copy_names_both_servers(agents, site, direction) 
     assert [e[:len(x)] for e, x in zip(errors, sorted(expected), strict=True)] == sorted(expected), errors
     assert all("530" in e for e in errors), errors  # GSI authentication refused (the stranger's proxy)
     assert [p for p in site.files() if "direct" in p] == []
+
+
+def test_the_sites_users_are_refused_by_the_agents_gridftp_though_the_agents_trust_their_ca(agents, site,
+                                                                                            tmp_path) -> None:
+    """Trusting a site's CA for its gsiftp:// endpoint does not open the agents' GridFTP servers to the site's users:
+    the agents' own certificates and the mesh's members get in (the grid-mapfile), the site's user is refused at
+    login, though the agent's CA directory trusts the CA that signed the user's proxy (-auth-level 0 let it read the
+    sets and write into incoming/)."""
+    mesh, handles = agents
+    h = handles[0]
+    files = h.file_set(count=COUNT, size=SIZE, mesh=[a.name for a in handles])["files"]
+    url = f"gsiftp://{h.address}:{h.ports['gridftp_port']}/~/sets/{COUNT}x{SIZE}/{files[0]['name']}"
+    proxy = tmp_path / "site-user-proxy"
+    proxy.touch(mode=0o600)
+    proxy.write_text(site.proxy_pem)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("X509_")}, "X509_USER_PROXY": str(proxy),
+           "X509_CERT_DIR": str(h.data_dir / "data" / "ca-dir")}
+    r = subprocess.run(["globus-url-copy", "-nodcau", url, f"file://{tmp_path / 'read'}"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "Gridmap lookup failure: Could not map /O=tpcmesh/CN=site-g-user" in r.stderr, r
+    assert not (tmp_path / "read").exists() or (tmp_path / "read").stat().st_size == 0
+    put = tmp_path / "planted"
+    put.write_bytes(b"x")
+    w = subprocess.run(["globus-url-copy", "-nodcau", f"file://{put}",
+                        f"gsiftp://{h.address}:{h.ports['gridftp_port']}/~/incoming/planted"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert w.returncode != 0 and "Could not map" in w.stderr, w
+    assert not (h.data_dir / "data" / "incoming" / "planted").exists()
 
 
 @pytest.fixture(scope="module")

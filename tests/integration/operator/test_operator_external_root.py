@@ -19,11 +19,11 @@ import os
 import subprocess
 
 import pytest
-from tpcmesh_operator.external_cleanup import clean_up
-from tpcmesh_operator.external_io import StaticCredentials
-from tpcmesh_operator.external_tests import bench_dir
-from tpcmesh_operator.runs import RunExecutor
-from tpcmesh_operator.spec import parse_spec, to_dict
+from tpcmesh_operator.external.access import StaticCredentials
+from tpcmesh_operator.external.cleanup import clean_up
+from tpcmesh_operator.external.copies import bench_dir
+from tpcmesh_operator.plan.spec import parse_spec, to_dict
+from tpcmesh_operator.run.executor import RunExecutor
 
 from tests.integration.agent.test_protocols import xrootd_ports
 from tests.support.external_runs import (

@@ -8,10 +8,10 @@ import uuid
 
 import httpx
 import pytest
-from tpcmesh_operator.agents import AgentsClient
-from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import AgentsClient
+from tpcmesh_operator.run.delivery import ResultsClient
+from tpcmesh_operator.run.executor import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 
 pytestmark = pytest.mark.integration
 

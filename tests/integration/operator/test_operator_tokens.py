@@ -9,10 +9,10 @@ import json
 import uuid
 
 import pytest
-from tpcmesh_operator.agents import Agent, AgentsClient
-from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.spec import parse_spec
-from tpcmesh_operator.tokens.external import ExternalIssuer
+from tpcmesh_operator.credentials.tokens.external import ExternalIssuer
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent, AgentsClient
+from tpcmesh_operator.run.executor import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 
 from tests.integration.agent.test_protocols import xrootd_ports
 from tests.support.tokens import running_issuer, running_site_issuer

@@ -9,8 +9,8 @@ import time
 import httpx
 import jwt
 import pytest
-from tpcmesh_operator.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
-from tpcmesh_operator.tokens.keyring import Keyring
+from tpcmesh_operator.credentials.tokens.claims import CREATE_INCOMING, READ_SETS, TokenRequest
+from tpcmesh_operator.credentials.tokens.keyring import Keyring
 
 from tests.support.tokens import running_issuer
 

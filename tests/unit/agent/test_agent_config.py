@@ -38,6 +38,7 @@ def test_env_and_flags(token):
     ({"TPCMESH_AGENT_ADDRESS6": "v6"}, "address6 'v6' is not an IP address"),
     ({"TPCMESH_AGENT_ADDRESS6": "192.0.2.9"}, "address6 '192.0.2.9' must be IPv6 besides an IPv4 address"),
     ({"TPCMESH_AGENT_ADDRESS": "2001:db8::1", "TPCMESH_AGENT_ADDRESS6": "2001:db8::2"}, "must be IPv6 besides an IPv4"),
+    ({"TPCMESH_AGENT_HOST_SAMPLE_INTERVAL": "-1"}, "host_sample_interval -1.0 must be between 0 (off) and 60"),
 ])
 def test_bad_settings_fail_fast_naming_the_setting(token, env, words):
     base = {"TPCMESH_AGENT_TOKEN_FILE": str(token), "TPCMESH_AGENT_ALLOW_PLAIN_HTTP": "1"}

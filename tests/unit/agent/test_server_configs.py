@@ -119,9 +119,9 @@ def test_gridftp_binds_to_the_agent_address(tmp_path, security):
     assert argv[argv.index("-log-transfer") + 1] == str(tmp_path / "transfers.log")
     if security == "anonymous":
         assert "-aa" in argv and argv[argv.index("-anonymous-user") + 1] == "nobody"
-    else:  # GSI: no anonymous access; any holder of a trusted certificate, no grid-mapfile
+    else:  # GSI: no anonymous access; a trusted certificate whose subject is in the grid-mapfile (gridmap.py)
         assert "-aa" not in argv and "-anonymous-user" not in argv
-        assert argv[argv.index("-auth-level") + 1] == "0"
+        assert argv[argv.index("-auth-level") + 1] == "1"
 
 
 def test_a_large_gridftp_transfer_log_is_moved_aside_as_the_server_starts(tmp_path, monkeypatch):
@@ -162,6 +162,20 @@ def test_gsiftp_environment_names_the_credential_and_the_ca_directory(tmp_path):
     env = configs.gridftp_env(tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
     assert env == {"X509_USER_CERT": str(tmp_path / "c.pem"), "X509_USER_KEY": str(tmp_path / "k.pem"),
                    "X509_CERT_DIR": str(tmp_path / "ca")}
+    server = configs.gridftp_env(tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca", tmp_path / "grid-mapfile")
+    assert server == {**env, "GRIDMAP": str(tmp_path / "grid-mapfile")}
+
+
+def test_the_gsiftp_server_is_told_the_grid_mapfile_and_anonymous_ftp_has_none(tmp_path):
+    from tpcmesh_agent.daemons.supervisor import ServerSupervisor
+
+    gsi = _settings(protocols=("gridftp",), data_dir=tmp_path, tls_cert=tmp_path / "c.pem", tls_key=tmp_path / "k.pem",
+                    ca_file=tmp_path / "ca.pem")
+    [spec] = ServerSupervisor(gsi).specs()
+    assert spec.env is not None and spec.env["GRIDMAP"] == str(tmp_path / "servers" / "grid-mapfile")
+    [anonymous] = ServerSupervisor(_settings(protocols=("gridftp",), gridftp_security="anonymous",
+                                             data_dir=tmp_path)).specs()
+    assert "GRIDMAP" not in (anonymous.env or {})
 
 
 def test_gsiftp_without_certificates_says_what_to_configure():
@@ -172,7 +186,7 @@ def test_gsiftp_without_certificates_says_what_to_configure():
 
 def test_ca_directory_entries_carry_a_globus_signing_policy(tmp_path):
     from tpcmesh_agent.cadir import write_ca_dir
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     one, two = pki.create_ca("site CA one"), pki.create_ca("site CA two")
     bundle = tmp_path / "bundle.pem"
@@ -214,7 +228,7 @@ def test_one_line_dn_is_what_openssl_prints(tmp_path):
     """XrdHttp matches the gridmap against OpenSSL's one-line subject: the agent's own spelling must be the same."""
     import subprocess
 
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     ca = pki.create_ca("site CA, with a comma")
     cert = tmp_path / "ca.pem"
@@ -266,7 +280,7 @@ def test_private_ca_wraps_the_server_in_its_own_mount_namespace():
 
 def test_bundle_has_finds_a_ca_among_others_whatever_the_layout() -> None:
     """The chart mounts a system bundle with the agents' CA appended; then no private mount namespace is needed."""
-    from tpcmesh_operator import pki
+    from tpcmesh_operator.credentials import pki
 
     ca, other = pki.create_ca("agents CA").cert_pem, pki.create_ca("another CA").cert_pem
     bundle = b"# a comment\n" + other + b"\n\n" + ca.replace(b"\n", b"\r\n")

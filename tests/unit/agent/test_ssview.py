@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from tpcmesh_agent import ssview
+from tpcmesh_agent import ssview, tcpinfo
 
 SAMPLE = (
     "0      0                198.51.100.2:40312          198.51.100.3:1094\n"
@@ -85,3 +85,16 @@ def test_the_real_ss_sees_a_loopback_connection_while_it_moves_data():
     assert ours and len(samples[ours[0]]) >= 3
     assert samples[ours[0]][-1]["data_segs_in"] > samples[ours[0]][0]["data_segs_in"]
     assert summary is not None and summary["min_rtt_ms"] is not None and summary["congestion"]
+
+
+def test_ss_chrono_stats_say_why_the_sender_waited():
+    line = ("\t bbr rtt:0.04/0.007 mss:2048 cwnd:100 data_segs_out:31262 delivered:31261 busy:612ms "
+            "rwnd_limited:140ms(22.9%) unacked:2 minrtt:0.003 snd_wnd:4096")
+    fields, _ = ssview.parse_info(line)
+    assert (fields["busy_time"], fields["rwnd_limited"], fields["sndbuf_limited"]) == (612_000, 140_000, 0)
+    later, _ = ssview.parse_info(line.replace("busy:612ms", "busy:1612ms").replace("140ms(22.9%)", "940ms(58.3%)")
+                                 + " sndbuf_limited:100ms(6.2%)")
+    s = tcpinfo.summarize([fields, later])
+    assert s["busy_ms"] == 1000.0 and s["rwnd_limited_fraction"] == 0.8 and s["sndbuf_limited_fraction"] == 0.1
+    receiver, _ = ssview.parse_info("\t cubic rtt:0.02/0.01 mss:32768 cwnd:10 data_segs_in:10 minrtt:0.02")
+    assert "busy_time" not in receiver  # a receiver has no busy time: the fractions stay unknown, not 0

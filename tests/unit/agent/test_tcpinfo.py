@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
@@ -113,3 +114,36 @@ def test_combine_sums_counters_and_keeps_extremes():
     assert c["min_rtt_ms"] == 5.0 and c["srtt_ms"] == 40.0 and c["cwnd_max_bytes"] == 9000
     assert c["congestion"] == ["bbr", "cubic"]
     assert tcpinfo.combine([None]) is None
+
+
+def _info_bytes(**fields: int) -> bytes:
+    """A TCP_INFO buffer as the kernel writes it (native byte order), with ``fields`` set and the rest 0."""
+    buf = bytearray(tcpinfo.SIZE)
+    for name, value in fields.items():
+        at, code = tcpinfo._OFFSETS[name]
+        struct.pack_into("=" + code, buf, at, value)
+    return bytes(buf)
+
+
+def test_why_the_sender_waited_comes_from_the_chrono_fields_of_constructed_bytes():
+    first = tcpinfo.parse(_info_bytes(busy_time=1_000_000, rwnd_limited=100_000, sndbuf_limited=0, snd_mss=1448))
+    last = tcpinfo.parse(_info_bytes(busy_time=3_000_000, rwnd_limited=1_700_000, sndbuf_limited=200_000,
+                                     snd_mss=1448))
+    assert (last["busy_time"], last["rwnd_limited"], last["sndbuf_limited"]) == (3_000_000, 1_700_000, 200_000)
+    s = tcpinfo.summarize([first, last])
+    # over the connection's sampled share: 2 s busy, 1.6 s of it stalled by the receiver's window, 0.2 s by sndbuf
+    assert s["busy_ms"] == 2000.0 and s["rwnd_limited_fraction"] == 0.8 and s["sndbuf_limited_fraction"] == 0.1
+    idle = tcpinfo.summarize([first, first])  # nothing in flight between the samples: no share to give
+    assert idle["busy_ms"] == 0.0 and idle["rwnd_limited_fraction"] is None
+    old = tcpinfo.summarize([tcpinfo.parse(bytes(160))] * 2)  # a kernel before 4.10 has no chrono fields
+    assert old["busy_ms"] is None and old["sndbuf_limited_fraction"] is None
+    assert set(tcpinfo.for_file({"sender": s, "receiver": None})["sender"]) >= {
+        "busy_ms", "rwnd_limited_fraction", "sndbuf_limited_fraction"}
+
+
+def test_combined_fractions_are_weighted_by_busy_time():
+    a = tcpinfo.summarize([_sample(busy_time=0), _sample(busy_time=3_000_000, rwnd_limited=3_000_000)])
+    b = tcpinfo.summarize([_sample(busy_time=0), _sample(busy_time=1_000_000, sndbuf_limited=500_000)])
+    c = tcpinfo.combine([a, b, tcpinfo.summarize([_sample(), _sample()])])  # an idle one weighs nothing
+    assert c["busy_ms"] == 4000.0
+    assert c["rwnd_limited_fraction"] == 0.75 and c["sndbuf_limited_fraction"] == 0.125

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tpcmesh_operator.measurements import now_iso
+from tpcmesh_operator.run.measurements import now_iso
 
 ETCD_LIMIT = 1_572_864  # etcd's default request limit (1.5 MiB)
 

@@ -3,7 +3,7 @@ agent's address6), IPv6 control URLs are bracketed."""
 
 from __future__ import annotations
 
-from tpcmesh_operator.agents import Agent
+from tpcmesh_operator.run.agents import Agent
 
 
 def test_an_agents_family_is_its_addresss_and_ipv6_control_urls_are_bracketed() -> None:

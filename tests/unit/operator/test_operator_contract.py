@@ -7,11 +7,11 @@ import uuid
 
 import jsonschema
 import pytest
-from tpcmesh_operator.agents import Agent
-from tpcmesh_operator.batch import ingest_batch
-from tpcmesh_operator.measurements import now_iso
-from tpcmesh_operator.planner import Setting, Test
-from tpcmesh_operator.runs import (
+from tpcmesh_operator.plan.planner import Setting, Test
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent
+from tpcmesh_operator.run.batch import ingest_batch
+from tpcmesh_operator.run.executor import (
     MemoryStatusStore,
     RunExecutor,
     RunInfo,
@@ -20,8 +20,8 @@ from tpcmesh_operator.runs import (
     measurement_from_record,
     rtt_measurement,
 )
-from tpcmesh_operator.runstatus import loopback_entry
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.run.measurements import now_iso
+from tpcmesh_operator.run.status import loopback_entry
 
 from tests.support.paths import REPO
 

@@ -7,7 +7,7 @@ import datetime as dt
 
 from tpcmesh_operator.controller import build_run, reconcile_benchmark, runs_to_prune
 from tpcmesh_operator.kube import compact, status_patch
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 META = {"generation": 3, "creationTimestamp": "2026-03-01T00:00:00Z"}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tpcmesh_operator.externals import ExternalEndpoint, PathEscapes
-from tpcmesh_operator.spec import SpecError, parse_spec, to_dict
+from tpcmesh_operator.external.endpoints import ExternalEndpoint, PathEscapes
+from tpcmesh_operator.plan.spec import SpecError, parse_spec, to_dict
 
 GOOD = {"name": "site-x", "url": "davs://storage.site-x.example:1094", "path": "/store/tpcmesh",
         "credentials": "site-x-token", "role": "both"}
@@ -90,7 +90,7 @@ def _plan(endpoints, agents=("a", "b", "c"), **extra):
     but the planner is ready for them)."""
     import dataclasses
 
-    from tpcmesh_operator.planner import plan
+    from tpcmesh_operator.plan.planner import plan
     spec = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [1, 4], "latency": False,
                        "loopback": {"enabled": False}, **extra})
     eps = tuple(e if isinstance(e, ExternalEndpoint) else ExternalEndpoint(

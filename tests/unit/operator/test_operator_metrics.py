@@ -9,10 +9,10 @@ import uuid
 
 from prometheus_client import REGISTRY
 from tpcmesh_operator import metrics
-from tpcmesh_operator.agents import Agent
-from tpcmesh_operator.runs import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.runstatus import initial_status
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent
+from tpcmesh_operator.run.executor import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.run.status import initial_status
 
 from tests.unit.operator.instant import EtcdSizedStore, InstantAgents
 

@@ -1,4 +1,4 @@
-"""spec.optimize's operator side (optimizer.py): the advice's answer checked against the bounds, the spec's own
+"""spec.optimize's operator side (plan/optimizer.py): the advice's answer checked against the bounds, the spec's own
 setting as the fallback, one question per link and run. The rule itself is the dashboard's (tests/unit/dashboard/
 test_advice.py); the executor asking the real dashboard is tests/integration/operator/test_operator_optimize.py."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tpcmesh_operator.optimizer import AdviceNotFound, AdviceUnavailable, LinkTuner, Tuning, fallback, from_answer
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.optimizer import AdviceNotFound, AdviceUnavailable, LinkTuner, Tuning, fallback, from_answer
+from tpcmesh_operator.plan.spec import parse_spec
 
 
 def spec(**bounds):

@@ -10,9 +10,17 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tpcmesh_operator import siteschedule
-from tpcmesh_operator.planner import RTT, Setting, full_mesh_rounds, lower_bound, plan, settings_for, site_lower_bound
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan import siterounds
+from tpcmesh_operator.plan.planner import (
+    RTT,
+    Setting,
+    full_mesh_rounds,
+    lower_bound,
+    plan,
+    settings_for,
+    site_lower_bound,
+)
+from tpcmesh_operator.plan.spec import parse_spec
 
 SPEC = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [8, 1]})
 
@@ -282,7 +290,7 @@ def test_site_exclusive_worst_mix_of_the_greedy() -> None:
     assert p.rounds_per_setting == 102
 
 
-def brute_force_gamma(graph: siteschedule.SiteGraph) -> int:
+def brute_force_gamma(graph: siterounds.SiteGraph) -> int:
     """ceil(Gamma) over every odd vertex set, dummies as vertices of their own (no shortcut)."""
     vertices = sorted({x for e in graph.edges for x in e})
     best = 0
@@ -302,11 +310,11 @@ def test_site_lower_bound_is_the_odd_set_bound(sizes: list[int], unlabelled: int
     and the minimum odd cut over all sites agree with it."""
     _, site_of, all_pairs = mixed(sizes, unlabelled)
     for pairs in (all_pairs, [p for p in all_pairs if rnd.random() < 0.6]):
-        graph = siteschedule.SiteGraph.of(site_of, pairs)
+        graph = siterounds.SiteGraph.of(site_of, pairs)
         want = max(graph.max_degree, brute_force_gamma(graph))
         assert site_lower_bound(site_of, pairs) == want
-        assert max(graph.max_degree, siteschedule.odd_set_bound(graph)) == want
-        assert siteschedule.odd_set_cut_bound(graph, graph.sites) == want
+        assert max(graph.max_degree, siterounds.odd_set_bound(graph)) == want
+        assert siterounds.odd_set_cut_bound(graph, graph.sites) == want
 
 
 def test_site_lower_bound_above_the_old_density_bounds() -> None:
@@ -325,16 +333,16 @@ def test_site_lower_bound_by_minimum_odd_cut_beyond_the_enumeration() -> None:
     and it is the enumeration's over all 17 sites (2^17 sets): 128 = 2 x 1024 / 16 (every site at once), above
     Delta = 126."""
     _, site_of, all_pairs = mixed([2] * 16 + [1], 0)
-    graph = siteschedule.SiteGraph.of(site_of, all_pairs)
-    assert len(siteschedule.odd_set_candidates(graph)) > siteschedule.ENUMERATED_SITES
+    graph = siterounds.SiteGraph.of(site_of, all_pairs)
+    assert len(siterounds.odd_set_candidates(graph)) > siterounds.ENUMERATED_SITES
     assert graph.max_degree == 126
-    assert site_lower_bound(site_of, all_pairs) == max(126, siteschedule.odd_set_bound(graph)) == 128
+    assert site_lower_bound(site_of, all_pairs) == max(126, siterounds.odd_set_bound(graph)) == 128
 
 
 def test_site_exclusive_many_near_equal_sites() -> None:
     """Sixteen sites of 2 and one of 1 (17 sites): the circle method and the greedy miss the bound (128, the odd set
     of all 17 sites), the LP's budget runs out in the dive and a greedy finishes the rest: within one round. Beyond
-    siteschedule.MAX_LP_EDGES (25 sites here) the greedy stands alone, within 1 % of the bound."""
+    siterounds.MAX_LP_EDGES (25 sites here) the greedy stands alone, within 1 % of the bound."""
     labels, site_of, all_pairs = mixed([2] * 16 + [1], 0)
     p = plan(labels, site_spec(loopback={"enabled": False}))
     pairs_and_check_sites(p, labels)
@@ -373,7 +381,7 @@ def test_serial_runs_one_test_at_a_time() -> None:
 
 
 def test_round_policy_in_the_spec() -> None:
-    from tpcmesh_operator.spec import SpecError, to_dict
+    from tpcmesh_operator.plan.spec import SpecError, to_dict
 
     spec = parse_spec({"roundPolicy": "siteExclusive", "siteLabel": "example.org/site"})
     assert parse_spec(to_dict(spec)) == spec
@@ -385,5 +393,5 @@ def test_round_policy_in_the_spec() -> None:
 def test_the_odd_cut_bound_of_a_graph_without_tests_is_zero() -> None:
     """A random subset of pairs may be empty (hypothesis found it in CI): no vertex, no odd set, no Gomory-Hu tree."""
     for site_of, pairs in (([0, 1, 2], []), ([0, 0, 1], [(0, 2)])):
-        graph = siteschedule.SiteGraph.of(site_of, pairs)
-        assert siteschedule.odd_set_cut_bound(graph, graph.sites) == graph.max_degree
+        graph = siterounds.SiteGraph.of(site_of, pairs)
+        assert siterounds.odd_set_cut_bound(graph, graph.sites) == graph.max_degree

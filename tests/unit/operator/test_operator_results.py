@@ -10,8 +10,7 @@ import json
 
 import httpx
 import pytest
-from tpcmesh_operator.outbox import MAX_REJECTED, migrate, settle
-from tpcmesh_operator.results import (
+from tpcmesh_operator.run.delivery import (
     BatchRejected,
     BatchTooLarge,
     DeliveryFailed,
@@ -19,6 +18,7 @@ from tpcmesh_operator.results import (
     ResultsClient,
     post_bisecting,
 )
+from tpcmesh_operator.run.outbox import MAX_REJECTED, migrate, settle
 
 BATCH = {"benchmark": {"namespace": "ns", "name": "b"}, "run": {"uid": "u", "name": "r"},
          "measurements": [{"id": "1"}, {"id": "2"}]}
@@ -176,8 +176,8 @@ def test_benchmarks_without_results_use_the_operators_default_endpoint(tmp_path)
     """spec.results wins; without it the chart's TPCMESH_OPERATOR_RESULTS_URL, with the token re-read from its file
     (a rotated Secret reaches the mounted file); with neither, no endpoint."""
     from tpcmesh_operator.config import Settings, SettingsError
-    from tpcmesh_operator.rundriver import _results_client
-    from tpcmesh_operator.spec import parse_spec
+    from tpcmesh_operator.plan.spec import parse_spec
+    from tpcmesh_operator.run.driver import _results_client
 
     token = tmp_path / "token"
     token.write_text("first\n")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tpcmesh_operator.agents import Agent
-from tpcmesh_operator.rundriver import _as_started
-from tpcmesh_operator.runs import MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
-from tpcmesh_operator.runstatus import initial_status
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent
+from tpcmesh_operator.run.driver import _as_started
+from tpcmesh_operator.run.executor import MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+from tpcmesh_operator.run.status import initial_status
 
 AGENTS = [Agent(node=f"dtn-{i}", address=f"10.0.0.{i}", labels={}, name=f"agent-{i}") for i in range(1, 4)]
 
@@ -38,7 +38,7 @@ async def test_the_plan_is_made_off_the_event_loop(monkeypatch) -> None:
     the probes and kopf's handlers, so the executor plans in a worker thread."""
     import threading
 
-    from tpcmesh_operator import runs
+    from tpcmesh_operator.run import executor as runs
 
     planned_on, real_plan = [], runs.plan
 

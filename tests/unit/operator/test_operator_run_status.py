@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import random
 
-from tpcmesh_operator.agents import Agent
-from tpcmesh_operator.planner import RTT, Test, plan
-from tpcmesh_operator.runs import failed_measurement, measurement_from_record, rtt_measurement, status_size_bytes
-from tpcmesh_operator.runstatus import (
+from tpcmesh_operator.plan.planner import RTT, Test, plan
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent
+from tpcmesh_operator.run.executor import (
+    failed_measurement,
+    measurement_from_record,
+    rtt_measurement,
+    status_size_bytes,
+)
+from tpcmesh_operator.run.status import (
     MAX_RECENT_FAILURES,
     book_test,
     finish_round,
@@ -16,7 +22,6 @@ from tpcmesh_operator.runstatus import (
     migrate_status,
     put_rtt,
 )
-from tpcmesh_operator.spec import parse_spec
 
 PAPER = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [8, 1], "latency": True})
 LIMIT = 200_000  # bytes, without the outbox; etcd refuses objects above ~1.5 MB, kube.compact trims from 1 MB
@@ -137,7 +142,7 @@ def test_a_transfer_carries_its_own_familys_rtt_never_the_others() -> None:
     import asyncio
     import uuid
 
-    from tpcmesh_operator.runs import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
+    from tpcmesh_operator.run.executor import ExecutorOptions, MemoryStatusStore, RunExecutor, RunInfo, StaticDirectory
 
     from tests.unit.operator.instant import InstantAgents
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import yaml
-from tpcmesh_operator.schedule import due, next_run, parse_interval, parse_schedule, run_name
+from tpcmesh_operator.plan.schedule import due, next_run, parse_interval, parse_schedule, run_name
 
 from tests.support.paths import REPO
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from tpcmesh_operator.spec import SpecError, load_manifest, parse_size, parse_spec, to_dict
+from tpcmesh_operator.plan.spec import SpecError, load_manifest, parse_size, parse_spec, to_dict
 
 from tests.support.paths import REPO
 

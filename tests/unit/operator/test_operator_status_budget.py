@@ -17,12 +17,12 @@ from collections import Counter
 import httpx
 import jsonschema
 import pytest
-from tpcmesh_operator.agents import Agent
 from tpcmesh_operator.config import Settings, SettingsError
-from tpcmesh_operator.outbox import MAX_STATUS_BYTES
-from tpcmesh_operator.results import ResultsClient
-from tpcmesh_operator.runs import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory, status_size_bytes
-from tpcmesh_operator.spec import parse_spec
+from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run.agents import Agent
+from tpcmesh_operator.run.delivery import ResultsClient
+from tpcmesh_operator.run.executor import ExecutorOptions, RunExecutor, RunInfo, StaticDirectory, status_size_bytes
+from tpcmesh_operator.run.outbox import MAX_STATUS_BYTES
 
 from tests.support.paths import REPO
 from tests.unit.operator.instant import ETCD_LIMIT, EtcdSizedStore, InstantAgents

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tpcmesh_operator.controller import BENCHMARK_LABEL, plan_tick
-from tpcmesh_operator.schedule import run_name
+from tpcmesh_operator.plan.schedule import run_name
 
 T0 = dt.datetime(2026, 3, 1, 0, 0, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)
@@ -130,7 +130,7 @@ def test_a_same_named_benchmark_in_another_namespace_is_another_benchmark() -> N
 def test_a_tick_parses_its_spec_once(monkeypatch) -> None:
     """A due tick plans up to three times (its own runs, then every run, then with the agents) and each plan reads the
     spec twice: the spec is parsed once, and again only when it changes."""
-    from tpcmesh_operator import spec as spec_module
+    from tpcmesh_operator.plan import spec as spec_module
 
     parsed = []
     real = spec_module._parse_spec

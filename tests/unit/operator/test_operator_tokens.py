@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import jwt
 import pytest
-from tpcmesh_operator.tokens import keyring
-from tpcmesh_operator.tokens.claims import (
+from tpcmesh_operator.credentials.tokens import keyring
+from tpcmesh_operator.credentials.tokens.claims import (
     CREATE_INCOMING,
     READ_SETS,
     ClaimsError,
@@ -14,8 +14,8 @@ from tpcmesh_operator.tokens.claims import (
     build_claims,
     discovery_document,
 )
-from tpcmesh_operator.tokens.issuer import TokenIssuer
-from tpcmesh_operator.tokens.keyring import Keyring
+from tpcmesh_operator.credentials.tokens.issuer import TokenIssuer
+from tpcmesh_operator.credentials.tokens.keyring import Keyring
 
 ISS = "https://issuer.example:8443"
 AUD = "https://node-a:1094"

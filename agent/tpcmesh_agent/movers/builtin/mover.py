@@ -36,7 +36,7 @@ class BuiltinMover(Mover):
     implementation = "tpcmesh-agent"
 
     def __init__(self, settings: Any) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.idle_timeout = float(getattr(settings, "idle_timeout", IDLE_TIMEOUT))
         self._registries: dict[str, SocketRegistry] = {}
 

@@ -43,12 +43,21 @@ lint: setup ## ruff and mypy
 	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator lab/tpcmesh_lab
 
 .PHONY: bench
-bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice ## Run every benchmark; results go to BENCHMARKS.md
+bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss ## Run every benchmark; results go to BENCHMARKS.md
 
 # ---- lab (lab/, tpcmesh-local): the WAN lab, the local mode, benches ----
 .PHONY: bench-planner
 bench-planner: setup ## Mesh planner: planning time and rounds vs the lower bound for 10, 100, 1000 agents
 	$(PY) -m tpcmesh_lab.bench planner --output BENCHMARKS.md
+
+.PHONY: bench-loss
+bench-loss: setup ## Loss mesh: an agent's TWAMP-light probe CPU (and wall) time at 10 and 100 peers simulated on loopback
+	$(PY) -m tpcmesh_lab.lossbench cpu --output BENCHMARKS.md
+
+LOSS ?= 0.01
+.PHONY: bench-loss-window
+bench-loss-window: setup ## Loss mesh (root): the loss reported over a long window on a lossy lab link vs its binomial interval (LOSS=0.01 percent; 1 h 55 min at 10 packets/s)
+	$(PY) -m tpcmesh_lab.lossbench window --loss $(LOSS) --output BENCHMARKS.md
 
 .PHONY: bench-fidelity
 bench-fidelity: setup ## WAN lab fidelity (root): iperf3 vs the built-in mover and the RTT probe on 500 Mbit/s, 20 ms; round policies on a shared uplink

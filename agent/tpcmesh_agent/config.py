@@ -107,6 +107,12 @@ class Settings:
                                                      "given (development only)"})
     cert_reload_interval: float = field(default=30.0, metadata={
         "help": "seconds between checks whether tls_cert/tls_key changed (renewed certificates are reloaded)"})
+    loss_port: int = field(default=863, metadata={
+        "help": "UDP port of the TWAMP-light reflector and loss probes (RFC 8545's twamp-test port 863; a port "
+                "below 1024 needs root or CAP_NET_BIND_SERVICE); 0: no loss probes"})
+    loss_buffer_summaries: int = field(default=20_000, metadata={
+        "help": "most loss-probe summaries kept until a collector acknowledges them (about 1 KiB each; the oldest "
+                "are dropped and counted beyond it): 20000 hold 3 h 20 min of 100 peers' minutes"})
     host_sample_interval: float = field(default=1.0, metadata={
         "help": "seconds between samples of the node's CPU, the agent's processes, interfaces and memory (host "
                 "telemetry: each test's record summarises both ends' samples over its window, GET /api/v1/host); "
@@ -121,6 +127,11 @@ class Settings:
     @property
     def incoming_dir(self) -> Path:
         return self.data_dir / "incoming"
+
+    @property
+    def loss_outbox_file(self) -> Path:
+        """Where the loss summaries not yet collected wait while the agent is stopped."""
+        return self.data_dir / "loss-outbox.json"
 
     @property
     def ca_dir(self) -> Path | None:
@@ -219,7 +230,7 @@ class Settings:
         for f in fields(self):
             if f.name.endswith("_port"):
                 v = getattr(self, f.name)
-                lowest = 0 if f.name in ("xrootd_tpc_port", "xrootd_root_tpc_port") else 1
+                lowest = 0 if f.name in ("xrootd_tpc_port", "xrootd_root_tpc_port", "loss_port") else 1
                 if not lowest <= v <= 65535:
                     raise SettingsError(f"{f.name} {v} is not a TCP port ({lowest}-65535)")
         if self.gridftp_security not in GRIDFTP_SECURITY:
@@ -247,6 +258,8 @@ class Settings:
             if p is not None and not p.is_file():
                 raise SettingsError(f"{name} {p} does not exist")
         self.token()
+        if self.loss_buffer_summaries < 1:
+            raise SettingsError(f"loss_buffer_summaries {self.loss_buffer_summaries} must be at least 1")
         if self.builtin_max_rate < 0:
             raise SettingsError("builtin_max_rate must be >= 0")
         for name in ("marker_interval", "idle_timeout", "copy_timeout"):

@@ -29,6 +29,8 @@ from .movers.base import url_host
 from .probes import tcp_connect_rtt
 from .runner import ApiError, TransferRunner
 from .tracepath import trace_path
+from .twamp.outbox import MAX_BATCH
+from .twamp.service import ConfigError, LossProbe
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +130,12 @@ class Agent:
         self.movers, self.problems = load_movers(settings)
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
         self.gridftp_access = GridftpAccess(settings)  # the mesh's members GridFTP admits
-        self.metrics = AgentMetrics(self.servers_status)
+        self.metrics = AgentMetrics(self.servers_status, lambda: self.loss)
         self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses,
                                           [settings.port_of(p) or 0 for p in settings.protocols if p != "gridftp"])
         self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics, self.host)
+        self.loss: LossProbe | None = None
+        self.loss_error: str | None = None
         self.ready = False
         self._set_locks: dict[str, asyncio.Lock] = {}
         self._ssl_ctx: ssl.SSLContext | None = None
@@ -208,6 +212,15 @@ class Agent:
             log.exception("Protocol-server supervisor failed to start")
             self.supervisor_error = f"protocol-server supervisor failed: {type(e).__name__}: {e}"
             self.supervisor = None
+        if s.loss_port:
+            probe = LossProbe(s.addresses, port=s.loss_port, node=s.node_name, capacity=s.loss_buffer_summaries)
+            if kept := probe.outbox.load(s.loss_outbox_file):
+                log.info("Loaded %d loss summaries saved by the last run from %s", kept, s.loss_outbox_file)
+            try:
+                probe.start()
+                self.loss = probe
+            except OSError:  # the transfers keep working without the loss probes; /api/v1/loss says why
+                self.loss_error = probe.error
         self.ready = True
 
     def _cert_stamp(self) -> tuple[float, float] | None:
@@ -234,6 +247,14 @@ class Agent:
 
     async def stop(self) -> None:
         self.ready = False
+        if self.loss is not None:
+            await self.loss.stop()
+            try:
+                self.loss.outbox.save(self.settings.loss_outbox_file)
+            except OSError as e:
+                log.warning("Could not save %d loss summaries to %s: %s", len(self.loss.outbox),
+                            self.settings.loss_outbox_file, e.strerror or e)
+            self.loss = None
         await self.runner.shutdown()
         await asyncio.to_thread(self.host.stop)
         if self.supervisor is not None:
@@ -368,6 +389,40 @@ class Agent:
             raise ApiError(422, f"max_hops must be an integer 1-64, got {max_hops!r}")
         return web.json_response(await trace_path(host, max_hops))
 
+    def _loss_probe(self) -> LossProbe:
+        if self.loss is None:
+            raise ApiError(503, self.loss_error or "the loss probes are off (loss_port 0)")
+        return self.loss
+
+    async def loss_status(self, request: web.Request) -> web.Response:
+        if self.loss is None:
+            return web.json_response({"running": False, "error": self.loss_error or "off (loss_port 0)"})
+        return web.json_response({"running": True, **self.loss.status()})
+
+    async def loss_config(self, request: web.Request) -> web.Response:
+        probe = self._loss_probe()
+        try:
+            return web.json_response(probe.configure(await self._json(request)))
+        except ConfigError as e:
+            raise ApiError(422, str(e)) from e
+
+    async def loss_summaries(self, request: web.Request) -> web.Response:
+        """The oldest unacknowledged summaries (``?limit=``, 1..1000, default 500), oldest first."""
+        box = self._loss_probe().outbox
+        raw = request.query.get("limit", "500")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_BATCH:
+            raise ApiError(422, f"limit must be an integer 1-{MAX_BATCH}, got {raw!r}")
+        return web.json_response({"summaries": box.batch(int(raw)), **box.status()})
+
+    async def loss_ack(self, request: web.Request) -> web.Response:
+        """``{"through": id}``: the collector stored every summary up to that id; they are forgotten."""
+        box = self._loss_probe().outbox
+        body = await self._json(request)
+        through = body.get("through") if isinstance(body, dict) else None
+        if isinstance(through, bool) or not isinstance(through, int) or through < 0:
+            raise ApiError(422, f"through must be a summary id (an integer >= 0), got {through!r}")
+        return web.json_response({"acknowledged": box.ack(through), **box.status()})
+
     async def host_summary(self, request: web.Request) -> web.Response:
         """This end's host telemetry over a window (hosttelemetry.py): ``since`` and ``until`` as RFC 3339 times or
         Unix seconds, ``peer`` the other end's address (its route names the interface). 404 when the agent keeps
@@ -407,6 +462,10 @@ class Agent:
             web.delete("/api/v1/transfers/{id}", self.delete_transfer),
             web.post("/api/v1/probes/rtt", self.rtt),
             web.post("/api/v1/probes/path", self.path),
+            web.get("/api/v1/loss", self.loss_status),
+            web.put("/api/v1/loss/config", self.loss_config),
+            web.get("/api/v1/loss/summaries", self.loss_summaries),
+            web.post("/api/v1/loss/summaries/ack", self.loss_ack),
             web.get("/api/v1/host", self.host_summary),
         ])
         return app

@@ -21,7 +21,7 @@ from tpcmesh_lab.hostlimits import cpu_unavailable_reason
 from tpcmesh_lab.mesh import Certificates, start_agents
 from tpcmesh_lab.netns import Lab, netns_unavailable_reason
 from tpcmesh_lab.profile import parse_profile
-from tpcmesh_operator.agents import DEFAULT_PORTS
+from tpcmesh_operator.run.agents import DEFAULT_PORTS
 
 pytestmark = [
     pytest.mark.netns,

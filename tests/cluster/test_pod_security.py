@@ -1,0 +1,141 @@
+"""Pod Security admission (the apiserver's built-in PodSecurity plugin) on the chart's pods.
+
+Every workload the chart renders (Deployments, the StatefulSet, the DaemonSet, the `helm test` Pod) becomes a Pod
+created with server-side dry run in a namespace labelled `pod-security.kubernetes.io/enforce: <level>`: the plugin
+enforces on Pods (not on their controllers' templates), so this asks it exactly what a kubelet-backed cluster would
+be told, without kubelets. The operator, the dashboard, PostgreSQL and the test Pod must pass `restricted`; the
+agents (hostNetwork, and the hostPorts it implies) pass only `privileged`, which is why `agent.namespace` lets them
+live in a namespace of their own.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.cluster.test_chart import CI_VALUES, render
+
+pytestmark = pytest.mark.cluster
+
+LEVEL_LABEL = "pod-security.kubernetes.io/enforce"
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "Pod")
+
+
+def _namespace(control_plane, name: str, level: str) -> None:
+    """The namespace with its PSA level (labels replaced if it exists) and the ServiceAccounts pods may name."""
+    core = client.CoreV1Api(control_plane.client())
+    control_plane.ensure_namespace(name)
+    core.patch_namespace(name, {"metadata": {"labels": {LEVEL_LABEL: level,
+                                                        "pod-security.kubernetes.io/enforce-version": "latest"}}})
+
+
+def _service_accounts(control_plane, docs: list[dict], namespaces: dict[str, str]) -> None:
+    """The rendered ServiceAccounts, created for real (the ServiceAccount admission plugin refuses a Pod whose
+    account does not exist), in the namespaces they would be installed in."""
+    core = client.CoreV1Api(control_plane.client())
+    for d in docs:
+        if d["kind"] != "ServiceAccount":
+            continue
+        ns = namespaces.get(d["metadata"]["namespace"], d["metadata"]["namespace"])
+        try:
+            core.create_namespaced_service_account(ns, {"metadata": {"name": d["metadata"]["name"]}})
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+def pods(docs: list[dict]) -> list[dict]:
+    """One Pod per rendered workload: its template's metadata and spec, named after the workload."""
+    out = []
+    for d in docs:
+        if d["kind"] not in WORKLOADS:
+            continue
+        if d["kind"] == "Pod":
+            pod = copy.deepcopy(d)
+        else:
+            template = d["spec"]["template"]
+            pod = {"apiVersion": "v1", "kind": "Pod", "spec": copy.deepcopy(template["spec"]),
+                   "metadata": {**copy.deepcopy(template.get("metadata") or {}),
+                                "name": f"{d['metadata']['name']}-psa", "namespace": d["metadata"]["namespace"]}}
+        # A StatefulSet's pods get a PersistentVolumeClaim volume per claim template, as its controller adds them.
+        for claim in d["spec"].get("volumeClaimTemplates", []) if d["kind"] == "StatefulSet" else []:
+            name = claim["metadata"]["name"]
+            pod["spec"].setdefault("volumes", []).append(
+                {"name": name, "persistentVolumeClaim": {"claimName": f"{name}-{d['metadata']['name']}-0"}})
+        pod["metadata"].pop("annotations", None)  # helm hooks
+        pod["metadata"]["labels"] = {**pod["metadata"].get("labels", {}), "tpcmesh.io/workload-kind": d["kind"]}
+        out.append(pod)
+    return out
+
+
+def admit(control_plane, pod: dict, namespace: str) -> str | None:
+    """None when the apiserver admits the Pod (dry run: nothing is stored), else its refusal message."""
+    core = client.CoreV1Api(control_plane.client())
+    body = {**pod, "metadata": {**pod["metadata"], "namespace": namespace}}
+    try:
+        core.create_namespaced_pod(namespace, body, dry_run="All")
+    except ApiException as e:
+        return f"{e.status} {e.body}"
+    return None
+
+
+def _is_agent(pod: dict) -> bool:
+    return pod["metadata"]["labels"].get("app.kubernetes.io/component") == "agent"
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "defaults")
+def test_every_chart_pod_but_the_agents_is_admitted_as_restricted(control_plane, values: Path | None):
+    """The operator, the dashboard, PostgreSQL and the helm test Pod pass `restricted` in every CI scenario; the
+    agent does not, and the plugin says why (hostNetwork, hostPort): the check is live."""
+    ns = "psa-restricted"
+    _namespace(control_plane, ns, "restricted")
+    docs = render(values, ns)
+    _service_accounts(control_plane, docs, {})
+    rendered = pods(docs)
+    others = [p for p in rendered if not _is_agent(p)]
+    assert others or values is not None, "the defaults render no operator/dashboard pod"
+    refused = {p["metadata"]["name"]: m for p in others if (m := admit(control_plane, p, ns))}
+    assert not refused, "\n".join(f"{n}: {m}" for n, m in refused.items())
+    for agent in filter(_is_agent, rendered):
+        message = admit(control_plane, agent, ns)
+        assert message and 'violates PodSecurity \\"restricted:latest\\"' in message, message
+        assert "hostNetwork=true" in message and "hostPort" in message, message
+
+
+def test_agents_need_privileged_for_the_host_network_and_nothing_else(control_plane):
+    """`baseline` forbids host namespaces and hostPorts, so the agents need `privileged`; the same pod without
+    hostNetwork passes even `restricted`: the host network is the only reason."""
+    for ns, level in (("psa-baseline", "baseline"), ("psa-privileged", "privileged"), ("psa-restricted", "restricted")):
+        _namespace(control_plane, ns, level)
+    docs = render(None, "psa-privileged")
+    _service_accounts(control_plane, docs, {"psa-privileged": "psa-privileged"})
+    for ns in ("psa-baseline", "psa-restricted"):
+        _service_accounts(control_plane, docs, {"psa-privileged": ns})
+    agent = next(p for p in pods(docs) if _is_agent(p))
+    assert agent["spec"]["hostNetwork"] is True
+    message = admit(control_plane, agent, "psa-baseline")
+    assert message and 'violates PodSecurity \\"baseline:latest\\"' in message and "hostNetwork=true" in message, \
+        message
+    assert admit(control_plane, agent, "psa-privileged") is None
+    on_pod_network = copy.deepcopy(agent)
+    on_pod_network["spec"]["hostNetwork"] = False
+    on_pod_network["spec"]["dnsPolicy"] = "ClusterFirst"
+    assert admit(control_plane, on_pod_network, "psa-restricted") is None
+
+
+def test_a_pod_security_context_taken_away_is_refused(control_plane, tmp_path):
+    """The restricted check bites on the chart's own values: an operator set to run as root is refused with the
+    plugin's reasons."""
+    ns = "psa-restricted"
+    _namespace(control_plane, ns, "restricted")
+    values = tmp_path / "values.yaml"
+    values.write_text("operator: {podSecurityContext: {runAsNonRoot: false, runAsUser: 0}}\n")
+    docs = render(values, ns)
+    _service_accounts(control_plane, docs, {})
+    operator = next(p for p in pods(docs) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "operator")
+    message = admit(control_plane, operator, ns)
+    assert message and "runAsNonRoot != true" in message and "runAsUser=0" in message, message

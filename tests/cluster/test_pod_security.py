@@ -10,6 +10,7 @@ live in a namespace of their own.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -139,3 +140,68 @@ def test_a_pod_security_context_taken_away_is_refused(control_plane, tmp_path):
     operator = next(p for p in pods(docs) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "operator")
     message = admit(control_plane, operator, ns)
     assert message and "runAsNonRoot != true" in message and "runAsUser=0" in message, message
+
+
+def test_agents_apart_each_namespace_at_its_level(control_plane, monkeypatch, tmp_path):
+    """agent.namespace: `helm install` into a `restricted` namespace with the agents in a `privileged` one. Every
+    pod is admitted where the chart puts it (the agent's refused in the release namespace); the agents' token is the
+    operator's; the operator, with its own ServiceAccount, finds agent pods there and publishes the CA bundle there
+    while the CA's key stays in its own namespace."""
+    from tpcmesh_operator import kube
+    from tpcmesh_operator.config import Settings
+    from tpcmesh_operator.credentials import signer
+
+    from tests.cluster.test_chart import CHART, _can
+
+    mesh, agents = "psa-mesh", "psa-mesh-agents"
+    _namespace(control_plane, mesh, "restricted")
+    _namespace(control_plane, agents, "privileged")
+    values = tmp_path / "values.yaml"
+    values.write_text(f"agent: {{namespace: {agents}}}\nimage: {{registry: example.invalid/tpcmesh}}\n")
+    out = control_plane.helm("install", "tpc", str(CHART), "--namespace", mesh, "-f", str(values), check=False)
+    assert out.returncode == 0, out.stderr
+    try:
+        docs = render(values, mesh)
+        placed = {(p["metadata"]["labels"]["app.kubernetes.io/component"], p["metadata"]["namespace"])
+                  for p in pods(docs)}
+        assert placed == {("agent", agents), ("operator", mesh), ("dashboard", mesh), ("postgresql", mesh),
+                          ("test", mesh)}
+        refused = {p["metadata"]["name"]: m for p in pods(docs)
+                   if (m := admit(control_plane, p, p["metadata"]["namespace"]))}
+        assert not refused, "\n".join(f"{n}: {m}" for n, m in refused.items())
+        agent = next(p for p in pods(docs) if _is_agent(p))
+        agent["spec"]["serviceAccountName"] = "default"  # its own account lives in the agents' namespace only
+        assert "hostNetwork=true" in (admit(control_plane, agent, mesh) or "")
+
+        core = client.CoreV1Api(control_plane.client())
+        tokens = {ns: core.read_namespaced_secret("tpc-tpcmesh-agent-token", ns).data["token"] for ns in (mesh, agents)}
+        assert tokens[mesh] == tokens[agents]
+
+        env = {e["name"]: e.get("value") for e in next(
+            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "tpc-tpcmesh-operator")[
+            "spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+        settings = Settings.from_env(env)
+        assert (settings.namespace, settings.agent_namespace) == (mesh, agents)
+        certs = signer.CertSettings.from_env(env)
+        assert certs.agent_service_account == f"system:serviceaccount:{agents}:tpc-tpcmesh-agent"
+
+        op = control_plane.client(control_plane.kubeconfig_for("tpc-tpcmesh-operator", mesh))
+        signer.ensure_ca(op, certs)
+        bundles = {ns: core.read_namespaced_config_map("tpc-tpcmesh-ca-bundle", ns).data["ca.crt"]
+                   for ns in (mesh, agents)}
+        assert bundles[mesh] == bundles[agents] and "BEGIN CERTIFICATE" in bundles[mesh]
+        assert core.read_namespaced_secret("tpc-tpcmesh-ca", mesh).data["tls.key"]
+        assert not _can(op, "get", "secrets", "", agents) and not _can(op, "create", "secrets", "", agents)
+        assert not _can(op, "list", "pods", "", "default")
+        op_core = client.CoreV1Api(op)
+        monkeypatch.setattr(kube, "core", lambda: op_core)
+        assert kube.KubeAgentDirectory(agents, settings.agent_selector, {})._agents() == []
+    finally:
+        control_plane.helm("uninstall", "tpc", "--namespace", mesh, check=False)
+        core = client.CoreV1Api(control_plane.client())
+        for ns in (mesh, agents):
+            for name in ("tpc-tpcmesh-ca-bundle",):
+                with contextlib.suppress(ApiException):
+                    core.delete_namespaced_config_map(name, ns)
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_secret("tpc-tpcmesh-ca", mesh)

@@ -34,14 +34,14 @@ def _namespace(control_plane, name: str, level: str) -> None:
                                                         "pod-security.kubernetes.io/enforce-version": "latest"}}})
 
 
-def _service_accounts(control_plane, docs: list[dict], namespaces: dict[str, str]) -> None:
-    """The rendered ServiceAccounts, created for real (the ServiceAccount admission plugin refuses a Pod whose
-    account does not exist), in the namespaces they would be installed in."""
+def _service_accounts(control_plane, docs: list[dict], into: str) -> None:
+    """The rendered ServiceAccounts, created for real in `into` (the ServiceAccount admission plugin refuses a Pod
+    whose account does not exist)."""
     core = client.CoreV1Api(control_plane.client())
     for d in docs:
         if d["kind"] != "ServiceAccount":
             continue
-        ns = namespaces.get(d["metadata"]["namespace"], d["metadata"]["namespace"])
+        ns = into
         try:
             core.create_namespaced_service_account(ns, {"metadata": {"name": d["metadata"]["name"]}})
         except ApiException as e:
@@ -95,7 +95,7 @@ def test_every_chart_pod_but_the_agents_is_admitted_as_restricted(control_plane,
     ns = "psa-restricted"
     _namespace(control_plane, ns, "restricted")
     docs = render(values, ns)
-    _service_accounts(control_plane, docs, {})
+    _service_accounts(control_plane, docs, ns)
     rendered = pods(docs)
     others = [p for p in rendered if not _is_agent(p)]
     assert others or values is not None, "the defaults render no operator/dashboard pod"
@@ -113,9 +113,8 @@ def test_agents_need_privileged_for_the_host_network_and_nothing_else(control_pl
     for ns, level in (("psa-baseline", "baseline"), ("psa-privileged", "privileged"), ("psa-restricted", "restricted")):
         _namespace(control_plane, ns, level)
     docs = render(None, "psa-privileged")
-    _service_accounts(control_plane, docs, {"psa-privileged": "psa-privileged"})
-    for ns in ("psa-baseline", "psa-restricted"):
-        _service_accounts(control_plane, docs, {"psa-privileged": ns})
+    for ns in ("psa-baseline", "psa-privileged", "psa-restricted"):
+        _service_accounts(control_plane, docs, ns)
     agent = next(p for p in pods(docs) if _is_agent(p))
     assert agent["spec"]["hostNetwork"] is True
     message = admit(control_plane, agent, "psa-baseline")
@@ -136,7 +135,7 @@ def test_a_pod_security_context_taken_away_is_refused(control_plane, tmp_path):
     values = tmp_path / "values.yaml"
     values.write_text("operator: {podSecurityContext: {runAsNonRoot: false, runAsUser: 0}}\n")
     docs = render(values, ns)
-    _service_accounts(control_plane, docs, {})
+    _service_accounts(control_plane, docs, ns)
     operator = next(p for p in pods(docs) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "operator")
     message = admit(control_plane, operator, ns)
     assert message and "runAsNonRoot != true" in message and "runAsUser=0" in message, message

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from pathlib import Path
 
 import pytest
@@ -143,9 +144,10 @@ def test_a_pod_security_context_taken_away_is_refused(control_plane, tmp_path):
 
 def test_agents_apart_each_namespace_at_its_level(control_plane, monkeypatch, tmp_path):
     """agent.namespace: `helm install` into a `restricted` namespace with the agents in a `privileged` one. Every
-    pod is admitted where the chart puts it (the agent's refused in the release namespace); the agents' token is the
-    operator's; the operator, with its own ServiceAccount, finds agent pods there and publishes the CA bundle there
-    while the CA's key stays in its own namespace."""
+    pod is admitted where the chart puts it (the agent's refused in the release namespace), also the pods the real
+    controllers create from the installed workloads; the agents' token is the operator's; the operator, with its own
+    ServiceAccount, finds the agent pod there and publishes the CA bundle there while the CA's key stays in its own
+    namespace."""
     from tpcmesh_operator import kube
     from tpcmesh_operator.config import Settings
     from tpcmesh_operator.credentials import signer
@@ -157,9 +159,12 @@ def test_agents_apart_each_namespace_at_its_level(control_plane, monkeypatch, tm
     _namespace(control_plane, agents, "privileged")
     values = tmp_path / "values.yaml"
     values.write_text(f"agent: {{namespace: {agents}}}\nimage: {{registry: example.invalid/tpcmesh}}\n")
+    control_plane.start_controller_manager()
+    control_plane.start_scheduler()
+    control_plane.create_node("psa-dtn", "127.0.21.1", {"tpcmesh.io/fast-network": "true"})
     out = control_plane.helm("install", "tpc", str(CHART), "--namespace", mesh, "-f", str(values), check=False)
-    assert out.returncode == 0, out.stderr
     try:
+        assert out.returncode == 0, out.stderr
         docs = render(values, mesh)
         placed = {(p["metadata"]["labels"]["app.kubernetes.io/component"], p["metadata"]["namespace"])
                   for p in pods(docs)}
@@ -192,11 +197,29 @@ def test_agents_apart_each_namespace_at_its_level(control_plane, monkeypatch, tm
         assert core.read_namespaced_secret("tpc-tpcmesh-ca", mesh).data["tls.key"]
         assert not _can(op, "get", "secrets", "", agents) and not _can(op, "create", "secrets", "", agents)
         assert not _can(op, "list", "pods", "", "default")
+
+        # The controllers' own pods, admitted for real (no dry run): the agent's on the fast node, the rest here.
+        components = {"agent": agents, "operator": mesh, "dashboard": mesh, "postgresql": mesh}
+        deadline = time.monotonic() + 60
+        while True:
+            created = {c: core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/instance=tpc,"
+                                                   f"app.kubernetes.io/component={c}").items
+                       for c, ns in components.items()}
+            if all(created.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        failed = [f"{e.involved_object.kind}/{e.involved_object.name}: {e.message}" for ns in (mesh, agents)
+                  for e in core.list_namespaced_event(ns).items if e.reason == "FailedCreate"]
+        assert all(created.values()), f"no pods for {[c for c, p in created.items() if not p]}; {failed}"
+        assert created["agent"][0].spec.host_network and created["agent"][0].spec.node_name == "psa-dtn"
+        control_plane.play_kubelet(agents, "app.kubernetes.io/component=agent")
         op_core = client.CoreV1Api(op)
         monkeypatch.setattr(kube, "core", lambda: op_core)
-        assert kube.KubeAgentDirectory(agents, settings.agent_selector, {})._agents() == []
+        found = kube.KubeAgentDirectory(agents, settings.agent_selector, {})._agents()
+        assert [(a.node, a.address) for a in found] == [("psa-dtn", "127.0.21.1")]
     finally:
         control_plane.helm("uninstall", "tpc", "--namespace", mesh, check=False)
+        control_plane.delete_nodes()
         core = client.CoreV1Api(control_plane.client())
         for ns in (mesh, agents):
             for name in ("tpc-tpcmesh-ca-bundle",):

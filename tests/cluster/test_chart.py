@@ -328,7 +328,8 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
         # NOTES.txt: how to label nodes, reach the grid, where benchmarks deliver, run `helm test`.
         for hint in ("kubectl label node <node> tpcmesh.io/fast-network=true", "port-forward svc/tpc-tpcmesh-dashboard",
                      "deliver to http://tpc-tpcmesh-dashboard.tpcmesh-install.svc:80.",
-                     "helm test tpc -n tpcmesh-install"):
+                     "helm test tpc -n tpcmesh-install",
+                     "namespace tpcmesh-install needs level privileged; --set agent.namespace=<ns> puts them apart"):
             assert hint in out.stdout, out.stdout
         core = client.CoreV1Api(control_plane.client())
         apps = client.AppsV1Api(control_plane.client())

@@ -165,6 +165,8 @@ def test_agents_apart_each_namespace_at_its_level(control_plane, monkeypatch, tm
     out = control_plane.helm("install", "tpc", str(CHART), "--namespace", mesh, "-f", str(values), check=False)
     try:
         assert out.returncode == 0, out.stderr
+        assert f"need namespace {agents} at level privileged; {mesh} may enforce restricted" in out.stdout, out.stdout
+        assert f"kubectl -n {agents} get pods" in out.stdout
         docs = render(values, mesh)
         placed = {(p["metadata"]["labels"]["app.kubernetes.io/component"], p["metadata"]["namespace"])
                   for p in pods(docs)}

@@ -328,6 +328,9 @@ def start_control_plane(workdir: Path, pki: Pki, options: ControlPlaneOptions | 
         "--service-account-issuer=https://kubernetes.default.svc",
         f"--service-cluster-ip-range={options.service_cidr}", "--authorization-mode=Node,RBAC",
         "--allow-privileged=true", "--enable-priority-and-fairness=false", "--profiling=false",
+        # On by default since 1.25; named so a namespace's pod-security.kubernetes.io/enforce label is always
+        # enforced here (tests/cluster/test_pod_security.py).
+        "--enable-admission-plugins=PodSecurity",
         f"--endpoint-reconciler-type={options.endpoint_reconciler}", *options.extra_args, "--v=1",
     ], workdir)
     cp.procs["kube-apiserver"] = apiserver

@@ -17,6 +17,9 @@ class SettingsError(ValueError):
 class Settings:
     namespaces: str = ""  # comma-separated; empty: cluster-wide
     agent_namespace: str = ""  # where agent pods live; empty: the benchmark's namespace
+    # The operator's own namespace: its Secrets (the CA, the token signing keys) and the CA bundle it reads itself;
+    # empty: agent_namespace (the chart sets both; they differ when the agents run apart, e.g. for Pod Security).
+    namespace: str = ""
     agent_selector: str = "app.kubernetes.io/name=tpcmesh,app.kubernetes.io/component=agent"
     agent_token_file: str = "/var/run/tpcmesh/agent-token/token"
     ca_file: str = "/var/run/tpcmesh/ca/ca.crt"
@@ -38,7 +41,7 @@ class Settings:
     # Service); empty: no issuer here, benchmarks default to x509.
     token_issuer: str = ""
     token_issuer_port: int = 8443
-    token_keys_secret: str = "tpcmesh-token-keys"  # in agent_namespace
+    token_keys_secret: str = "tpcmesh-token-keys"  # in namespace
     token_issuer_tls_dir: str = ""  # tls.crt/tls.key (cert-manager); empty: signed with the agents' CA
     token_rotate_seconds: int = 24 * 3600
     # An external issuer instead (credentials/tokens/external.py): token_issuer is then the site's issuer, this
@@ -73,9 +76,9 @@ class Settings:
         if s.token_issuer and not (s.token_issuer.startswith("https://") and not s.token_issuer.endswith("/")):
             raise SettingsError(f"TPCMESH_OPERATOR_TOKEN_ISSUER: expected https://host[:port] without a trailing "
                                 f"slash, got {s.token_issuer!r}")
-        if s.token_issuer and not s.agent_namespace:
-            raise SettingsError("TPCMESH_OPERATOR_TOKEN_ISSUER needs TPCMESH_OPERATOR_AGENT_NAMESPACE (where the "
-                                "signing keys' Secret lives)")
+        if s.token_issuer and not (s.namespace or s.agent_namespace):
+            raise SettingsError("TPCMESH_OPERATOR_TOKEN_ISSUER needs TPCMESH_OPERATOR_NAMESPACE (where the signing "
+                                "keys' Secret lives; TPCMESH_OPERATOR_AGENT_NAMESPACE when it is unset)")
         if s.results_url and not s.results_url.startswith(("http://", "https://")):
             raise SettingsError(f"TPCMESH_OPERATOR_RESULTS_URL: expected an http(s) URL, got {s.results_url!r}")
         return s

@@ -131,8 +131,8 @@ async def start_token_issuer(logger: logging.Logger, **_: Any) -> None:
     if s.token_client_dir:
         await asyncio.to_thread(incluster.use_external, s.token_issuer, s.token_client_dir, s.token_issuer_ca_file)
         return
-    cfg = incluster.IssuerConfig(s.token_issuer, s.token_issuer_port, s.agent_namespace, s.token_keys_secret,
-                                 s.token_rotate_seconds, s.token_issuer_tls_dir)
+    cfg = incluster.IssuerConfig(s.token_issuer, s.token_issuer_port, s.namespace or s.agent_namespace,
+                                 s.token_keys_secret, s.token_rotate_seconds, s.token_issuer_tls_dir)
     ca = None
     if not s.token_issuer_tls_dir and signer.SETTINGS.signer_name and signer.SETTINGS.sign:
         ca = await asyncio.to_thread(signer.ensure_ca, kube.core().api_client, signer.SETTINGS)

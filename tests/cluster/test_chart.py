@@ -225,6 +225,15 @@ def test_rbac_grants_exactly_the_calls_the_code_makes(values) -> None:
         if not env.get("TPCMESH_OPERATOR_CLUSTER_NAME"):
             calls[("", "namespaces", "get", "kube-system")] = "cluster.cluster_name: the kube-system UID"
         problems += _rbac_mismatch("operator ClusterRole", cluster, calls)
+        if env["TPCMESH_OPERATOR_AGENT_NAMESPACE"] != ns:
+            # agent.namespace: the agents apart, found there, the CA bundle published there.
+            agents_role = roles.pop(("Role", "tpc-tpcmesh-operator-agents", env["TPCMESH_OPERATOR_AGENT_NAMESPACE"]))
+            calls = {("", "pods", "list", None): "kube.KubeAgentDirectory: the Ready agent pods"}
+            if env.get("TPCMESH_OPERATOR_SIGN") == "true":
+                calls |= {k: v for k, v in operator_ca_calls(env["TPCMESH_OPERATOR_CA_SECRET"],
+                                                             env["TPCMESH_OPERATOR_CA_BUNDLE_CONFIGMAP"]).items()
+                          if k[1] == "configmaps"}
+            problems += _rbac_mismatch("Role in the agents' namespace", agents_role, calls)
     agent = roles.pop(("ClusterRole", "tpc-tpcmesh-agent", None), None)
     if agent is not None:
         problems += _rbac_mismatch("agent ClusterRole", agent, AGENT_CLUSTER_CALLS)
@@ -269,8 +278,10 @@ def test_every_rendered_object_passes_server_side_dry_run(control_plane, values)
     ns = "tpcmesh-dry-" + (values.name.removesuffix("-values.yaml") if values else "defaults")
     docs = render(values, ns)
     spec = yaml.safe_load(values.read_text()) if values else {}
-    for n in [ns, *(spec or {}).get("operator", {}).get("watchNamespaces", [])]:
-        control_plane.ensure_namespace(n)
+    spec = spec or {}
+    for n in [ns, *spec.get("operator", {}).get("watchNamespaces", []), spec.get("agent", {}).get("namespace")]:
+        if n:
+            control_plane.ensure_namespace(n)
     _ensure_upstream_crds(api_client, docs)
     dyn = dynamic.DynamicClient(api_client)
     failures = []
@@ -317,7 +328,8 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
         # NOTES.txt: how to label nodes, reach the grid, where benchmarks deliver, run `helm test`.
         for hint in ("kubectl label node <node> tpcmesh.io/fast-network=true", "port-forward svc/tpc-tpcmesh-dashboard",
                      "deliver to http://tpc-tpcmesh-dashboard.tpcmesh-install.svc:80.",
-                     "helm test tpc -n tpcmesh-install"):
+                     "helm test tpc -n tpcmesh-install",
+                     "namespace tpcmesh-install needs level privileged; --set agent.namespace=<ns> puts them apart"):
             assert hint in out.stdout, out.stdout
         core = client.CoreV1Api(control_plane.client())
         apps = client.AppsV1Api(control_plane.client())

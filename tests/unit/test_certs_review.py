@@ -51,6 +51,23 @@ def test_settings_need_a_service_account_with_a_signer():
     assert (s.sign, s.namespace) == (False, "tpcmesh")
 
 
+def test_the_ca_stays_in_the_operators_namespace_when_the_agents_run_apart():
+    """agent.namespace: the CA Secret in the operator's own namespace (TPCMESH_OPERATOR_NAMESPACE), the bundle
+    published in both; one namespace when only the agents' is given (charts before agent.namespace)."""
+    from tpcmesh_operator.config import Settings, SettingsError
+
+    env = {"TPCMESH_OPERATOR_SIGNER_NAME": "tpcmesh.io/agent", "TPCMESH_OPERATOR_AGENT_SERVICE_ACCOUNT": SA,
+           "TPCMESH_OPERATOR_AGENT_NAMESPACE": "tpcmesh-agents", "TPCMESH_OPERATOR_NAMESPACE": "tpcmesh"}
+    s = certs.CertSettings.from_env(env)
+    assert (s.namespace, s.agent_namespace) == ("tpcmesh", "tpcmesh-agents")
+    legacy = certs.CertSettings.from_env({k: v for k, v in env.items() if k != "TPCMESH_OPERATOR_NAMESPACE"})
+    assert (legacy.namespace, legacy.agent_namespace) == ("tpcmesh-agents", "tpcmesh-agents")
+    issuer = {"TPCMESH_OPERATOR_TOKEN_ISSUER": "https://op.tpcmesh.svc:8443"}
+    assert Settings.from_env({**issuer, "TPCMESH_OPERATOR_AGENT_NAMESPACE": "a"}).namespace == ""
+    with pytest.raises(SettingsError, match="needs TPCMESH_OPERATOR_NAMESPACE"):
+        Settings.from_env(issuer)
+
+
 def test_the_agents_request_names_every_pod_ip_once():
     env = {"TPCMESH_AGENT_ADDRESS": "10.0.0.1", "TPCMESH_AGENT_POD_IPS": "10.0.0.1,2001:db8::1"}
     assert agent_csr.addresses_from_env(env) == ["10.0.0.1", "2001:db8::1"]

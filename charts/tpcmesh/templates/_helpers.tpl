@@ -62,6 +62,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* The agents' namespace: agent.namespace, else the release's. Created by the site (with its Pod Security level),
+     never by the chart. */}}
+{{- define "tpcmesh.agent.namespace" -}}
+{{- if and .Values.agent.namespace (ne .Values.agent.namespace .Release.Namespace) (eq .Values.certificates.mode "certManager") }}
+{{- fail "agent.namespace (agents in a namespace of their own) needs certificates.mode csr or none: with certManager the agents would mount the CA Secret cert-manager writes in the release namespace, which a pod of another namespace cannot" }}
+{{- end }}
+{{- .Values.agent.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* "true" when the agents run in a namespace other than the release's, else "". */}}
+{{- define "tpcmesh.agent.apart" -}}
+{{- if ne (include "tpcmesh.agent.namespace" .) .Release.Namespace }}true{{ end }}
+{{- end }}
+
 {{- define "tpcmesh.agent.tokenSecretName" -}}
 {{- default (printf "%s-agent-token" (include "tpcmesh.fullname" .)) .Values.agent.token.existingSecret }}
 {{- end }}

@@ -43,7 +43,8 @@ class CertSettings:
     signer_name: str = ""
     sign: bool = True  # False: only approve (another signer, e.g. cert-manager, issues)
     agent_service_account: str = ""  # system:serviceaccount:<namespace>:<name>
-    namespace: str = ""  # where the CA Secret and the bundle ConfigMap live
+    namespace: str = ""  # the operator's own namespace: the CA Secret and the bundle ConfigMap live there
+    agent_namespace: str = ""  # the agents' namespace, when another one: the bundle is published there too
     ca_secret: str = "tpcmesh-ca"
     ca_bundle_configmap: str = "tpcmesh-ca-bundle"
     host_cert_seconds: int = int(pki.HOST_LIFETIME.total_seconds())
@@ -61,7 +62,8 @@ class CertSettings:
             raise ValueError("TPCMESH_OPERATOR_HOST_CERT_SECONDS: expected whole seconds") from None
         s = cls(signer_name=get("SIGNER_NAME", ""), sign=get("SIGN", "true").lower() == "true",
                 agent_service_account=get("AGENT_SERVICE_ACCOUNT", ""),
-                namespace=get("AGENT_NAMESPACE", "") or get("NAMESPACE", ""),
+                namespace=get("NAMESPACE", "") or get("AGENT_NAMESPACE", ""),
+                agent_namespace=get("AGENT_NAMESPACE", ""),
                 ca_secret=get("CA_SECRET", cls.ca_secret), ca_bundle_configmap=get("CA_BUNDLE_CONFIGMAP",
                                                                                      cls.ca_bundle_configmap),
                 host_cert_seconds=seconds)
@@ -206,21 +208,25 @@ def _expired(cert_pem: bytes) -> bool:
 
 
 def _publish_bundle(core: Any, settings: CertSettings, bundle: bytes) -> None:
+    """The bundle ConfigMap in the operator's namespace and, when the agents live in another, in theirs (a pod
+    mounts ConfigMaps of its own namespace only)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    ns, name = settings.namespace, settings.ca_bundle_configmap
-    try:
-        cm = core.read_namespaced_config_map(name, ns)
-        if (cm.data or {}).get("ca.crt") != bundle.decode():
-            cm.data = {"ca.crt": bundle.decode()}
-            core.replace_namespaced_config_map(name, ns, cm)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-        core.create_namespaced_config_map(ns, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=name, namespace=ns, labels={"app.kubernetes.io/part-of": "tpcmesh"}),
-            data={"ca.crt": bundle.decode()}))
+    name = settings.ca_bundle_configmap
+    for ns in dict.fromkeys(n for n in (settings.namespace, settings.agent_namespace) if n):
+        try:
+            cm = core.read_namespaced_config_map(name, ns)
+            if (cm.data or {}).get("ca.crt") != bundle.decode():
+                cm.data = {"ca.crt": bundle.decode()}
+                core.replace_namespaced_config_map(name, ns, cm)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            core.create_namespaced_config_map(ns, client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=name, namespace=ns,
+                                             labels={"app.kubernetes.io/part-of": "tpcmesh"}),
+                data={"ca.crt": bundle.decode()}))
 
 
 # --- one CSR ---------------------------------------------------------------------------------------------

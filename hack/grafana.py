@@ -257,7 +257,16 @@ def components() -> dash.Dashboard:
                             description="Bits per second the agents' movers received, as destinations."))
          .with_panel(series("Tests finished on the agents", "short",
                             query(f"sum by (protocol, status) (increase(tpcmesh_agent_transfers_total{{{ag}}}"
-                                  "[$__rate_interval]))", "{{protocol}} {{status}}"), width=24)))
+                                  "[$__rate_interval]))", "{{protocol}} {{status}}"), width=24))
+         .with_panel(series("Loss probes: packets the reflector dropped", "short",
+                            query(f"sum by (instance, reason) (increase(tpcmesh_agent_loss_reflector_dropped_total"
+                                  f"{{{ag}}}[$__rate_interval]))", "{{instance}} {{reason}}"),
+                            description="TWAMP-light packets each agent's reflector did not answer: from outside "
+                                        "the mesh (not_allowed), malformed, too short."))
+         .with_panel(series("Loss probes: summaries waiting", "short",
+                            query(f"tpcmesh_agent_loss_summaries_pending{{{ag}}}", "{{instance}}"),
+                            description="Per-peer loss summaries each agent keeps until a collector takes them "
+                                        "(bounded; the oldest go first when full).")))
     d = (d.with_row(dash.Row("Dashboard"))
          .with_panel(big("Dashboard up", "short", query(f"up{{{db}}}", "{{instance}}", instant=True), width=4))
          .with_panel(series("Requests", "reqps",

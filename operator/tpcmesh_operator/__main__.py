@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     # The handlers read the watched namespaces from the settings (a due run checks them for other active runs):
     # --namespace must not leave them meaning "every namespace", which this operator may not even list.
     os.environ["TPCMESH_OPERATOR_NAMESPACES"] = ",".join(namespaces)
+    from . import main as handlers  # noqa: F401  (registers the handlers; reads the settings at import)
 
     asyncio.run(kopf.operator(
         clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=args.liveness,

@@ -99,3 +99,10 @@ def test_the_product_never_imports_the_lab():
                 offenders[str(path.relative_to(REPO))] = sorted(n for n in names if n.startswith("tpcmesh_lab"))
     assert not offenders, f"the lab (tpcmesh_lab) is a developer tool, not in any image; product code imports it: " \
         f"{offenders}"
+
+
+def test_the_entry_point_registers_the_handlers():
+    """`tpcmesh-operator` (__main__.py) imports main.py, which registers every handler: without it the operator
+    logs in with kopf's defaults and handles nothing (a refactor once dropped the import as unused)."""
+    names = _imports("tpcmesh_operator.__main__", PACKAGE / "__main__.py")
+    assert "tpcmesh_operator.main" in names, "__main__.py must import .main (the handlers' registration)"

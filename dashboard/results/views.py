@@ -277,6 +277,7 @@ def pair_page(request, source: str, destination: str):
     retransmits: dict[str, list] = {}
     transfers: list[dict] = []  # every transfer, with what changed in its implementation since the cell's last run
     known: dict[str, dict] = {}  # per series, the newest implementation recorded so far
+    newest: dict[str, dict] = {}  # per series, its newest transfer (the Why table's row)
     for p in history:
         t = int(p["finished_at"].timestamp() * 1000)
         # IPv6 is a setting of its own too: its series are named so (IPv4 ones as before IPv6)
@@ -293,6 +294,7 @@ def pair_page(request, source: str, destination: str):
         label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth} {direction}'
         if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
             retransmits.setdefault(label, []).append([t, p["retransmits"]])
+        newest[label] = {**p, "series": label}
         impl = p["implementation"]
         transfers.append({**p, "series": label, "version": implementations_.label(impl),
                           "version_change": implementations_.change(known.get(label), impl)})
@@ -321,6 +323,7 @@ def pair_page(request, source: str, destination: str):
     }
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
+        "why": _why(newest),
         "newest": _with_telemetry(transfers[::-1][:NEWEST_ROWS]),
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
         "repeated": selectors.pair_repeated_cells(a, b, bench),
@@ -329,6 +332,23 @@ def pair_page(request, source: str, destination: str):
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
+
+
+def _why(newest: dict[str, dict]) -> list[dict]:
+    """Each setting's newest transfer with the limit model's answer on it (results.diagnosis): its binding limit,
+    efficiency and fix; for an unknown limit the figures that were missing. Rows by protocol, then series."""
+    found = selectors.measurement_diagnoses([p["id"] for p in newest.values()])
+    rows = []
+    for label, p in sorted(newest.items(), key=lambda item: (item[1]["protocol"], item[0])):
+        got = found.get(p["id"], {})
+        diagnosis = got.get("diagnosis") or {}
+        rows.append({"series": label, "protocol": p["protocol"], "finished_at": p["finished_at"],
+                     "throughput_gbps": p["throughput_gbps"], "status": p["status"],
+                     "limit": got.get("binding_limit") or None,
+                     "efficiency": None if got.get("efficiency") is None else got["efficiency"] * 100,
+                     "fix": diagnosis.get("fix") or None, "reason": diagnosis.get("reason") or "",
+                     "missing": diagnosis.get("missing") or []})
+    return rows
 
 
 def _with_telemetry(rows: list[dict]) -> list[dict]:

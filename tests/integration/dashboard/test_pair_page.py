@@ -83,3 +83,34 @@ def test_a_setting_not_diagnosed_shows_a_dash(client, write_key):
     ingest(client, write_key, [failed], "w3")
     row = why_rows(client.get("/pair/near/far/").content.decode())["builtin ×1 near → far"]
     assert row["limit"] == "– not diagnosed (failed)" and row["fix"] == "–" and row["efficiency"] == "–"
+
+
+def test_the_history_plot_draws_one_protocol_at_a_time(client, write_key):
+    ingest(client, write_key, far_pair(datetime.now(UTC) - timedelta(hours=1)), "w4")
+    page = client.get("/pair/near/far/").content.decode()
+    plot = plot_data(page)
+    # the protocols with a throughput, in the registry's order; the plot opens on the first
+    assert plot["protocols"] == ["builtin", "xrootd-https", "iperf3"] and plot["protocol"] == "builtin"
+    assert plot["series"]["iperf3 ×8 near → far"] == "iperf3" and set(plot["series"].values()) == set(plot["protocols"])
+    select = re.search(r'<select id="protocol">(.*?)</select>', page, re.S).group(1)
+    assert re.findall(r"<option[^>]*>([^<]+)</option>", select) == plot["protocols"]
+    assert "<option selected>builtin</option>" in select
+    # ?protocol= opens another; one the pair has no data for falls back to the first
+    chosen = client.get("/pair/near/far/?protocol=iperf3").content.decode()
+    assert plot_data(chosen)["protocol"] == "iperf3" and "<option selected>iperf3</option>" in chosen
+    assert plot_data(client.get("/pair/near/far/?protocol=gridftp").content.decode())["protocol"] == "builtin"
+
+
+def test_the_advice_tables_are_folded(client, write_key):
+    t = datetime.now(UTC) - timedelta(hours=3)
+    ingest(client, write_key, [measurement("near", "far", protocol="builtin", streams=s, concurrency=c, gbps=s * c,
+                                           finished=t + timedelta(minutes=i))
+                               for i, (s, c) in enumerate([(1, 1), (4, 1), (8, 2)] * 3)], "w5")
+    page = client.get("/pair/near/far/").content.decode()
+    section = page[page.index("<h2>Advice"):]
+    section = section[:section.index("</section>")]
+    folds = re.findall(r"<details([^>]*)><summary>([^<]*)</summary>(.*?)</details>", section, re.S)
+    assert [summary for _, summary, _ in folds] == ["builtin near → far"]
+    attributes, _, body = folds[0]
+    assert "open" not in attributes  # closed until asked for
+    assert '<table class="list advice">' in body and section.count('<table class="list advice">') == 1

@@ -190,8 +190,10 @@ def grid_page(request, namespace: str, name: str):
         ("source → destination", "destination → source") if split == "direction"
         else (f"{high} streams", f"{low} streams")
     )
-    # a combined grid names nodes cluster:node, which the pair page reads without a benchmark
-    pair_query = "" if combined else f"?benchmark={bench.namespace}/{bench.name}&cluster={bench.cluster.name}"
+    # a combined grid names nodes cluster:node, which the pair page reads without a benchmark; the pair page's plot
+    # opens on the grid's protocol (a registry name: nothing to escape)
+    pair_query = (f"?protocol={protocol}" if combined else
+                  f"?benchmark={bench.namespace}/{bench.name}&cluster={bench.cluster.name}&protocol={protocol}")
     context = {
         "bench": bench,
         "clusters": clusters,

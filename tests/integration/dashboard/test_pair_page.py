@@ -114,3 +114,12 @@ def test_the_advice_tables_are_folded(client, write_key):
     attributes, _, body = folds[0]
     assert "open" not in attributes  # closed until asked for
     assert '<table class="list advice">' in body and section.count('<table class="list advice">') == 1
+
+
+def test_a_grid_cell_opens_the_pair_page_on_the_grids_protocol(client, write_key):
+    ingest(client, write_key, far_pair(datetime.now(UTC) - timedelta(hours=1)), "w6")
+    grid = client.get("/grid/mesh/nightly/?protocol=iperf3").content.decode()
+    url = json.loads(re.search(r'"pair_url": ("[^"]*")', grid).group(1))
+    assert url.endswith("&protocol=iperf3"), url
+    page = client.get(url.replace("SRC", "near").replace("DST", "far")).content.decode()
+    assert plot_data(page)["protocol"] == "iperf3"

@@ -571,6 +571,13 @@ def measurement_telemetry(ids: list[Any]) -> dict[Any, dict[str, Any]]:
     return {row["id"]: row for row in Measurement.objects.filter(id__in=ids).values("id", "host", "tcp")}
 
 
+def measurement_diagnoses(ids: list[Any]) -> dict[Any, dict[str, Any]]:
+    """The limit model's answer on a few measurements (the pair page's newest per setting): id -> {binding_limit,
+    efficiency, diagnosis}."""
+    rows = Measurement.objects.filter(id__in=ids).values("id", "binding_limit", "efficiency", "diagnosis")
+    return {row["id"]: row for row in rows}
+
+
 def link_observations(source: Node, destination: Node, protocol: str, bench: Benchmark | None = None,
                       since: datetime | None = None) -> list[Observation]:
     """One direction's runs of one protocol, oldest first, as the advice reads them (Observation.of: failures as

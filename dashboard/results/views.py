@@ -23,7 +23,7 @@ from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
 from results.models import ADDRESS_FAMILIES, AUTH_MODES, Benchmark, Maintenance, Node, Problem, Run
-from results.protocols import TPC_PROTOCOLS
+from results.protocols import PROTOCOLS, TPC_PROTOCOLS
 from results.stats import changes as change_detection
 from results.stats.advice import KNEE_MARGIN, MIN_RUNS, Observation, advise
 from results.stats.level import LEVEL_RUNS, recent_level
@@ -190,8 +190,10 @@ def grid_page(request, namespace: str, name: str):
         ("source → destination", "destination → source") if split == "direction"
         else (f"{high} streams", f"{low} streams")
     )
-    # a combined grid names nodes cluster:node, which the pair page reads without a benchmark
-    pair_query = "" if combined else f"?benchmark={bench.namespace}/{bench.name}&cluster={bench.cluster.name}"
+    # a combined grid names nodes cluster:node, which the pair page reads without a benchmark; the pair page's plot
+    # opens on the grid's protocol (a registry name: nothing to escape)
+    pair_query = (f"?protocol={protocol}" if combined else
+                  f"?benchmark={bench.namespace}/{bench.name}&cluster={bench.cluster.name}&protocol={protocol}")
     context = {
         "bench": bench,
         "clusters": clusters,
@@ -277,6 +279,8 @@ def pair_page(request, source: str, destination: str):
     retransmits: dict[str, list] = {}
     transfers: list[dict] = []  # every transfer, with what changed in its implementation since the cell's last run
     known: dict[str, dict] = {}  # per series, the newest implementation recorded so far
+    newest: dict[str, dict] = {}  # per series, its newest transfer (the Why table's row)
+    protocol_of: dict[str, str] = {}  # per series, its protocol (the plot draws one protocol at a time)
     for p in history:
         t = int(p["finished_at"].timestamp() * 1000)
         # IPv6 is a setting of its own too: its series are named so (IPv4 ones as before IPv6)
@@ -293,6 +297,8 @@ def pair_page(request, source: str, destination: str):
         label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth} {direction}'
         if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
             retransmits.setdefault(label, []).append([t, p["retransmits"]])
+        newest[label] = {**p, "series": label}
+        protocol_of[label] = p["protocol"]
         impl = p["implementation"]
         transfers.append({**p, "series": label, "version": implementations_.label(impl),
                           "version_change": implementations_.change(known.get(label), impl)})
@@ -306,7 +312,12 @@ def pair_page(request, source: str, destination: str):
     groups = files["groups"] if files else []
     changes, levels, recent = _steps(series, implementations)
     paths = selectors.pair_paths(a, b, bench, since=timezone.now() - since)
+    # the protocols with a throughput to draw, in the registry's order; the plot opens on ?protocol= or the first
+    drawn = sorted({protocol_of[label] for label in series}, key=_protocol_order)
     plot = {
+        "protocols": drawn,
+        "protocol": request.GET.get("protocol") if request.GET.get("protocol") in drawn else next(iter(drawn), None),
+        "series": protocol_of,
         "throughput": series,
         "levels": levels,
         "rtt": rtt,
@@ -321,6 +332,7 @@ def pair_page(request, source: str, destination: str):
     }
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
+        "why": _why(newest),
         "newest": _with_telemetry(transfers[::-1][:NEWEST_ROWS]),
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
         "repeated": selectors.pair_repeated_cells(a, b, bench),
@@ -329,6 +341,28 @@ def pair_page(request, source: str, destination: str):
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
+
+
+def _protocol_order(protocol: str) -> tuple[int, str]:
+    """The registry's order (results.protocols), a protocol it does not name after them."""
+    return (PROTOCOLS.index(protocol) if protocol in PROTOCOLS else len(PROTOCOLS), protocol)
+
+
+def _why(newest: dict[str, dict]) -> list[dict]:
+    """Each setting's newest transfer with the limit model's answer on it (results.diagnosis): its binding limit,
+    efficiency and fix; for an unknown limit the figures that were missing. Rows by protocol (the registry's order)."""
+    found = selectors.measurement_diagnoses([p["id"] for p in newest.values()])
+    rows = []
+    for label, p in sorted(newest.items(), key=lambda item: (_protocol_order(item[1]["protocol"]), item[0])):
+        got = found.get(p["id"], {})
+        diagnosis = got.get("diagnosis") or {}
+        rows.append({"series": label, "protocol": p["protocol"], "finished_at": p["finished_at"],
+                     "throughput_gbps": p["throughput_gbps"], "status": p["status"],
+                     "limit": got.get("binding_limit") or None,
+                     "efficiency": None if got.get("efficiency") is None else got["efficiency"] * 100,
+                     "fix": diagnosis.get("fix") or None, "reason": diagnosis.get("reason") or "",
+                     "missing": diagnosis.get("missing") or []})
+    return rows
 
 
 def _with_telemetry(rows: list[dict]) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -79,3 +80,17 @@ def page_table(client: Any, path: str, table_id: str) -> str:
     html = page.content.decode()
     table = html[html.index(f'id="{table_id}"'):]
     return table[:table.index("</table>")]
+
+
+# one end's host telemetry as an agent reports it (tpcmesh_agent.hosttelemetry), cut to what the limit model reads
+HOST_END = {"cpu": {"busiest_core_pct": 30.0, "busiest_core_softirq_pct": 2.0},
+            "limits": {"tcp_rmem_max_bytes": 64_000_000, "tcp_wmem_max_bytes": 64_000_000, "rmem_max_bytes": 212_992,
+                       "wmem_max_bytes": 212_992, "congestion_control": "cubic", "mtu": 9000, "kernel": "6.18.0",
+                       "tcp_adv_win_scale": 1}}
+
+
+def host_end(buffer: int) -> dict[str, Any]:
+    """HOST_END with TCP buffers (tcp_rmem and tcp_wmem maxima) of `buffer` bytes."""
+    end = copy.deepcopy(HOST_END)
+    end["limits"].update(tcp_rmem_max_bytes=buffer, tcp_wmem_max_bytes=buffer)
+    return end

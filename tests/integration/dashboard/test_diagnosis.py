@@ -5,28 +5,16 @@ receive window gets one tuning problem naming tcp_rmem and its figure, not "look
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, host_end, measurement
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 NODES = ["a1", "a2", "b1", "far"]
 RTT_FAR_MS = 53.0
-# one end's host telemetry as an agent reports it (tpcmesh_agent.hosttelemetry), cut to what the model reads
-END = {"cpu": {"busiest_core_pct": 30.0, "busiest_core_softirq_pct": 2.0},
-       "limits": {"tcp_rmem_max_bytes": 64_000_000, "tcp_wmem_max_bytes": 64_000_000, "rmem_max_bytes": 212_992,
-                  "wmem_max_bytes": 212_992, "congestion_control": "cubic", "mtu": 9000, "kernel": "6.18.0",
-                  "tcp_adv_win_scale": 1}}
-
-
-def _end(buffer: int) -> dict:
-    end = copy.deepcopy(END)
-    end["limits"].update(tcp_rmem_max_bytes=buffer, tcp_wmem_max_bytes=buffer)
-    return end
 
 
 def _mesh(t: datetime, far_buffer: int, far_gbps: float, far_iperf3_gbps: float) -> list[dict]:
@@ -38,8 +26,8 @@ def _mesh(t: datetime, far_buffer: int, far_gbps: float, far_iperf3_gbps: float)
             if s == d:
                 continue
             far = "far" in (s, d)
-            host = {"source": _end(far_buffer if s == "far" else 64_000_000),
-                    "destination": _end(far_buffer if d == "far" else 64_000_000)}
+            host = {"source": host_end(far_buffer if s == "far" else 64_000_000),
+                    "destination": host_end(far_buffer if d == "far" else 64_000_000)}
             waited = {"rwnd_limited_fraction": 0.87 if d == "far" else 0.01,
                       "sndbuf_limited_fraction": 0.87 if s == "far" else 0.0}
             for protocol, streams, gbps in (("builtin", 1, far_gbps), ("iperf3", 8, far_iperf3_gbps)):

@@ -6,26 +6,48 @@ window.tpcmesh = (function () {
   const shapes = ["circle", "triangle", "rect", "rectRot", "star", "crossRot"];
   const dateTick = (v) => new Date(v).toISOString().slice(0, 10);
 
+  const timeTick = (v) => new Date(v).toISOString().slice(5, 16).replace("T", " ");
+  const TIMES_UNDER_MS = 3 * 24 * 3600 * 1000; // a shorter span shows times on the axis, a longer one dates
+
+  // The time axis' tick: times when the drawn points span less than TIMES_UNDER_MS, else dates.
+  function tickFor(datasets) {
+    const xs = datasets.flatMap((d) => d.data.map((p) => p.x)).filter((x) => x !== null);
+    return xs.length && Math.max(...xs) - Math.min(...xs) < TIMES_UNDER_MS ? timeTick : dateTick;
+  }
+
   function pairPage(data) {
-    const datasets = [];
-    let i = 0;
-    for (const [label, points] of Object.entries(data.throughput)) {
-      datasets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(i), backgroundColor: color(i++),
-        yAxisID: "y", pointRadius: 1.5, borderWidth: 1, showLine: true });
-    }
-    // the level between step changes (stats.changes): a dashed line per series, in its colour
-    let k = 0;
-    for (const [label, points] of Object.entries(data.throughput)) {
-      const line = data.levels[label];
-      if (line) datasets.push({ label: label + " level", data: line.map((p) => (p ? { x: p[0], y: p[1] } : { x: null, y: null })),
-        borderColor: color(k), backgroundColor: color(k), yAxisID: "y", pointRadius: 0, borderWidth: 2, borderDash: [6, 4],
-        showLine: true, spanGaps: false });
-      k++;
-    }
-    for (const [label, points] of Object.entries(data.rtt)) {
-      datasets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(i), backgroundColor: color(i++),
-        yAxisID: "rtt", pointRadius: 1, borderWidth: 1, borderDash: [4, 3], showLine: true });
-    }
+    // One protocol at a time (the select above the plot): its series in both directions, their levels, the RTT.
+    const select = document.getElementById("protocol");
+    const historySets = (protocol) => {
+      const datasets = [];
+      const labels = Object.keys(data.throughput).filter((label) => data.series[label] === protocol);
+      labels.forEach((label, i) => {
+        datasets.push({ label, data: data.throughput[label].map(([x, y]) => ({ x, y })), borderColor: color(i),
+          backgroundColor: color(i), yAxisID: "y", pointRadius: 1.5, borderWidth: 1, showLine: true });
+      });
+      // the level between step changes (stats.changes): a dashed line per series, in its colour
+      labels.forEach((label, i) => {
+        const line = data.levels[label];
+        if (line) datasets.push({ label: label + " level", data: line.map((p) => (p ? { x: p[0], y: p[1] } : { x: null, y: null })),
+          borderColor: color(i), backgroundColor: color(i), yAxisID: "y", pointRadius: 0, borderWidth: 2, borderDash: [6, 4],
+          showLine: true, spanGaps: false });
+      });
+      Object.entries(data.rtt).forEach(([label, points], j) => {
+        const c = labels.length + j;
+        datasets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(c), backgroundColor: color(c),
+          yAxisID: "rtt", pointRadius: 1, borderWidth: 1, borderDash: [4, 3], showLine: true });
+      });
+      return datasets;
+    };
+    const retransSets = (protocol) => {
+      const names = Object.keys(data.throughput).filter((label) => data.series[label] === protocol);
+      return Object.entries(data.retransmits).filter(([label]) => data.series[label] === protocol).map(([label, points], j) => {
+        const c = names.indexOf(label) >= 0 ? names.indexOf(label) : names.length + j;
+        return { label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(c), backgroundColor: color(c),
+          pointRadius: 1.5, borderWidth: 1, showLine: true };
+      });
+    };
+    const datasets = historySets(data.protocol);
     // path changes (results.paths): a dashed vertical line on the time axis at each
     const pathMarks = { id: "pathMarks", afterDatasetsDraw(chart) {
       const { ctx, chartArea, scales } = chart;
@@ -38,31 +60,37 @@ window.tpcmesh = (function () {
       }
       ctx.restore();
     } };
-    new Chart(document.getElementById("history"), {
+    const history = new Chart(document.getElementById("history"), {
       type: "scatter", data: { datasets }, plugins: [pathMarks],
       options: { animation: false, maintainAspectRatio: false, parsing: false,
-        scales: { x: { type: "linear", ticks: { callback: dateTick, maxTicksLimit: 8 } },
+        scales: { x: { type: "linear", ticks: { callback: tickFor(datasets), maxTicksLimit: 8 } },
           y: { title: { display: true, text: "throughput (Gbit/s)" }, beginAtZero: true },
           rtt: { position: "right", title: { display: true, text: "RTT (ms)" }, beginAtZero: true, grid: { drawOnChartArea: false } } },
         plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
     });
     // Under the throughput: the senders' TCP retransmits of each test, same series, same colours, same time axis.
     const retransEl = document.getElementById("retransmits");
+    let retrans = null;
     if (retransEl && Object.keys(data.retransmits).length) {
-      const names = Object.keys(data.throughput);
-      const sets = Object.entries(data.retransmits).map(([label, points], j) => {
-        const c = names.indexOf(label) >= 0 ? names.indexOf(label) : names.length + j;
-        return { label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(c), backgroundColor: color(c),
-          pointRadius: 1.5, borderWidth: 1, showLine: true };
-      });
-      new Chart(retransEl, {
+      const sets = retransSets(data.protocol);
+      retrans = new Chart(retransEl, {
         type: "scatter", data: { datasets: sets },
         options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: { type: "linear", ticks: { callback: dateTick, maxTicksLimit: 8 } },
+          scales: { x: { type: "linear", ticks: { callback: tickFor(sets), maxTicksLimit: 8 } },
             y: { title: { display: true, text: "retransmitted segments" }, beginAtZero: true } },
           plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
       });
     }
+    if (select) select.addEventListener("change", () => {
+      history.data.datasets = historySets(select.value);
+      history.options.scales.x.ticks.callback = tickFor(history.data.datasets);
+      history.update();
+      if (retrans) {
+        retrans.data.datasets = retransSets(select.value);
+        retrans.options.scales.x.ticks.callback = tickFor(retrans.data.datasets);
+        retrans.update();
+      }
+    });
     const filesEl = document.getElementById("files");
     if (filesEl && data.files.length) {
       // A strip plot: one column per direction and setting, every file a point (spread sideways so equal times

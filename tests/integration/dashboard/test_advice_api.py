@@ -120,8 +120,9 @@ def test_optimize_through_the_api_reaches_the_links_optimum(client, write_key):
 def test_the_pair_page_shows_the_advice_table(client, link):
     page = client.get("/pair/a/b/").content.decode()
     section = page.split("<h2>Advice: streams × files</h2>")[1].split("</section>")[0]
-    tables = re.findall(r"<h3>([^<]+)</h3>\s*<table class=\"list advice\">(.*?)</table>\s*<p class=\"reason\">"
-                        r"([^<]+)</p>", section, re.S)
+    # each table folded under its protocol and direction (<details>, closed until asked for)
+    tables = re.findall(r"<details class=\"advice\"><summary>([^<]+)</summary>\s*<table class=\"list advice\">"
+                        r"(.*?)</table>\s*<p class=\"reason\">([^<]+)</p></details>", section, re.S)
     assert [html.unescape(h) for h, _, _ in tables] == ["builtin a → b", "builtin b → a", "gridftp a → b"]
     rows = re.findall(r'<tr class="setting([^"]*)"><td>([^<]+)</td><td>(\d+)</td><td>([\d.]+)</td><td>([^<]+)</td>'
                       r'<td class="marks">([^<]*)</td></tr>', tables[0][1])

@@ -34,6 +34,9 @@ test-repeat: setup ## Find flakes: the modules that start real servers, N rounds
 	$(PY) hack/test_repeat.py --times $(N) --load $(LOAD) $(MODULES)
 
 .PHONY: test-unit
+test-diagnosis: setup ## The WAN lab's injected causes, each labelled by the limit model (root; runs apart from `make test`: CPU quotas need a quiet machine)
+	TPCMESH_TEST_DIAGNOSIS=1 $(PYTEST) tests/integration/lab/test_lab_diagnosis.py
+
 test-unit: setup ## Run the fast unit tests only
 	$(PYTEST) tests/unit
 

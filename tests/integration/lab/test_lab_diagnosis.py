@@ -4,6 +4,8 @@ reads the figures where the lab holds them until the agents carry host telemetry
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from tpcmesh_lab import diagnosisbench
 from tpcmesh_lab.diagnosisrun import labelled
@@ -15,6 +17,10 @@ pytestmark = [
     pytest.mark.netns,
     pytest.mark.skipif(bool(netns_unavailable_reason()), reason=f"no netns lab: {netns_unavailable_reason()}"),
     pytest.mark.skipif(bool(cpu_unavailable_reason()), reason=f"no CPU quota here: {cpu_unavailable_reason()}"),
+    # 3 s per cause: under the whole suite's load on 2 cores a CPU-quota case is mislabelled now and then (passes
+    # alone in 43 s, failed twice inside full runs), so it runs on its own: `make test-diagnosis`
+    pytest.mark.skipif(not os.environ.get("TPCMESH_TEST_DIAGNOSIS"),
+                       reason="every cause labelled runs apart from the suite: make test-diagnosis"),
 ]
 
 SECONDS = 3

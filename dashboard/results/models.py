@@ -420,3 +420,58 @@ class Problem(models.Model):
     @property
     def acknowledged(self) -> bool:
         return bool(self.ack_fingerprint) and self.ack_fingerprint == self.fingerprint
+
+
+class LossSummary(models.Model):
+    """One TWAMP-light period of a sender (source) towards a reflector (destination), as its agent summarised it
+    (the contract's lossSummary; results.loss.ingest stores it). The columns are what the loss grid, the pair
+    page and the problem rules read; ``detail`` keeps the rest of the summary as sent (JSON text: a text column
+    takes any string the contract allows, jsonb would refuse an escaped NUL). Identity: (source, destination,
+    family, period_start), so a summary sent again is a duplicate."""
+
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", help_text="the sender (node)")
+    destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+",
+                                    help_text="the reflector (peer)")
+    family = models.PositiveSmallIntegerField(choices=[(4, "4"), (6, "6")])
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    partial = models.BooleanField(default=False)
+    rate_pps = models.FloatField(null=True, blank=True)
+    sent = models.IntegerField()
+    lost = models.IntegerField()
+    duplicates = models.IntegerField(null=True, blank=True)
+    reordered = models.IntegerField(null=True, blank=True)
+    rtt_min_ms = models.FloatField(null=True, blank=True)
+    rtt_median_ms = models.FloatField(null=True, blank=True)
+    rtt_p95_ms = models.FloatField(null=True, blank=True)
+    rtt_max_ms = models.FloatField(null=True, blank=True)
+    forward_min_ms = models.FloatField(null=True, blank=True, help_text="one-way delay source → destination")
+    forward_median_ms = models.FloatField(null=True, blank=True)
+    backward_min_ms = models.FloatField(null=True, blank=True, help_text="one-way delay destination → source")
+    backward_median_ms = models.FloatField(null=True, blank=True)
+    trusted = models.BooleanField(default=False, help_text="both clocks within the agent's bound: one-way delays "
+                                                          "may be shown")
+    untrusted_reason = models.CharField(max_length=500, blank=True, default="")
+    ipdv_ms = models.FloatField(null=True, blank=True, help_text="round-trip median |IPDV| (jitter)")
+    ipdv_forward_ms = models.FloatField(null=True, blank=True, help_text="forward median |IPDV|")
+    ipdv_backward_ms = models.FloatField(null=True, blank=True, help_text="backward median |IPDV|")
+    detail = models.TextField(default="{}", help_text="the summary's other fields as sent (JSON text)")
+    ingested_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-period_start", "id"]
+        constraints = [
+            # the identity, and the index of a pair's history and of its newest window (read backwards)
+            models.UniqueConstraint(fields=["source", "destination", "family", "period_start"],
+                                    name="loss_pair_period"),
+            models.CheckConstraint(condition=~models.Q(source=models.F("destination")), name="loss_source_ne_dest"),
+        ]
+        indexes = [
+            # Covering (PostgreSQL): a window's grid reads this index alone, not the table.
+            models.Index(fields=["family", "-period_start"], name="loss_window",
+                         include=["source", "destination", "sent", "lost", "rtt_median_ms", "forward_median_ms",
+                                  "backward_median_ms", "trusted", "untrusted_reason", "ipdv_ms"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}->{self.destination_id} IPv{self.family} {self.period_start:%Y-%m-%d %H:%M}"

@@ -107,7 +107,7 @@ def _node_clusters(described: dict[str, dict[str, Any]], names: set[str], cluste
     return {name: clusters[c] for name, c in asked.items()}
 
 
-def _upsert_nodes(described_list: list[dict[str, Any]], names: set[str], cluster: Cluster,
+def upsert_nodes(described_list: list[dict[str, Any]], names: set[str], cluster: Cluster,
                   token: object = None) -> dict[str, Node]:
     """The batch's nodes by name (created when new), their descriptions stored."""
     by_name = {n["name"]: n for n in described_list}
@@ -335,7 +335,7 @@ def ingest(batch: dict[str, Any], token: object = None) -> IngestResult:
     run = _upsert_run(bench, batch["run"])
     measurements = batch["measurements"]
     names = {m["source"] for m in measurements} | {m["destination"] for m in measurements}
-    nodes = _upsert_nodes(batch.get("nodes") or [], names, cluster, token)
+    nodes = upsert_nodes(batch.get("nodes") or [], names, cluster, token)
     bench.nodes.add(*nodes.values())
 
     unique: dict[str, dict[str, Any]] = {}

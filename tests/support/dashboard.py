@@ -94,3 +94,24 @@ def host_end(buffer: int) -> dict[str, Any]:
     end = copy.deepcopy(HOST_END)
     end["limits"].update(tcp_rmem_max_bytes=buffer, tcp_wmem_max_bytes=buffer)
     return end
+
+
+def loss_summary(node: str, peer: str, start: datetime, *, sent: int = 600, lost: int = 0, rtt_ms: float = 10.0,
+                 one_way_ms: float | None = 5.0, trusted: bool = True, jitter_ms: float = 0.05, family: int = 4,
+                 period_s: float = 60.0) -> dict[str, Any]:
+    """One period's summary as the agent's TWAMP-light sender makes it (agent/tpcmesh_agent/twamp/sender.py)."""
+    ipdv = {"mean_abs": jitter_ms, "median_abs": jitter_ms, "p95_abs": 3 * jitter_ms, "pairs": max(0, sent - lost - 1)}
+    way = {"min": one_way_ms * 0.9, "median": one_way_ms} if one_way_ms is not None else None
+    return {
+        "node": node, "peer": peer, "peer_address": "10.0.0.2", "peer_port": 863, "family": family,
+        "period_start": iso(start), "period_end": iso(start + timedelta(seconds=period_s)), "period_s": period_s,
+        "partial": False, "rate_pps": 10.0, "packet_bytes": 64, "dscp": 0, "send_errors": 0, "mismatched": 0,
+        "sent": sent, "received": sent - lost, "lost": lost, "loss_percent": round(100 * lost / sent, 6) if sent
+        else None, "duplicates": 0, "reordered": 0, "unexpected": 0,
+        "rtt_ms": {"min": rtt_ms * 0.9, "median": rtt_ms, "p95": rtt_ms * 1.2, "max": rtt_ms * 1.5},
+        "one_way_ms": {"forward": way, "backward": way, "trusted": trusted,
+                       "untrusted_reason": None if trusted else "the reflector's clock is not synchronised",
+                       "clock_error_ms": 0.2 if trusted else None},
+        "ipdv_ms": {"forward": ipdv, "backward": ipdv, "round_trip": ipdv}, "ttl_min": 64,
+        "clock": {"synchronized": trusted, "esterror_ms": 0.1},
+    }

@@ -25,7 +25,9 @@ ERROR_SCHEMA = {
             "type": "array",
             "description": "one entry per field at fault, named by its path (e.g. measurements[3].protocol)",
             "items": {"type": "object", "required": ["field", "message"],
-                      "properties": {"field": {"type": "string"}, "message": {"type": "string"}}},
+                      "properties": {"field": {"type": "string"}, "message": {"type": "string"},
+                                     "index": {"type": ["integer", "null"], "description": (
+                                         "a batch's item at fault (loss ingest): its place in the batch")}}},
         },
     },
 }
@@ -62,10 +64,11 @@ INGEST_LINKS = {
 }
 
 
-def ingest_body() -> dict[str, Any]:
-    """The contract's ingestBatch with its references inlined (the schema has no $defs of its own in OpenAPI)."""
+def ingest_body(definition: str = "ingestBatch") -> dict[str, Any]:
+    """One of the contract's bodies (ingestBatch, lossBatch) with its references inlined (the schema has no $defs
+    of its own in OpenAPI)."""
     root = contract.schema()
-    return contract._inline(root["$defs"]["ingestBatch"], root["$defs"])
+    return contract._inline(root["$defs"][definition], root["$defs"])
 
 
 def _error_content(operation: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +117,12 @@ def postprocess(result: dict[str, Any], generator, request, public) -> dict[str,
                     operation["security"] = [*operation.get("security", []), {}]
             else:
                 operation["security"] = [{"tokenAuth": []}]
-            if path.endswith("/ingest/") and method == "post":
+            if path.endswith("/loss/ingest/") and method == "post":
+                operation["requestBody"] = {"required": True,
+                                            "content": {"application/json": {"schema": ingest_body("lossBatch")}}}
+                for code in ("413", "422"):
+                    operation["responses"][code]["content"] = {"application/json": {"schema": ERROR_REF}}
+            elif path.endswith("/ingest/") and method == "post":
                 operation["requestBody"] = {"required": True,
                                             "content": {"application/json": {"schema": ingest_body()}}}
                 operation["responses"]["200"]["links"] = INGEST_LINKS

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from results.api import views
+from results.api import loss, views
 
 
 class Router(DefaultRouter):
@@ -17,6 +17,7 @@ router.register("changes", views.ChangeViewSet)
 router.register("paths", views.PathViewSet)
 router.register("problems", views.ProblemViewSet)
 router.register("maintenance", views.MaintenanceViewSet)
+router.register("loss", loss.LossSummaryViewSet)
 
 app_name = "api"
 urlpatterns = [
@@ -26,5 +27,7 @@ urlpatterns = [
     path("compare/rtt/", views.ThroughputVsRttView.as_view(), name="compare-rtt"),
     path("compare/streams/", views.StreamsPairsView.as_view(), name="compare-streams"),
     path("advice/", views.AdviceView.as_view(), name="advice"),
+    path("loss/ingest/", loss.LossIngestView.as_view(), name="loss-ingest"),
+    path("loss/grid/", loss.LossGridView.as_view(), name="loss-grid"),
     path("", include(router.urls)),
 ]

@@ -87,7 +87,8 @@ def _parses(value) -> datetime | None:
 
 
 def keep_cross_field_rules(body):
-    """The ingest rules JSON Schema cannot state (they relate two fields, or a batch to what is stored):
+    """The ingest rules JSON Schema cannot state (they relate two fields, or a batch to what is stored; the loss
+    ingest's too, keep_loss_rules):
     finished_at not before started_at, destination not the source, goodGbps >= warnGbps and goodRttMs <= warnRttMs,
     node names unique across clusters. Generated batches are made to
     follow them, so a 400 for them is not read as a valid batch refused; the server's own checks of these rules
@@ -102,6 +103,10 @@ def keep_cross_field_rules(body):
     name = body.get("cluster")
     if isinstance(name, str) and name.strip() and "\x00" not in name and len(name) <= 253:  # a valid name only
         body["cluster"] = "default"
+    summaries = body.get("summaries")
+    for s in summaries if isinstance(summaries, list) else []:
+        if isinstance(s, dict):
+            keep_loss_rules(s)
     measurements = body.get("measurements")
     for m in measurements if isinstance(measurements, list) else []:  # negative cases send any type here
         if not isinstance(m, dict):
@@ -125,6 +130,18 @@ def keep_cross_field_rules(body):
             if effective[high] < effective[low]:  # with the defaults filled in, as the server reads them
                 limits[high], limits[low] = effective[low], effective[high]
     return body
+
+
+def keep_loss_rules(summary: dict) -> None:
+    """A loss summary's rules across fields (results.loss.ingest.rule_errors, 422): the period ends after it
+    starts, the peer is not the node, lost <= sent."""
+    _ordered(summary, "period_start", "period_end")
+    node, peer = summary.get("node"), summary.get("peer")
+    if isinstance(node, str) and isinstance(peer, str) and node.strip() == peer.strip():
+        summary["peer"] = (node[:250] + "-to").strip() or "to"
+    sent, lost = summary.get("sent"), summary.get("lost")
+    if type(sent) is int and type(lost) is int and lost > sent:
+        summary["sent"], summary["lost"] = lost, sent
 
 
 # gunicorn refuses a request line longer than this itself, with an HTML 400, before the API sees it (its

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import statistics
 import threading
+import time
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -25,7 +26,19 @@ from django.utils import timezone
 
 from results import maintenance, problems, thresholds
 from results.diagnosis.cells import diagnose_benchmark
-from results.models import AnalysisMark, Benchmark, Change, Measurement, Node, PairLatest, Problem, Run
+from results.loss import rules as loss_rules
+from results.loss import selectors as loss_selectors
+from results.models import (
+    AnalysisMark,
+    Benchmark,
+    Change,
+    LossSummary,
+    Measurement,
+    Node,
+    PairLatest,
+    Problem,
+    Run,
+)
 from results.selectors import kind_for, metric_for
 from results.stats import changes
 
@@ -215,6 +228,9 @@ def evaluate_problems(bench: Benchmark, now: datetime | None = None) -> list[Pro
     silent = {n: k for n, k in _runs_without_result(bench).items() if n not in in_maintenance}
     sites = dict(Node.objects.filter(benchmarks=bench).values_list("name", "site"))
     findings = problems.find(grid_cells(bench, now), sites, silent)
+    # the loss mesh's rules (results.loss.rules) on the same benchmark's nodes, pairs in maintenance left out
+    periods, measured, loss_sites = loss_selectors.rule_input(bench, now, cover.covers)
+    findings += loss_rules.find(periods, measured, loss_sites)
     with transaction.atomic():
         stored = {p.key: p for p in Problem.objects.select_for_update().filter(benchmark=bench)}
         for f in findings:
@@ -253,11 +269,13 @@ class _Worker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending = False
+        self._loss = False
         self._thread: threading.Thread | None = None
 
-    def wake(self) -> None:
+    def wake(self, loss: bool = False) -> None:
         with self._lock:
             self._pending = True
+            self._loss |= loss
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tpcmesh-analysis", daemon=True)
                 self._thread.start()
@@ -270,8 +288,11 @@ class _Worker:
                         self._thread = None
                         return
                     self._pending = False
+                    loss, self._loss = self._loss, False
                 try:
                     analyse()
+                    if loss:
+                        evaluate_loss()
                 except Exception:  # the next ingest wakes it again; what is left stays marked in the database
                     log.exception("Analysis failed; it is retried on the next ingest or by `manage.py analyse`")
         finally:
@@ -281,11 +302,39 @@ class _Worker:
 _worker = _Worker()
 
 
-def schedule() -> None:
+def _mode() -> str:
     mode = settings.ANALYSIS
     if mode == "auto":
         mode = "background" if connection.vendor == "postgresql" else "inline"
+    return mode
+
+
+def schedule() -> None:
+    mode = _mode()
     if mode == "inline":
         analyse()
     elif mode == "background":
         _worker.wake()
+
+
+LOSS_EVERY = 60.0  # seconds: the loss rules run at most this often per process (summaries come ~165/s)
+_loss_last = [float("-inf")]
+
+
+def evaluate_loss(now: datetime | None = None) -> None:
+    """The problem rules on every benchmark with a node that sent loss summaries lately."""
+    now = now or timezone.now()
+    since = now - timedelta(seconds=2 * LOSS_EVERY)
+    senders = LossSummary.objects.filter(period_start__gte=since - timedelta(minutes=5)).values("source_id")
+    for bench in Benchmark.objects.filter(nodes__in=senders).distinct():
+        evaluate_problems(bench, now)
+
+
+def schedule_loss() -> None:
+    """Loss summaries were stored: the loss rules run (inline: now; background: once per LOSS_EVERY)."""
+    mode = _mode()
+    if mode == "inline":
+        evaluate_loss()
+    elif mode == "background" and time.monotonic() - _loss_last[0] >= LOSS_EVERY:
+        _loss_last[0] = time.monotonic()
+        _worker.wake(loss=True)

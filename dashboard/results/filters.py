@@ -42,9 +42,10 @@ class RFC3339FormField(forms.DateTimeField):
             raise forms.ValidationError("%(problem)s", params={"problem": str(err)}) from None
 
 
-@extend_schema_field(OpenApiTypes.DATETIME)
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": rfc3339.IN_RANGE_PATTERN})
 class RFC3339Filter(filters.DateTimeFilter):
-    """A time as the schema declares it (RFC 3339); django-filter's own takes any ISO 8601 form."""
+    """A time as the schema declares it (RFC 3339, in the years 1 to 9999 in UTC: the pattern says which offsets
+    the first and last day allow); django-filter's own takes any ISO 8601 form."""
 
     field_class = RFC3339FormField
 

@@ -25,7 +25,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-KINDS = ("silent", "node", "tuning", "site-pair", "one-direction")
+# and the loss mesh's (results.loss.rules): loss, loss-onset, loss-node, loss-site
+KINDS = ("silent", "node", "tuning", "site-pair", "one-direction", "loss", "loss-onset", "loss-node", "loss-site")
 # diagnoses that clear a node: its cells ran into the path or a window setting, not into the node's NIC or host
 WINDOW_LIMITS = {"destination": "receive-window", "source": "send-buffer"}
 PATH_LIMIT = "network-capacity"

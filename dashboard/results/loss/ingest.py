@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from results import contract, rfc3339, scope, services
+from results import analysis, contract, rfc3339, scope, services
 from results.models import DEFAULT_CLUSTER, LossSummary
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,8 @@ def ingest(body: dict[str, Any], summaries: list[dict[str, Any]], token: object 
         row = _row(s, nodes[_name(s["node"])].id, nodes[_name(s["peer"])].id, now)
         unique.setdefault((row[0], row[1], row[2], row[3]), row)  # a summary twice in one batch: once stored
     accepted = _insert([unique[k] for k in sorted(unique)])
+    if accepted:
+        transaction.on_commit(analysis.schedule_loss)
     result = Result(accepted=accepted, duplicates=len(summaries) - accepted)
     log.info("Ingested %d loss summaries of cluster %s: %d accepted, %d duplicates", len(summaries), cluster,
              result.accepted, result.duplicates)

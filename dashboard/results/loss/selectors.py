@@ -117,3 +117,52 @@ def pair_history(a: Node, b: Node, since: datetime, family: int | None = None) -
     if family is not None:
         rows = rows.filter(family=family)
     return list(rows.select_related("source", "destination").order_by("period_start", "id"))
+
+
+# What the problem rules read (results.loss.rules): every pair measured in the window, and the recent periods of
+# the pairs that lost in their newest ones (a healthy mesh loads no history at all).
+_MEASURED_SQL = f"""
+    SELECT source_id, destination_id, family,
+        bool_or(sent > 0 AND lost * 100.0 >= %s * sent AND period_start >= %s)
+    FROM {LossSummary._meta.db_table}
+    WHERE period_start >= %s AND period_start < %s AND source_id = ANY(%s) AND destination_id = ANY(%s)
+    GROUP BY source_id, destination_id, family"""
+
+
+def rule_input(bench: Benchmark, now: datetime, skip: Any = None) -> tuple[dict, set, dict[str, str]]:
+    """(periods per lossy pair, measured pairs, node sites) of a benchmark's nodes, pairs as (source name,
+    destination name, family); ``skip(source_id, destination_id)``: pairs to leave out (maintenance)."""
+    from results.loss import rules
+
+    nodes = {n.id: n for n in bench.nodes.all()}
+    ids = list(nodes)
+    recent = now - rules.ONSET_PERIODS * timedelta(minutes=1) - timedelta(minutes=1)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(_MEASURED_SQL, [rules.LOSS_PERCENT, recent, now - DEFAULT_WINDOW, now, ids, ids])
+            rows = cur.fetchall()
+    else:
+        seen: dict[tuple, bool] = {}
+        for s in LossSummary.objects.filter(period_start__gte=now - DEFAULT_WINDOW, period_start__lt=now,
+                                            source_id__in=ids, destination_id__in=ids):
+            lossy = s.sent > 0 and s.lost * 100 >= rules.LOSS_PERCENT * s.sent and s.period_start >= recent
+            seen[(s.source_id, s.destination_id, s.family)] = seen.get((s.source_id, s.destination_id, s.family),
+                                                                       False) or lossy
+        rows = [(*k, v) for k, v in seen.items()]
+    rows = [r for r in rows if not (skip and skip(r[0], r[1]))]
+
+    def named(src: int, dst: int, family: int) -> tuple[str, str, int]:
+        return (nodes[src].name, nodes[dst].name, family)
+
+    measured = {named(*r[:3]) for r in rows}
+    lossy = [r[:3] for r in rows if r[3]]
+    periods: dict[tuple, list] = defaultdict(list)
+    if lossy:
+        q = LossSummary.objects.filter(period_start__gte=now - rules.LOOKBACK, period_start__lt=now,
+                                       source_id__in={r[0] for r in lossy}, destination_id__in={r[1] for r in lossy})
+        wanted = set(lossy)
+        for src, dst, family, start, sent, lost in q.order_by("period_start").values_list(
+                "source_id", "destination_id", "family", "period_start", "sent", "lost"):
+            if (src, dst, family) in wanted:
+                periods[named(src, dst, family)].append((start, sent, lost))
+    return dict(periods), measured, {n.name: n.site for n in nodes.values()}

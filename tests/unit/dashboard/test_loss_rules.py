@@ -28,7 +28,7 @@ def kinds(found) -> list[tuple[str, str]]:
     return sorted((f.kind, f.key) for f in found)
 
 
-PERSISTENT = [0, 0, 0, 0] + [6] * rules.PERSISTENT_PERIODS  # 1 % in each of the last periods; no clean hour measured before
+PERSISTENT = [0, 0, 0, 0] + [6] * rules.PERSISTENT_PERIODS  # 1 % lately, no clean hour before
 ONSET = [0] * 60 + [6, 6]  # a clean hour, then 1 %
 
 

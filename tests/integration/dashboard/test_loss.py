@@ -150,3 +150,20 @@ def test_an_untrusted_period_makes_the_one_way_delay_null(client, write_key, ben
     assert ab["rtt_ms"] == 10.0  # the round trip needs no clock
     r = client.get("/api/v1/loss/grid/", {"benchmark": "mesh/nightly"}, **auth(write_key))
     assert "123" not in r.content.decode()
+
+
+def test_problems_from_loss_summaries(client, write_key, bench_abc):
+    """A pair losing 1 % for its last periods is a problem, the healthy pairs raise none; once the pair is clean
+    again the problem is resolved."""
+    from results import analysis
+    from results.loss import rules
+    from results.models import Problem
+
+    n = rules.PERSISTENT_PERIODS + 1
+    store(client, write_key, periods("a", "b", n, lost=6) + periods("b", "a", n) + periods("b", "c", n))
+    analysis.evaluate_loss()
+    found = list(Problem.objects.filter(resolved_at__isnull=True).values_list("kind", "key"))
+    assert found == [("loss", "loss:a|b|4")], found
+    store(client, write_key, [loss_summary("a", "b", NOW)])  # a clean newest period ends the stretch
+    analysis.evaluate_loss(now=NOW + timedelta(minutes=1))
+    assert not Problem.objects.filter(resolved_at__isnull=True).exists()

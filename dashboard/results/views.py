@@ -22,6 +22,7 @@ from results import implementations as implementations_
 from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
+from results.loss import selectors as loss
 from results.models import ADDRESS_FAMILIES, AUTH_MODES, Benchmark, Maintenance, Node, Problem, Run
 from results.protocols import PROTOCOLS, TPC_PROTOCOLS
 from results.stats import changes as change_detection
@@ -106,6 +107,8 @@ def grid_page(request, namespace: str, name: str):
     if not available:
         return render(request, "results/grid.html", {"bench": bench, "available": {}, "empty": True,
                                                      "clusters": clusters})
+    if q.get("view") in loss.VIEWS:
+        return _loss_grid_page(request, bench, clusters, available, q["view"])
     try:
         default_protocol = next((p for p in available if p not in ("iperf3", "rtt")), next(iter(available)))
         protocol = params.protocol("protocol", q.get("protocol") or default_protocol)
@@ -150,42 +153,8 @@ def grid_page(request, namespace: str, name: str):
     now = data["generated_at"]
     # each cell's half (state, stale, tooltip JSON) once; a cell is drawn twice (each direction's upper half)
     drawn = selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc, auth)
-    missing = ("none", False, None)
 
-    rows_html = []
-    tip_rows = []
-    for r in nodes:
-        src = r["name"]
-        tds = []
-        tip_row = []
-        for col in nodes:
-            dst = col["name"]
-            if src == dst:
-                value = r["loopback_gbps"] if kind == "throughput" else None
-                if value is None:
-                    tds.append('<td class="diag"></td>')
-                    tip_row.append("null")
-                else:
-                    cls = thresholds.classify(value, "succeeded", kind, bounds)
-                    tds.append(f'<td class="diag a-{cls} b-{cls}"></td>')
-                    tip_row.append(json.dumps({"loopback": value}))
-                continue
-            a = drawn.get((src, dst, high), missing)
-            b = drawn.get((dst, src, high) if split == "direction" else (src, dst, low), missing)
-            classes = f"a-{a[0]} b-{b[0]}" + (" sa" if a[1] else "") + (" sb" if b[1] else "")
-            tds.append(f'<td class="{classes}"></td>')
-            tip_row.append(f"[{a[2] or 'null'},{b[2] or 'null'}]" if (a[2] or b[2]) else "null")
-        site = f'external endpoint at {r["site"]}' if r.get("external") else r["site"]
-        title = " · ".join(x for x in (site, f'cluster {r["cluster"]}' if combined else "") if x)
-        rows_html.append(
-            f'<tr><th class="rh{_ext_class(r)}" data-n="{html.escape(src)}" title="{html.escape(title)}">'
-            f'{html.escape(src)}</th>{"".join(tds)}</tr>'
-        )
-        tip_rows.append(f"[{','.join(tip_row)}]")
-    header = "".join(
-        f'<th class="ch{_ext_class(n)}" data-n="{html.escape(n["name"])}" title="{_node_title(n)}">'
-        f'<span>{html.escape(n["name"])}</span></th>' for n in nodes
-    )
+    header, body, tips = _table(nodes, drawn, high, low, split, kind, bounds, combined)
     halves = (
         ("source → destination", "destination → source") if split == "direction"
         else (f"{high} streams", f"{low} streams")
@@ -220,17 +189,116 @@ def grid_page(request, namespace: str, name: str):
         "auths": auths,
         "auth": auth,
         "halves": halves,
+        "loss_views": list(loss.VIEWS),
         "now": now,
         "node_count": len(nodes),
-        "table_head": mark_safe(header),  # noqa: S308 - names escaped above
-        "table_body": mark_safe("\n".join(rows_html)),  # noqa: S308
+        **_table_context(header, body, tips, unit, now, split, high, low,
+                         reverse("pair", args=["SRC", "DST"]) + pair_query),
+    }
+    return render(request, "results/grid.html", context)
+
+
+Drawn = dict[tuple[str, str, int | str], tuple[str, bool, str]]  # (source, destination, streams) -> a half
+
+
+def _loss_drawn(cells: list[dict], field: str) -> Drawn:
+    """The loss views' halves by (source, destination, 0): a directed pair's value of ``field`` with the newest
+    period's epoch; a one-way delay the window does not trust is no number but "untrusted" and its reason."""
+    out: Drawn = {}
+    for c in cells:
+        value = c[field]
+        info: list = [None if value is None else round(value, 4), int(c["newest"].timestamp())]
+        if field == "forward_ms" and not c["one_way_trusted"]:
+            info += ["untrusted", c["one_way_reason"]]
+        out[(c["source"], c["destination"], 0)] = ("", False, json.dumps(info))
+    return out
+
+
+def _loss_grid_page(request, bench: Benchmark, clusters: dict, available: dict, view: str):
+    """The loss mesh's views of a benchmark's nodes (results.loss.selectors): loss %, one-way delay (each half
+    the delay in its direction) or jitter over a window, drawn by the same table as the transfer grids."""
+    q = request.GET
+    try:
+        family = int(params.choice("family", q.get("family"), ("4", "6"), "4"))
+        window = params.duration("window", q.get("window"), loss.DEFAULT_WINDOW)
+        sort = params.choice("sort", q.get("sort"), ("name", "site"), "name")
+    except params.ParamError as err:
+        return HttpResponseBadRequest(str(err))
+    data = loss.grid(bench, family, window)
+    field, unit = loss.VIEWS[view]
+    bounds = loss.view_bounds(view, bench)
+    drawn = {k: (thresholds.classify(json.loads(tip)[0], None, "latency", bounds), False, tip)
+             for k, (_, _, tip) in _loss_drawn(data["cells"], field).items()}
+    nodes = [{"name": n.name, "site": n.site, "cluster": n.cluster.name, "loopback_gbps": None, "external": False}
+             for n in selectors.benchmark_nodes(bench)]
+    if sort == "site":
+        nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
+    header, body, tips = _table(nodes, drawn, 0, 0, "direction", "latency", bounds, False)
+    pair_url = (reverse("pair", args=["SRC", "DST"])
+                + f"?benchmark={bench.namespace}/{bench.name}&cluster={bench.cluster.name}")
+    context = {
+        "bench": bench, "clusters": clusters, "available": available, "view": view, "loss_views": list(loss.VIEWS),
+        "open_problems": Problem.objects.filter(benchmark=bench, resolved_at__isnull=True).count(),
+        "kind": "latency", "unit": unit, "thresholds": bounds, "sort": sort, "window": q.get("window") or "15m",
+        "family": family, "families": loss.FAMILIES, "pairs": len(data["cells"]),
+        "halves": ("source → destination", "destination → source"), "node_count": len(nodes),
+        **_table_context(header, body, tips, unit, data["generated_at"], "direction", 0, 0, pair_url),
+    }
+    return render(request, "results/grid.html", context)
+
+
+def _table(nodes: list[dict], drawn: Drawn, high: int | str, low: int, split: str, kind: str, bounds: dict,
+           combined: bool) -> tuple[str, str, list[str]]:
+    """The grid's table (header, body) and its tooltip rows: every view draws its cells here. A cell is two
+    halves, each (state, stale, tooltip JSON) from ``drawn``: the pair's two directions, or two stream settings."""
+    missing = ("none", False, None)
+    rows_html = []
+    tip_rows = []
+    for r in nodes:
+        src = r["name"]
+        tds = []
+        tip_row = []
+        for col in nodes:
+            dst = col["name"]
+            if src == dst:
+                value = r["loopback_gbps"] if kind == "throughput" else None
+                if value is None:
+                    tds.append('<td class="diag"></td>')
+                    tip_row.append("null")
+                else:
+                    cls = thresholds.classify(value, "succeeded", kind, bounds)
+                    tds.append(f'<td class="diag a-{cls} b-{cls}"></td>')
+                    tip_row.append(json.dumps({"loopback": value}))
+                continue
+            a = drawn.get((src, dst, high), missing)
+            b = drawn.get((dst, src, high) if split == "direction" else (src, dst, low), missing)
+            classes = f"a-{a[0]} b-{b[0]}" + (" sa" if a[1] else "") + (" sb" if b[1] else "")
+            tds.append(f'<td class="{classes}"></td>')
+            tip_row.append(f"[{a[2] or 'null'},{b[2] or 'null'}]" if (a[2] or b[2]) else "null")
+        site = f'external endpoint at {r["site"]}' if r.get("external") else r["site"]
+        title = " · ".join(x for x in (site, f'cluster {r["cluster"]}' if combined else "") if x)
+        rows_html.append(
+            f'<tr><th class="rh{_ext_class(r)}" data-n="{html.escape(src)}" title="{html.escape(title)}">'
+            f'{html.escape(src)}</th>{"".join(tds)}</tr>'
+        )
+        tip_rows.append(f"[{','.join(tip_row)}]")
+    header = "".join(
+        f'<th class="ch{_ext_class(n)}" data-n="{html.escape(n["name"])}" title="{_node_title(n)}">'
+        f'<span>{html.escape(n["name"])}</span></th>' for n in nodes
+    )
+    return header, "\n".join(rows_html), tip_rows
+
+
+def _table_context(header: str, body: str, tip_rows: list[str], unit: str, now: datetime, split: str,
+                   high: int | str, low: int, pair_url: str) -> dict:
+    return {
+        "table_head": mark_safe(header),  # noqa: S308 - names escaped in _table
+        "table_body": mark_safe(body),  # noqa: S308
         # the tooltips' data, joined from JSON texts (no encoding of 10 000 small lists); escaped like json_script
         "tips": mark_safe(_script_json(  # noqa: S308
             json.dumps({"unit": unit, "now": int(now.timestamp()), "split": split, "high": high, "low": low,
-                        "pair_url": reverse("pair", args=["SRC", "DST"]) + pair_query,
-                        "cells": None})[:-len("null}")] + f"[{','.join(tip_rows)}]}}")),
+                        "pair_url": pair_url, "cells": None})[:-len("null}")] + f"[{','.join(tip_rows)}]}}")),
     }
-    return render(request, "results/grid.html", context)
 
 
 def _node_or_404(ref: str, cluster: str | None) -> Node:

@@ -398,6 +398,7 @@ def pair_page(request, source: str, destination: str):
                    "points": [[f["seconds"], f["name"]] for f in g["files"]], "median": g["summary"]["median"]}
                   for g in groups],
     }
+    plot.update(_loss_plot(a, b, since))
     context = {
         "a": a, "b": b, "bench": bench, "plot": plot, "points": len(history), "files": files,
         "why": _why(newest),
@@ -409,6 +410,23 @@ def pair_page(request, source: str, destination: str):
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),
     }
     return render(request, "results/pair.html", context)
+
+
+LOSS_PLOT_SPAN = timedelta(days=2)  # the pair page's loss plot: ~2 880 one-minute periods per direction at most
+
+
+def _loss_plot(a: Node, b: Node, since: timedelta) -> dict:
+    """The pair's loss summaries over the shown history (at most LOSS_PLOT_SPAN): each period's loss % and RTT
+    median per direction and address family, for the loss plot (results.loss.selectors.pair_history)."""
+    rows = loss.pair_history(a, b, timezone.now() - min(since, LOSS_PLOT_SPAN))
+    out: dict[str, dict[str, list]] = {"loss": {}, "loss_rtt": {}}
+    for s in rows:
+        t = int(s.period_start.timestamp() * 1000)
+        label = f"{s.source.name} → {s.destination.name}" + (" IPv6" if s.family == 6 else "")
+        out["loss"].setdefault(label, []).append([t, round(100 * s.lost / s.sent, 4) if s.sent else None])
+        if s.rtt_median_ms is not None:
+            out["loss_rtt"].setdefault(f"RTT {label}", []).append([t, round(s.rtt_median_ms, 3)])
+    return out
 
 
 def _protocol_order(protocol: str) -> tuple[int, str]:

@@ -167,3 +167,12 @@ def test_problems_from_loss_summaries(client, write_key, bench_abc):
     store(client, write_key, [loss_summary("a", "b", NOW)])  # a clean newest period ends the stretch
     analysis.evaluate_loss(now=NOW + timedelta(minutes=1))
     assert not Problem.objects.filter(resolved_at__isnull=True).exists()
+
+
+def test_the_pair_page_has_the_loss_plot_data(client, write_key, bench_abc):
+    store(client, write_key, periods("a", "b", 3, lost=6) + periods("b", "a", 2, family=6))
+    page = client.get("/pair/a/b/", {"benchmark": "mesh/nightly"}).content.decode()
+    assert '<canvas id="loss">' in page
+    plot = json.loads(page.split('<script id="pair-data" type="application/json">')[1].split("</script>")[0])
+    assert [p[1] for p in plot["loss"]["a → b"]] == [1.0, 1.0, 1.0]
+    assert len(plot["loss"]["b → a IPv6"]) == 2 and plot["loss_rtt"]["RTT a → b"][0][1] == 10.0

@@ -140,7 +140,8 @@ def keep_loss_rules(summary: dict) -> None:
     if isinstance(node, str) and isinstance(peer, str) and node.strip() == peer.strip():
         summary["peer"] = (node[:250] + "-to").strip() or "to"
     sent, lost = summary.get("sent"), summary.get("lost")
-    if type(sent) is int and type(lost) is int and lost > sent:
+    counts = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (sent, lost))  # 12.0 is an integer
+    if counts and lost > sent:
         summary["sent"], summary["lost"] = lost, sent
 
 

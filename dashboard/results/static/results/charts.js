@@ -91,6 +91,25 @@ window.tpcmesh = (function () {
         retrans.update();
       }
     });
+    // The loss probes' periods: loss % per direction, their RTT medians on the right axis, the same time ticks.
+    const lossEl = document.getElementById("loss");
+    if (lossEl && Object.keys(data.loss).length) {
+      const sets = Object.entries(data.loss).map(([label, points], i) => ({ label, data: points.map(([x, y]) => ({ x, y })),
+        borderColor: color(i), backgroundColor: color(i), yAxisID: "y", pointRadius: 1.5, borderWidth: 1, showLine: true }));
+      Object.entries(data.loss_rtt).forEach(([label, points], j) => {
+        const c = sets.length + j;
+        sets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(c), backgroundColor: color(c),
+          yAxisID: "rtt", pointRadius: 0, borderWidth: 1, borderDash: [4, 3], showLine: true });
+      });
+      new Chart(lossEl, {
+        type: "scatter", data: { datasets: sets },
+        options: { animation: false, maintainAspectRatio: false, parsing: false,
+          scales: { x: { type: "linear", ticks: { callback: tickFor(sets), maxTicksLimit: 8 } },
+            y: { title: { display: true, text: "loss (%)" }, beginAtZero: true },
+            rtt: { position: "right", title: { display: true, text: "RTT (ms)" }, beginAtZero: true, grid: { drawOnChartArea: false } } },
+          plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
+      });
+    }
     const filesEl = document.getElementById("files");
     if (filesEl && data.files.length) {
       // A strip plot: one column per direction and setting, every file a point (spread sideways so equal times

@@ -429,7 +429,9 @@ class LossSummary(models.Model):
     takes any string the contract allows, jsonb would refuse an escaped NUL). Identity: (source, destination,
     family, period_start), so a summary sent again is a duplicate."""
 
-    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", help_text="the sender (node)")
+    # no index of its own on source: the identity's index leads with it (one index less to write at ingest)
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_index=False,
+                               help_text="the sender (node)")
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+",
                                     help_text="the reflector (peer)")
     family = models.PositiveSmallIntegerField(choices=[(4, "4"), (6, "6")])
@@ -475,3 +477,18 @@ class LossSummary(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source_id}->{self.destination_id} IPv{self.family} {self.period_start:%Y-%m-%d %H:%M}"
+
+
+class LossCell(models.Model):
+    """The loss grid's default cell of a directed pair and family: its summaries over the default window (15
+    minutes) up to its newest period, as the grid's JSON (results.loss.selectors.CELL_SQL), rewritten by
+    ingest (PostgreSQL) for every pair a batch touched, so the default grid reads one narrow row per pair."""
+
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_index=False)
+    destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    family = models.PositiveSmallIntegerField()
+    newest = models.DateTimeField(help_text="start of the pair's newest period")
+    cell_json = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "destination", "family"], name="losscell_pair")]

@@ -104,11 +104,11 @@ def grid_page(request, namespace: str, name: str):
     clusters = {"all": [b.cluster.name for b in every], "shown": cluster}
     combined = len(benches) > 1
     available = _protocols(benches)
+    if q.get("view") in loss.VIEWS:  # the loss probes' views need the benchmark's nodes, not its transfers
+        return _loss_grid_page(request, bench, clusters, available, q["view"])
     if not available:
         return render(request, "results/grid.html", {"bench": bench, "available": {}, "empty": True,
                                                      "clusters": clusters})
-    if q.get("view") in loss.VIEWS:
-        return _loss_grid_page(request, bench, clusters, available, q["view"])
     try:
         default_protocol = next((p for p in available if p not in ("iperf3", "rtt")), next(iter(available)))
         protocol = params.protocol("protocol", q.get("protocol") or default_protocol)
@@ -201,16 +201,18 @@ def grid_page(request, namespace: str, name: str):
 Drawn = dict[tuple[str, str, int | str], tuple[str, bool, str]]  # (source, destination, streams) -> a half
 
 
-def _loss_drawn(cells: list[dict], field: str) -> Drawn:
+def _loss_drawn(cells: list[dict], field: str, bounds: dict[str, float]) -> Drawn:
     """The loss views' halves by (source, destination, 0): a directed pair's value of ``field`` with the newest
     period's epoch; a one-way delay the window does not trust is no number but "untrusted" and its reason."""
     out: Drawn = {}
     for c in cells:
         value = c[field]
-        info: list = [None if value is None else round(value, 4), int(c["newest"].timestamp())]
+        newest = datetime.fromisoformat(c["newest"].replace("Z", "+00:00"))
+        info: list = [None if value is None else round(value, 4), int(newest.timestamp())]
         if field == "forward_ms" and not c["one_way_trusted"]:
             info += ["untrusted", c["one_way_reason"]]
-        out[(c["source"], c["destination"], 0)] = ("", False, json.dumps(info))
+        state = thresholds.classify(value, None, "latency", bounds)  # lower is better, as for RTT
+        out[(c["source"], c["destination"], 0)] = (state, False, json.dumps(info))
     return out
 
 
@@ -220,15 +222,15 @@ def _loss_grid_page(request, bench: Benchmark, clusters: dict, available: dict, 
     q = request.GET
     try:
         family = int(params.choice("family", q.get("family"), ("4", "6"), "4"))
-        window = params.duration("window", q.get("window"), loss.DEFAULT_WINDOW)
+        window = params.duration("window", q.get("window"), loss.DEFAULT_WINDOW) if q.get("window") else None
         sort = params.choice("sort", q.get("sort"), ("name", "site"), "name")
     except params.ParamError as err:
         return HttpResponseBadRequest(str(err))
     data = loss.grid(bench, family, window)
     field, unit = loss.VIEWS[view]
     bounds = loss.view_bounds(view, bench)
-    drawn = {k: (thresholds.classify(json.loads(tip)[0], None, "latency", bounds), False, tip)
-             for k, (_, _, tip) in _loss_drawn(data["cells"], field).items()}
+    cells = json.loads(data["cells_json"])
+    drawn = _loss_drawn(cells, field, bounds)
     nodes = [{"name": n.name, "site": n.site, "cluster": n.cluster.name, "loopback_gbps": None, "external": False}
              for n in selectors.benchmark_nodes(bench)]
     if sort == "site":
@@ -240,7 +242,7 @@ def _loss_grid_page(request, bench: Benchmark, clusters: dict, available: dict, 
         "bench": bench, "clusters": clusters, "available": available, "view": view, "loss_views": list(loss.VIEWS),
         "open_problems": Problem.objects.filter(benchmark=bench, resolved_at__isnull=True).count(),
         "kind": "latency", "unit": unit, "thresholds": bounds, "sort": sort, "window": q.get("window") or "15m",
-        "family": family, "families": loss.FAMILIES, "pairs": len(data["cells"]),
+        "family": family, "families": loss.FAMILIES, "pairs": len(cells),
         "halves": ("source → destination", "destination → source"), "node_count": len(nodes),
         **_table_context(header, body, tips, unit, data["generated_at"], "direction", 0, 0, pair_url),
     }

@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from results import analysis, contract, rfc3339, scope, services
+from results.loss import selectors
 from results.models import DEFAULT_CLUSTER, LossSummary
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,8 @@ def ingest(body: dict[str, Any], summaries: list[dict[str, Any]], token: object 
         row = _row(s, nodes[_name(s["node"])].id, nodes[_name(s["peer"])].id, now)
         unique.setdefault((row[0], row[1], row[2], row[3]), row)  # a summary twice in one batch: once stored
     accepted = _insert([unique[k] for k in sorted(unique)])
+    if accepted and connection.vendor == "postgresql":
+        selectors.store_cells(sorted({k[:3] for k in unique}))  # the default grid's cells of these pairs
     if accepted:
         transaction.on_commit(analysis.schedule_loss)
     result = Result(accepted=accepted, duplicates=len(summaries) - accepted)

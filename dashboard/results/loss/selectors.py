@@ -8,15 +8,16 @@ cell's one definition: the API (LossGridCellSerializer), the grid page's views a
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
-from results.models import Benchmark, LossSummary, Node
+from results.models import Benchmark, LossCell, LossSummary, Node
 
 DEFAULT_WINDOW = timedelta(minutes=15)
 FAMILIES = (4, 6)
@@ -41,8 +42,12 @@ def view_bounds(view: str, bench: Benchmark) -> dict[str, float]:
     return {k: v / 2 for k, v in latency.items()}
 
 
+ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
 def cell(agg: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
-    """A cell from its window's aggregates: the one place where an untrusted one-way delay becomes null."""
+    """A cell from its window's aggregates (the portable path; CELL_SQL is its PostgreSQL twin, held to it by
+    tests/integration/dashboard/test_loss.py): where an untrusted one-way delay becomes null."""
     trusted = bool(agg["trusted"])
     sent, lost = agg["sent"] or 0, agg["lost"] or 0
     return {
@@ -51,22 +56,74 @@ def cell(agg: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
         "rtt_ms": agg["rtt"],
         "forward_ms": agg["forward"] if trusted else None, "backward_ms": agg["backward"] if trusted else None,
         "one_way_trusted": trusted, "one_way_reason": None if trusted else (agg["reason"] or "not trusted"),
-        "jitter_ms": agg["jitter"], "newest": agg["newest"],
+        "jitter_ms": agg["jitter"], "newest": agg["newest"].astimezone(UTC).strftime(ISO),
     }
 
 
-_GRID_SQL = f"""
-    SELECT source_id, destination_id, count(*), sum(sent), sum(lost),
-        percentile_cont(0.5) WITHIN GROUP (ORDER BY rtt_median_ms),
-        percentile_cont(0.5) WITHIN GROUP (ORDER BY forward_median_ms),
-        percentile_cont(0.5) WITHIN GROUP (ORDER BY backward_median_ms),
-        bool_and(trusted), min(nullif(untrusted_reason, '')) FILTER (WHERE NOT trusted),
-        percentile_cont(0.5) WITHIN GROUP (ORDER BY ipdv_ms),
-        max(period_start)
-    FROM {LossSummary._meta.db_table}
-    WHERE family = %s AND period_start >= %s AND period_start < %s
-        AND source_id = ANY(%s) AND destination_id = ANY(%s)
-    GROUP BY source_id, destination_id"""
+# The aggregates of a pair's summaries (alias l) over a window, by name (_AGGREGATES' order)
+AGGREGATES_SQL = {
+    "periods": "count(*)", "sent": "sum(l.sent)", "lost": "sum(l.lost)",
+    "rtt": "percentile_cont(0.5) WITHIN GROUP (ORDER BY l.rtt_median_ms)",
+    "forward": "percentile_cont(0.5) WITHIN GROUP (ORDER BY l.forward_median_ms)",
+    "backward": "percentile_cont(0.5) WITHIN GROUP (ORDER BY l.backward_median_ms)",
+    "trusted": "bool_and(l.trusted)", "reason": "min(nullif(l.untrusted_reason, '')) FILTER (WHERE NOT l.trusted)",
+    "jitter": "percentile_cont(0.5) WITHIN GROUP (ORDER BY l.ipdv_ms)", "newest": "max(l.period_start)",
+}
+# A cell's fields from those aggregates (alias a) and its nodes (s, d), in SQL: the twin of cell()
+CELL_SQL = {
+    "source": "s.name", "destination": "d.name", "periods": "a.periods", "sent": "a.sent", "lost": "a.lost",
+    "loss_percent": "CASE WHEN a.sent > 0 THEN round(100.0 * a.lost / a.sent, 6)::float8 END",
+    "rtt_ms": "a.rtt",
+    "forward_ms": "CASE WHEN a.trusted THEN a.forward END", "backward_ms": "CASE WHEN a.trusted THEN a.backward END",
+    "one_way_trusted": "a.trusted",
+    "one_way_reason": "CASE WHEN NOT a.trusted THEN coalesce(a.reason, 'not trusted') END",
+    "jitter_ms": "a.jitter", "newest": """to_char(a.newest AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')""",
+}
+assert tuple(CELL_SQL) == CELL_FIELDS and tuple(AGGREGATES_SQL) == _AGGREGATES[2:]
+CELL_JSON_SQL = "json_build_object(" + ", ".join(f"'{k}', {v}" for k, v in CELL_SQL.items()) + ")::text"
+_AGGS = ", ".join(f"{v} AS {k}" for k, v in AGGREGATES_SQL.items())
+_NODES = Node._meta.db_table
+_TABLE = LossSummary._meta.db_table
+# every pair's cell over a window [since, until), of the nodes in two id arrays
+_LIVE_SQL = f"""
+    SELECT coalesce(string_agg({CELL_JSON_SQL}, ',' ORDER BY s.name, d.name), '') FROM (
+        SELECT l.source_id, l.destination_id, {_AGGS} FROM {_TABLE} l
+        WHERE l.family = %s AND l.period_start >= %s AND l.period_start < %s
+            AND l.source_id = ANY(%s) AND l.destination_id = ANY(%s)
+        GROUP BY l.source_id, l.destination_id) a
+    JOIN {_NODES} s ON s.id = a.source_id JOIN {_NODES} d ON d.id = a.destination_id"""
+# the stored default cells (LossCell) of those nodes whose newest period is inside the default window
+_STORED_SQL = f"""
+    SELECT coalesce(string_agg(c.cell_json, ',' ORDER BY s.name, d.name), '') FROM {LossCell._meta.db_table} c
+    JOIN {_NODES} s ON s.id = c.source_id JOIN {_NODES} d ON d.id = c.destination_id
+    WHERE c.family = %s AND c.newest >= %s AND c.source_id = ANY(%s) AND c.destination_id = ANY(%s)"""
+# ingest: the default cells of the pairs a batch touched, each over DEFAULT_WINDOW up to its newest period
+STORE_CELLS_SQL = f"""
+    WITH touched AS (
+        SELECT t.source_id, t.destination_id, t.family,
+            (SELECT max(x.period_start) FROM {_TABLE} x WHERE x.source_id = t.source_id
+             AND x.destination_id = t.destination_id AND x.family = t.family) AS newest
+        FROM (SELECT DISTINCT * FROM unnest(%s::int[], %s::int[], %s::int[])) AS t(source_id, destination_id, family)
+    ), a AS (
+        SELECT l.source_id, l.destination_id, l.family, {_AGGS} FROM {_TABLE} l JOIN touched n
+            ON l.source_id = n.source_id AND l.destination_id = n.destination_id AND l.family = n.family
+            AND l.period_start > n.newest - %s AND l.period_start <= n.newest
+        GROUP BY l.source_id, l.destination_id, l.family
+    )
+    INSERT INTO {LossCell._meta.db_table} (source_id, destination_id, family, newest, cell_json)
+    SELECT a.source_id, a.destination_id, a.family, a.newest, {CELL_JSON_SQL}
+    FROM a JOIN {_NODES} s ON s.id = a.source_id JOIN {_NODES} d ON d.id = a.destination_id
+    ORDER BY a.source_id, a.destination_id, a.family
+    ON CONFLICT (source_id, destination_id, family) DO UPDATE
+        SET newest = EXCLUDED.newest, cell_json = EXCLUDED.cell_json"""
+
+
+def store_cells(pairs: list[tuple[int, int, int]]) -> None:
+    """Rewrite the default cells of these (source id, destination id, family) pairs (PostgreSQL; ingest)."""
+    if pairs:
+        with connection.cursor() as cur:
+            cur.execute(STORE_CELLS_SQL, [[p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs],
+                                          DEFAULT_WINDOW])
 
 
 def _median(values: list[Any]) -> float | None:
@@ -75,7 +132,7 @@ def _median(values: list[Any]) -> float | None:
 
 
 def _aggregates_in_python(family: int, since: datetime, until: datetime, ids: list[int]) -> list[dict[str, Any]]:
-    """The portable path (SQLite): the same aggregates as _GRID_SQL."""
+    """The portable path (SQLite): the same aggregates as AGGREGATES_SQL."""
     groups: dict[tuple[int, int], list[LossSummary]] = defaultdict(list)
     for s in LossSummary.objects.filter(family=family, period_start__gte=since, period_start__lt=until,
                                         source_id__in=ids, destination_id__in=ids):
@@ -90,24 +147,30 @@ def _aggregates_in_python(family: int, since: datetime, until: datetime, ids: li
             for (src, dst), rows in groups.items()]
 
 
-def grid(bench: Benchmark, family: int = 4, window: timedelta = DEFAULT_WINDOW,
+def grid(bench: Benchmark, family: int = 4, window: timedelta | None = None,
          now: datetime | None = None) -> dict[str, Any]:
-    """The loss grid of a benchmark's nodes: its cells (pairs with a summary in the window) and nodes."""
+    """The loss grid of a benchmark's nodes, its cells as one JSON array text (``cells_json``: pairs with a
+    summary in the window, by source and destination name). No window: the default, each pair's DEFAULT_WINDOW up
+    to its newest period (LossCell, kept by ingest; pairs whose newest period is older are left out); a window:
+    [now - window, now), aggregated at request."""
     now = now or timezone.now()
     nodes = list(bench.nodes.select_related("cluster").order_by("name"))
     names = {n.id: n.name for n in nodes}
     ids = list(names)
-    since = now - window
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
-            cur.execute(_GRID_SQL, [family, since, now, ids, ids])
-            aggregates = [dict(zip(_AGGREGATES, row, strict=True)) for row in cur.fetchall()]
+            if window is None:
+                cur.execute(_STORED_SQL, [family, now - DEFAULT_WINDOW, ids, ids])
+            else:
+                cur.execute(_LIVE_SQL, [family, now - window, now, ids, ids])
+            cells_json = "[" + cur.fetchone()[0] + "]"
     else:
-        aggregates = _aggregates_in_python(family, since, now, ids)
-    cells = sorted((cell(a, names) for a in aggregates), key=lambda c: (c["source"], c["destination"]))
+        aggregates = _aggregates_in_python(family, now - (window or DEFAULT_WINDOW), now, ids)
+        cells = sorted((cell(a, names) for a in aggregates), key=lambda c: (c["source"], c["destination"]))
+        cells_json = json.dumps(cells)
     return {"benchmark": str(bench), "cluster": bench.cluster.name, "family": family,
-            "window_seconds": int(window.total_seconds()), "generated_at": now,
-            "nodes": [{"name": n.name, "site": n.site} for n in nodes], "cells": cells}
+            "window_seconds": int((window or DEFAULT_WINDOW).total_seconds()), "generated_at": now,
+            "nodes": [{"name": n.name, "site": n.site} for n in nodes], "cells_json": cells_json}
 
 
 def pair_history(a: Node, b: Node, since: datetime, family: int | None = None) -> list[LossSummary]:

@@ -176,3 +176,23 @@ def test_the_pair_page_has_the_loss_plot_data(client, write_key, bench_abc):
     plot = json.loads(page.split('<script id="pair-data" type="application/json">')[1].split("</script>")[0])
     assert [p[1] for p in plot["loss"]["a → b"]] == [1.0, 1.0, 1.0]
     assert len(plot["loss"]["b → a IPv6"]) == 2 and plot["loss_rtt"]["RTT a → b"][0][1] == 10.0
+
+
+def test_the_cell_has_one_definition_in_sql_and_python(client, write_key, bench_abc):
+    """The stored default cells (written at ingest), the cells of an asked window (aggregated at request) and the
+    portable path's Python cells (results.loss.selectors.cell) are the same cells."""
+    from results.loss import selectors as loss
+    from results.models import Benchmark
+
+    store(client, write_key, periods("a", "b", 3, lost=7) + [loss_summary("a", "b", NOW, trusted=False)]
+          + periods("b", "c", 4, rtt_ms=3.5) + periods("c", "b", 2, one_way_ms=None))
+    stored = client.get("/api/v1/loss/grid/", {"benchmark": "mesh/nightly"}, **auth(write_key)).json()["cells"]
+    live = client.get("/api/v1/loss/grid/", {"benchmark": "mesh/nightly", "window": "15m"},
+                      **auth(write_key)).json()["cells"]
+    assert stored == live and len(stored) == 3
+    bench = Benchmark.objects.get(name="nightly")
+    names = dict(bench.nodes.values_list("id", "name"))
+    python = sorted((loss.cell(a, names) for a in loss._aggregates_in_python(
+        4, datetime.now(UTC) - loss.DEFAULT_WINDOW, datetime.now(UTC), list(names))),
+        key=lambda c: (c["source"], c["destination"]))
+    assert python == stored

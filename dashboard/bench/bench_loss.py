@@ -70,6 +70,10 @@ def generate(hours: int, end: datetime) -> int:
             WHERE s.id <> d.id AND s.name LIKE 'dtn%%' AND d.name LIKE 'dtn%%'""", [detail, end, hours, end])
         count = cur.rowcount
         cur.execute(f"ANALYZE {table}")
+    from results.loss import selectors
+
+    ids = [n.id for n in nodes]  # the default grid's cells, as ingest keeps them
+    selectors.store_cells([(s, d, 4) for s in ids for d in ids if s != d])
     return count
 
 
@@ -154,8 +158,9 @@ def main() -> int:
         assert len(cells) == NODES * (NODES - 1), len(cells)
         untrusted = sum(1 for c in cells if not c["one_way_trusted"])
         assert all(c["forward_ms"] is None for c in cells if not c["one_way_trusted"])
-        reads = {"loss grid API, 100 × 100, 15 minutes": (grid, args.requests),
-                 "loss grid API, 100 × 100, 1 hour": (grid + "&window=1h", args.requests // 2),
+        reads = {"loss grid API, 100 × 100, default (15 minutes, kept at ingest)": (grid, args.requests),
+                 "loss grid API, 100 × 100, window=15m (aggregated at request)": (grid + "&window=15m",
+                                                                                   args.requests // 2),
                  "loss grid page, HTML 100 × 100 (loss view)": ("/grid/bench/loss/?view=loss",
                                                                  args.requests // 2),
                  "loss list API, a pair's newest 100": ("/api/v1/loss/?source=dtn003&destination=dtn042",
@@ -179,7 +184,7 @@ def main() -> int:
         server.stop()
         shutil.rmtree(base_dir, ignore_errors=True)
 
-    grid_p95 = results["loss grid API, 100 × 100, 15 minutes"]["p95"]
+    grid_p95 = results["loss grid API, 100 × 100, default (15 minutes, kept at ingest)"]["p95"]
     ok = grid_p95 < GRID_GOAL_MS and min(rate1, rate2) >= RATE_GOAL
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
@@ -196,9 +201,11 @@ def main() -> int:
         "|---|---:|---:|---:|---:|",
         *(f"| {name} | {r['p50']:.1f} | {r['p95']:.1f} | {r['cpu']:.1f} | {r['n']} |" for name, r in results.items()),
         "",
-        f"The 15-minute grid aggregates {NODES * (NODES - 1) * 15:,} summaries per request (Σlost/Σsent, the "
-        f"medians of RTT, one-way delays and |IPDV| per pair) from the covering index `loss_window`; "
-        f"{untrusted:,} of its cells had an untrusted period in the window and answered no one-way delay.",
+        f"The default grid reads one stored cell per pair (LossCell: its 15 minutes up to its newest period, "
+        f"rewritten by ingest for every pair a batch touches); an asked window aggregates "
+        f"{NODES * (NODES - 1) * 15:,} summaries per request for 15 minutes (Σlost/Σsent, the medians of RTT, "
+        f"one-way delays and |IPDV| per pair). {untrusted:,} of the cells had an untrusted period in the window "
+        "and answered no one-way delay.",
         "",
         f"Ingest through POST /api/v1/loss/ingest/, batches of {BATCH:,}: 1 client **{rate1:,.0f} summaries/s** "
         f"({n1:,}), 2 clients **{rate2:,.0f} summaries/s** ({n2:,}); per second of server CPU (gunicorn + "

@@ -29,6 +29,9 @@ CLEAN_COVERAGE = 0.75  # ... over periods covering at least this share of it
 CRITICAL_PERCENT = 1.0
 MIN_PATHS = 2  # a node or site rule needs this many lossy pairs; fewer prove nothing about the node
 LOOKBACK = CLEAN_SPAN + timedelta(minutes=30)  # how far back the rules read a lossy pair's periods
+# a pair is looked at when one of its periods that started this recently lost: summaries reach the archive a
+# period, the reply timeout and the collector's round after their period began
+RECENT = timedelta(minutes=10)
 
 Period = tuple[datetime, int, int]  # (start, sent, lost)
 Pair = tuple[str, str, int]  # (source, destination, family)

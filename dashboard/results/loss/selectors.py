@@ -199,7 +199,7 @@ def rule_input(bench: Benchmark, now: datetime, skip: Any = None) -> tuple[dict,
 
     nodes = {n.id: n for n in bench.nodes.all()}
     ids = list(nodes)
-    recent = now - rules.ONSET_PERIODS * timedelta(minutes=1) - timedelta(minutes=1)
+    recent = now - rules.RECENT
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
             cur.execute(_MEASURED_SQL, [rules.LOSS_PERCENT, recent, now - DEFAULT_WINDOW, now, ids, ids])

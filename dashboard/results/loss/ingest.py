@@ -49,8 +49,8 @@ def _error(path: list[str | int], message: str) -> dict[str, Any]:
     index = path[1] if len(path) > 1 and path[0] == "summaries" and isinstance(path[1], int) else None
     inner = path[2:] if index is not None else path
     field = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(inner))
-    return {"index": index, "field": field or "(summary)" if index is not None else field or "(body)",
-            "message": message}
+    whole = "(body)" if index is None else "(summary)"  # what an error about no field in particular is about
+    return {"index": index, "field": field or whole, "message": message}
 
 
 def contract_errors(body: Any, limit: int = 20) -> list[dict[str, Any]]:

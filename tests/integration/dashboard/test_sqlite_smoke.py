@@ -57,6 +57,19 @@ for query, want in [("", {("a", "token"): 1}), ("&auth=x509", {("a", "x509"): 2}
 assert 'name="auth"' in c.get("/grid/mesh/nightly/?protocol=xrootd-https").content.decode()
 assert c.get("/grid/mesh/nightly/").status_code == 200
 assert c.get("/pair/a/b/").status_code == 200
+# The loss mesh's portable paths (results.loss): ingest once, the grid with its one-way trust rule, the pair's plot.
+from tests.support.dashboard import loss_summary
+minute = now.replace(second=0, microsecond=0)
+loss = json.dumps({"summaries": [loss_summary("a", "b", minute - timedelta(minutes=2), lost=6),
+                                 loss_summary("a", "b", minute - timedelta(minutes=1), trusted=False)]})
+for want in ({"accepted": 2, "duplicates": 0}, {"accepted": 0, "duplicates": 2}):
+    r = c.post("/api/v1/loss/ingest/", loss, content_type="application/json", HTTP_AUTHORIZATION="Token " + key)
+    assert r.json() == want, r.content
+cells = c.get("/api/v1/loss/grid/?benchmark=mesh/nightly").json()["cells"]
+assert [(x["lost"], x["loss_percent"], x["forward_ms"], x["one_way_trusted"]) for x in cells] == [(6, 0.5, None,
+                                                                                                    False)], cells
+assert 'class="loss-view on"' in c.get("/grid/mesh/nightly/?view=one-way").content.decode()
+assert '<canvas id="loss">' in c.get("/pair/a/b/").content.decode()
 print("SMOKE OK")
 """
 

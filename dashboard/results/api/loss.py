@@ -86,7 +86,8 @@ class LossGridSerializer(serializers.Serializer):
     window_seconds = serializers.IntegerField()
     generated_at = serializers.DateTimeField()
     nodes = LossGridNodeSerializer(many=True, help_text="the benchmark's nodes")
-    cells = LossGridCellSerializer(many=True, help_text="directed pairs with a summary in the window")
+    cells = LossGridCellSerializer(many=True, help_text=(
+        "directed pairs with a summary in the window, in the nodes' creation order (the archive's, not by name)"))
 
 
 class LossSummaryFilterSet(filters.FilterSet):

@@ -86,7 +86,7 @@ _NODES = Node._meta.db_table
 _TABLE = LossSummary._meta.db_table
 # every pair's cell over a window [since, until), of the nodes in two id arrays
 _LIVE_SQL = f"""
-    SELECT coalesce(string_agg({CELL_JSON_SQL}, ',' ORDER BY s.name, d.name), '') FROM (
+    SELECT coalesce(string_agg({CELL_JSON_SQL}, ',' ORDER BY a.source_id, a.destination_id), '') FROM (
         SELECT l.source_id, l.destination_id, {_AGGS} FROM {_TABLE} l
         WHERE l.family = %s AND l.period_start >= %s AND l.period_start < %s
             AND l.source_id = ANY(%s) AND l.destination_id = ANY(%s)
@@ -94,8 +94,8 @@ _LIVE_SQL = f"""
     JOIN {_NODES} s ON s.id = a.source_id JOIN {_NODES} d ON d.id = a.destination_id"""
 # the stored default cells (LossCell) of those nodes whose newest period is inside the default window
 _STORED_SQL = f"""
-    SELECT coalesce(string_agg(c.cell_json, ',' ORDER BY s.name, d.name), '') FROM {LossCell._meta.db_table} c
-    JOIN {_NODES} s ON s.id = c.source_id JOIN {_NODES} d ON d.id = c.destination_id
+    SELECT coalesce(string_agg(c.cell_json, ',' ORDER BY c.source_id, c.destination_id), '')
+    FROM {LossCell._meta.db_table} c
     WHERE c.family = %s AND c.newest >= %s AND c.source_id = ANY(%s) AND c.destination_id = ANY(%s)"""
 # ingest: the default cells of the pairs a batch touched, each over DEFAULT_WINDOW up to its newest period
 STORE_CELLS_SQL = f"""
@@ -150,9 +150,9 @@ def _aggregates_in_python(family: int, since: datetime, until: datetime, ids: li
 def grid(bench: Benchmark, family: int = 4, window: timedelta | None = None,
          now: datetime | None = None) -> dict[str, Any]:
     """The loss grid of a benchmark's nodes, its cells as one JSON array text (``cells_json``: pairs with a
-    summary in the window, by source and destination name). No window: the default, each pair's DEFAULT_WINDOW up
-    to its newest period (LossCell, kept by ingest; pairs whose newest period is older are left out); a window:
-    [now - window, now), aggregated at request."""
+    summary in the window, by source and destination node id: the stored cells' index order, no sort by name).
+    No window: the default, each pair's DEFAULT_WINDOW up to its newest period (LossCell, kept by ingest; pairs
+    whose newest period is older are left out); a window: [now - window, now), aggregated at request."""
     now = now or timezone.now()
     nodes = list(bench.nodes.select_related("cluster").order_by("name"))
     names = {n.id: n.name for n in nodes}
@@ -166,7 +166,7 @@ def grid(bench: Benchmark, family: int = 4, window: timedelta | None = None,
             cells_json = "[" + cur.fetchone()[0] + "]"
     else:
         aggregates = _aggregates_in_python(family, now - (window or DEFAULT_WINDOW), now, ids)
-        cells = sorted((cell(a, names) for a in aggregates), key=lambda c: (c["source"], c["destination"]))
+        cells = [cell(a, names) for a in sorted(aggregates, key=lambda a: (a["source_id"], a["destination_id"]))]
         cells_json = json.dumps(cells)
     return {"benchmark": str(bench), "cluster": bench.cluster.name, "family": family,
             "window_seconds": int((window or DEFAULT_WINDOW).total_seconds()), "generated_at": now,

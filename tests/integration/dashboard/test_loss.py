@@ -192,7 +192,8 @@ def test_the_cell_has_one_definition_in_sql_and_python(client, write_key, bench_
     assert stored == live and len(stored) == 3
     bench = Benchmark.objects.get(name="nightly")
     names = dict(bench.nodes.values_list("id", "name"))
+    ids = {n: i for i, n in names.items()}
     python = sorted((loss.cell(a, names) for a in loss._aggregates_in_python(
         4, datetime.now(UTC) - loss.DEFAULT_WINDOW, datetime.now(UTC), list(names))),
-        key=lambda c: (c["source"], c["destination"]))
+        key=lambda c: (ids[c["source"]], ids[c["destination"]]))
     assert python == stored

@@ -29,12 +29,14 @@ def _host(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> l
     end = end or {}
     lim = end.get("limits") or {}
     cpu = end.get("cpu") or {}
+    quota = cpu.get("quota") or {}
     return limits.Host(
         name=name, kernel=lim.get("kernel"), tcp_rmem_max=lim.get("tcp_rmem_max_bytes"),
         tcp_wmem_max=lim.get("tcp_wmem_max_bytes"), rmem_max=lim.get("rmem_max_bytes"),
         wmem_max=lim.get("wmem_max_bytes"), tcp_adv_win_scale=lim.get("tcp_adv_win_scale"),
         congestion_control=lim.get("congestion_control"), mtu=lim.get("mtu"), loopback_gbps=loopback,
-        busiest_core_percent=cpu.get("busiest_core_pct"))
+        busiest_core_percent=cpu.get("busiest_core_pct"), cores_shared=bool(cpu.get("shared")),
+        cpu_quota_used_percent=quota.get("used_pct"), cpu_throttled_percent=quota.get("throttled_pct"))
 
 
 def _tcp(view: Mapping[str, Any] | None, source: Mapping[str, Any] | None) -> limits.Tcp:

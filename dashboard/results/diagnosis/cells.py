@@ -25,7 +25,7 @@ TRANSFER_EXCLUDED = ("rtt",)  # cells with no rate to judge
 Key = tuple[int, int, str]  # (source id, destination id, address family)
 
 
-def _host(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> limits.Host:
+def host_end(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> limits.Host:
     end = end or {}
     lim = end.get("limits") or {}
     cpu = end.get("cpu") or {}
@@ -64,8 +64,8 @@ def model_input(row: Mapping[str, Any], names: Mapping[int, str], loopback: Mapp
     return limits.Measurement(
         gbps=gbps, protocol=row["protocol"], streams=row["streams"] or 1, files=row["file_count"] or 1,
         concurrency=row["concurrency"], rtt_ms=row["rtt_ms"],
-        source=_host(host.get("source"), names.get(src, ""), loopback.get(src)),
-        destination=_host(host.get("destination"), names.get(dst, ""), loopback.get(dst)),
+        source=host_end(host.get("source"), names.get(src, ""), loopback.get(src)),
+        destination=host_end(host.get("destination"), names.get(dst, ""), loopback.get(dst)),
         tcp=_tcp(row["tcp"], host.get("source")), path=path,
         builtin_gbps=builtin_gbps if row["protocol"] != "builtin" else None)
 

@@ -5,7 +5,9 @@ OpenAPI contract) to it.
 
 A field comes from one of four places: a node's name (``node``), the protocol's metric (``metric``: throughput_gbps,
 or rtt_ms for rtt), a PairLatest column (``row``), or the request (``request``: age_seconds, stale and state change
-with time, thresholds and maintenance windows, so they are computed per request and never stored). The stored
+with time, thresholds and maintenance windows, so they are computed per request and never stored), or the
+cell's diagnosis (``diagnosis``: DIAGNOSIS, the limit model's answer on its newest measurement, which the analysis
+writes to CellDiagnosis and the builders join in; every builder puts them last). The stored
 fields keep the definition's order in every builder and so do the per-request ones; where the per-request ones go
 differs by path (the stored JSON body is joined after them, the Python cells get them last), which the API has
 always answered so."""
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-Origin = Literal["node", "metric", "row", "request", "measurement"]
+Origin = Literal["node", "metric", "row", "request", "measurement", "diagnosis"]
 JsonKind = Literal["text", "number", "boolean", "time"]
 T = TypeVar("T")
 
@@ -34,7 +36,7 @@ class Field:
     @property
     def stored(self) -> bool:
         """Written with the PairLatest row (its JSON body); False: computed per request."""
-        return self.origin != "request"
+        return self.origin not in ("request", "diagnosis")
 
     @property
     def row_name(self) -> str:
@@ -71,6 +73,17 @@ FIELDS: tuple[Field, ...] = (
 # streams=newest only (selectors.Pick): the concurrency the cell's measurement ran, last; not a PairLatest column
 CONCURRENCY = Field("concurrency", "measurement", json="number", nullable=True)
 
+# The limit model's answer on the cell's newest measurement (CellDiagnosis; a window's cell: its newest's), last in
+# every builder; binding_limit "" and the rest null: not diagnosed (an RTT cell, a failed test, not yet analysed)
+DIAGNOSIS = (
+    Field("binding_limit", "diagnosis"),  # results/diagnosis/limits.py's LIMITS
+    Field("efficiency", "diagnosis", json="number", nullable=True),  # measured ÷ the pair's path capacity
+    Field("evidence", "diagnosis", nullable=True),  # the model's reason, with its figures
+    Field("fix", "diagnosis", nullable=True),  # the binding limit's fix; null without one
+)
+DIAGNOSIS_NAMES = tuple(f.name for f in DIAGNOSIS)
+NOT_DIAGNOSED: dict[str, object] = {"binding_limit": "", "efficiency": None, "evidence": None, "fix": None}
+
 NAMES = tuple(f.name for f in FIELDS)
 STORED = tuple(f for f in FIELDS if f.stored)
 STORED_NAMES = tuple(f.name for f in STORED)
@@ -79,8 +92,8 @@ PER_REQUEST_NAMES = tuple(f.name for f in PER_REQUEST)
 
 
 def names(newest: bool = False) -> tuple[str, ...]:
-    """A cell's fields in the definition's order, with concurrency for streams=newest."""
-    return (*NAMES, CONCURRENCY.name) if newest else NAMES
+    """A cell's fields in the definition's order, with concurrency for streams=newest, then its diagnosis."""
+    return (*NAMES, *((CONCURRENCY.name,) if newest else ()), *DIAGNOSIS_NAMES)
 
 
 def ordered(values: Mapping[str, T], fields: tuple[Field, ...] = FIELDS) -> list[tuple[Field, T]]:

@@ -349,6 +349,13 @@ class GridCellSerializer(serializers.Serializer):
     concurrency = serializers.IntegerField(allow_null=True, required=False, help_text=(
         "streams=newest only: the files at once the cell's measurement ran (its setting is streams × "
         "concurrency); null in mode mean or median, or when not recorded"))
+    binding_limit = serializers.ChoiceField(choices=[*LIMITS, ""], allow_blank=True, help_text=(
+        "the limit the cell's newest measurement ran into (the limit model, README \"Why a cell is slow\"); empty: "
+        "not diagnosed (an RTT cell, a failed test, not analysed yet)"))
+    efficiency = serializers.FloatField(allow_null=True, help_text=(
+        "the newest measurement ÷ the pair's path capacity (its iperf3 with the most streams); null: no path figure"))
+    evidence = serializers.CharField(allow_null=True, help_text="the limit model's reason, with its figures")
+    fix = serializers.CharField(allow_null=True, help_text="what to change, citing the figures; null: none")
 
 
 class GridNodeSerializer(serializers.Serializer):

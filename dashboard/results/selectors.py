@@ -266,6 +266,7 @@ def grid(
         "mode": mode,
         "window_seconds": int(window.total_seconds()),
         "thresholds": bounds,
+        "efficiency_thresholds": thresholds.effective_efficiency(bench.thresholds),
         "generated_at": now,
         "nodes": [{"name": n.name, "cluster": n.cluster.name, "site": n.site, "loopback_gbps": n.loopback_gbps,
                    "external": n.external}

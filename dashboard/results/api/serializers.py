@@ -148,6 +148,7 @@ class MeasurementIn(serializers.Serializer):
 
 class ThresholdsField(serializers.DictField):
     """The TransferBenchmark's spec.thresholds: goodGbps, warnGbps, goodRttMs, warnRttMs (numbers, each optional;
+    and efficiency: {warning, critical}, errors keyed efficiency.warning;
     other keys are ignored and logged); errors are keyed by the threshold, so they read
     benchmark.thresholds.goodGbps."""
 
@@ -161,7 +162,7 @@ class ThresholdsField(serializers.DictField):
         if ignored:  # additive: a newer operator's key must not hold back the measurements of the batch
             log.warning("Ignored unknown benchmark thresholds %s (known: %s)", ", ".join(ignored),
                         ", ".join(thresholds.KEYS))
-        return {k: v for k, v in data.items() if k in thresholds.KEYS}
+        return {k: v for k, v in data.items() if k in thresholds.KEYS or k == thresholds.EFFICIENCY}
 
 
 class BenchmarkIn(serializers.Serializer):
@@ -377,6 +378,9 @@ class GridSerializer(serializers.Serializer):
     mode = serializers.CharField()
     window_seconds = serializers.IntegerField()
     thresholds = serializers.DictField(child=serializers.FloatField())
+    efficiency_thresholds = serializers.DictField(child=serializers.FloatField(), help_text=(
+        "the bounds on a cell's efficiency (warning, critical: the benchmark's spec.thresholds.efficiency over the "
+        "defaults 0.8 and 0.5), for colouring the cells by efficiency"))
     generated_at = serializers.DateTimeField()
     nodes = GridNodeSerializer(many=True)
     cells = GridCellSerializer(many=True)

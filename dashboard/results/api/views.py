@@ -284,7 +284,7 @@ def grid_json(data: dict) -> dict:
     too slow for a 100×100 grid (10 000 cells) in the latency budget."""
     return {
         **{k: data[k] for k in ("benchmark", "clusters", "protocol", "kind", "metric", "unit", "mode", "window_seconds",
-                                "thresholds", "nodes")},
+                                "thresholds", "efficiency_thresholds", "nodes")},
         "generated_at": _iso(data["generated_at"]),
         "cells": [{**c, "finished_at": _iso(c["finished_at"])} for c in data["cells"]],
     }

@@ -102,6 +102,8 @@ def test_ingest_validation_names_the_field(client, write_key, change, field):
         ({"warnGbps": -2}, "benchmark.thresholds.warnGbps", "negative"),
         ({"goodGbps": 5, "warnGbps": 10}, "benchmark.thresholds.goodGbps", "below warnGbps"),
         ({"goodRttMs": 100, "warnRttMs": 80}, "benchmark.thresholds.goodRttMs", "above warnRttMs"),
+        ({"efficiency": {"warning": 0.4}}, "benchmark.thresholds.efficiency.warning", "must be above critical"),
+        ({"efficiency": {"critical": 0}}, "benchmark.thresholds.efficiency.critical", "must be in (0, 1]"),
         ([30, 10], "benchmark.thresholds", "dictionary"),
     ],
 )

@@ -587,6 +587,41 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
                 for src, dst, st, state, stale, info in cur.fetchall()}
 
 
+GRID_VIEWS = ("value", "efficiency", "why")  # the page's colouring: thresholds, efficiency bounds, binding limit
+
+
+def diagnosed_cells(grid_data: dict[str, Any], streams: int | str | None, view: str,
+                    efficiency_bounds: dict[str, float]) -> dict[tuple[str, str, int | str], tuple]:
+    """What the grid page draws per cell in its efficiency and why views, from grid()'s cells (their diagnosis
+    fields): (state, stale, tooltip JSON, the efficiency figure in %) by (source, destination, streams) as
+    drawn_cells keys them. The state is the binding limit (why; "none" not diagnosed) or the efficiency's state
+    by ``efficiency_bounds`` (efficiency); failed and maintenance cells stay so. The tooltip is an object: value,
+    finished epoch, status and error when it did not succeed, limit, efficiency, evidence, fix (and streams,
+    concurrency for streams=NEWEST)."""
+    newest = streams == NEWEST
+    out: dict[tuple[str, str, int | str], tuple[str, bool, str, str]] = {}
+    for c in grid_data["cells"]:
+        failed = c["status"] != "succeeded"
+        if c["state"] == "maintenance" or (failed and view == "why"):
+            state = "maintenance" if c["state"] == "maintenance" else "failed"
+        elif view == "why":
+            state = c["binding_limit"] or "none"
+        else:
+            state = thresholds.classify_efficiency(c["efficiency"], c["status"], efficiency_bounds)
+        info: dict[str, Any] = {"value": None if c["value"] is None else round(c["value"], 3),
+                                "t": int(c["finished_at"].timestamp()),
+                                "status": c["status"] if failed else None,
+                                "error": (c["error"] or "")[:200] if failed else None,
+                                "limit": c["binding_limit"] or None, "efficiency": c["efficiency"],
+                                "evidence": c["evidence"], "fix": c["fix"]}
+        if newest:
+            info |= {"streams": c["streams"], "concurrency": c["concurrency"]}
+        figure = "" if c["efficiency"] is None else f"{c['efficiency'] * 100:.0f}"
+        key = (c["source"], c["destination"], NEWEST if newest else c["streams"])
+        out[key] = (state, c["stale"], json.dumps(info), figure)
+    return out
+
+
 def _pair_q(a: Node, b: Node) -> Q:
     return Q(source=a, destination=b) | Q(source=b, destination=a)
 

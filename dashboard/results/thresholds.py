@@ -78,26 +78,32 @@ def errors(raw: Mapping[str, Any]) -> dict[str, str]:
 
 def efficiency_errors(raw: Any) -> dict[str, str]:
     """What is wrong with thresholds.efficiency, keyed ``efficiency.warning`` etc.: an object of numbers in (0, 1],
-    warning above critical with the defaults filled in (the CRD's and the operator's rules)."""
+    warning above critical with the defaults filled in (the CRD's and the operator's rules); other keys are
+    ignored (``known_efficiency`` drops them)."""
     if not isinstance(raw, Mapping):
         return {EFFICIENCY: f"must be an object {{warning, critical}}, not {type(raw).__name__}"}
     out: dict[str, str] = {}
     for key, value in raw.items():
         where = f"{EFFICIENCY}.{key}"
         if key not in EFFICIENCY_DEFAULTS:
-            out[where] = f"unknown field (known: {', '.join(EFFICIENCY_DEFAULTS)})"
-        elif not _number(value):
+            continue  # ignored, as unknown thresholds are (a newer operator may send more; the CRD refuses typos)
+        if not _number(value):
             out[where] = f"must be a number, not {type(value).__name__} {str(value)[:40]!r}"
         elif not 0 < value <= 1:
             out[where] = f"must be in (0, 1]: a share of the pair's path capacity, not {value}"
     if out:
         return out
-    bounds = {**EFFICIENCY_DEFAULTS, **raw}
+    bounds = {**EFFICIENCY_DEFAULTS, **{k: v for k, v in raw.items() if k in EFFICIENCY_DEFAULTS}}
     if bounds["warning"] <= bounds["critical"]:
         key = "warning" if "warning" in raw else "critical"
         out[f"{EFFICIENCY}.{key}"] = (f"warning ({bounds['warning']}) must be above critical ({bounds['critical']}) "
                                       "with the defaults filled in")
     return out
+
+
+def known_efficiency(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """thresholds.efficiency without the keys this dashboard does not know."""
+    return {k: v for k, v in raw.items() if k in EFFICIENCY_DEFAULTS}
 
 
 def effective_efficiency(raw: Any) -> dict[str, float]:

@@ -162,7 +162,10 @@ class ThresholdsField(serializers.DictField):
         if ignored:  # additive: a newer operator's key must not hold back the measurements of the batch
             log.warning("Ignored unknown benchmark thresholds %s (known: %s)", ", ".join(ignored),
                         ", ".join(thresholds.KEYS))
-        return {k: v for k, v in data.items() if k in thresholds.KEYS or k == thresholds.EFFICIENCY}
+        known = {k: v for k, v in data.items() if k in thresholds.KEYS}
+        if thresholds.EFFICIENCY in data:
+            known[thresholds.EFFICIENCY] = thresholds.known_efficiency(data[thresholds.EFFICIENCY])
+        return known
 
 
 class BenchmarkIn(serializers.Serializer):

@@ -123,6 +123,14 @@ def test_unknown_threshold_keys_are_ignored_and_the_batch_stored(client, write_k
     assert "Ignored unknown benchmark thresholds good, throughput" in caplog.text
 
 
+def test_efficiency_thresholds_are_stored_and_answered_with_the_grid(client, write_key):
+    given = {"efficiency": {"warning": 0.95, "later": 1}}  # a key it does not know is ignored, as above
+    assert post(client, batch([measurement("a", "b", streams=8)], thresholds=given), write_key).status_code == 200
+    assert Benchmark.objects.get().thresholds == {"efficiency": {"warning": 0.95}}
+    grid = client.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https").json()
+    assert grid["efficiency_thresholds"] == {"warning": 0.95, "critical": 0.5}
+
+
 def test_custom_thresholds_colour_the_grid_api(client, write_key):
     ms = [measurement("a", "b", streams=8, gbps=45), measurement("b", "a", streams=8, gbps=5),
           measurement("a", "c", streams=8, gbps=3), measurement("c", "a", streams=8, gbps=None, status="failed"),

@@ -76,7 +76,6 @@ def test_classify():
         ({"efficiency": {"warning": 0}}, "efficiency.warning", "must be in (0, 1]"),
         ({"efficiency": {"critical": 1.2}}, "efficiency.critical", "must be in (0, 1]"),
         ({"efficiency": {"warning": "high"}}, "efficiency.warning", "must be a number, not str"),
-        ({"efficiency": {"ok": 0.9}}, "efficiency.ok", "unknown field (known: warning, critical)"),
         ({"efficiency": {"warning": 0.5, "critical": 0.5}}, "efficiency.warning", "warning (0.5) must be above"),
         ({"efficiency": {"critical": 0.9}}, "efficiency.critical", "above critical (0.9) with the defaults filled"),
     ],
@@ -89,6 +88,8 @@ def test_efficiency_errors_name_the_key(raw, key, words):
 def test_efficiency_bounds_and_state():
     assert thresholds.errors({"efficiency": {"warning": 1, "critical": 0.2}}) == {}
     assert thresholds.unknown({"efficiency": {}}) == []
+    assert thresholds.errors({"efficiency": {"ok": "x", "warning": 0.9}}) == {}  # unknown keys: ignored
+    assert thresholds.known_efficiency({"ok": "x", "warning": 0.9}) == {"warning": 0.9}
     assert thresholds.effective_efficiency({}) == {"warning": 0.8, "critical": 0.5}
     assert thresholds.effective_efficiency({"efficiency": {"warning": 0.95}}) == {"warning": 0.95, "critical": 0.5}
     assert thresholds.effective_efficiency({"efficiency": {"warning": 0.1}}) == {"warning": 0.8, "critical": 0.5}

@@ -14,6 +14,7 @@ always answered so."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -115,3 +116,12 @@ def select_sql(exprs: Mapping[str, str], fields: tuple[Field, ...] = FIELDS, as_
 def stored_cell(**values: object) -> dict[str, object]:
     """A Python cell's stored fields, in the definition's order."""
     return {f.name: v for f, v in ordered(values, STORED)}
+
+
+def diagnosis_members(values: Mapping[str, object]) -> str:
+    """The JSON members of DIAGNOSIS (no braces), in order: what CellDiagnosis stores for the database's grid JSON
+    (written once by the analysis, so a grid read concatenates it instead of encoding two texts per cell)."""
+    return ",".join(f"{json.dumps(f.name)}:{json.dumps(v, ensure_ascii=False)}" for f, v in ordered(values, DIAGNOSIS))
+
+
+NOT_DIAGNOSED_MEMBERS = diagnosis_members(NOT_DIAGNOSED)

@@ -524,7 +524,7 @@ def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     members = celljson.json_members_sql(_per_request_sql("p." + metric, protocol, cover), gridcell.PER_REQUEST)
     if pick.newest:
         members += f" || ',' || {celljson.json_members_sql({'concurrency': 'm.concurrency'}, (gridcell.CONCURRENCY,))}"
-    diagnosis = celljson.json_members_sql(DIAGNOSIS_SQL, gridcell.DIAGNOSIS)
+    diagnosis = f"coalesce(cd.members, '{gridcell.NOT_DIAGNOSED_MEMBERS}')"  # the analysis wrote its JSON
     return f"""
         SELECT '[' || COALESCE(string_agg(
             '{{' || {members}

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from results import gridcell
 from results.diagnosis import limits
 from results.models import Benchmark, CellDiagnosis, Measurement, Node, PairLatest
 
@@ -114,11 +115,14 @@ def diagnose_benchmark(bench: Benchmark) -> int:
         efficiency = round(d.efficiency, 4) if d.efficiency is not None else None
         measurements.append(Measurement(id=r["measurement_id"], binding_limit=d.limit, efficiency=efficiency,
                                         diagnosis=d.to_dict()))
+        fields = {"binding_limit": d.limit, "efficiency": efficiency, "evidence": d.reason, "fix": d.fix or None}
         cells.append(CellDiagnosis(cell_id=r["id"], measurement_id=r["measurement_id"], binding_limit=d.limit,
-                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or ""))
+                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or "",
+                                   members=gridcell.diagnosis_members(fields)))
     Measurement.objects.bulk_update(measurements, ["binding_limit", "efficiency", "diagnosis"], batch_size=500)
     # in cell id order: two analysers upserting overlapping cells lock them in the same order
     CellDiagnosis.objects.bulk_create(
         sorted(cells, key=lambda c: c.cell_id), update_conflicts=True, unique_fields=["cell"],
-        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix"], batch_size=500)
+        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix", "members"],
+        batch_size=500)
     return len(measurements)

@@ -2,7 +2,7 @@
 diagnosis (a grid read before the next analysis shows them); an undiagnosed one gives none. Its members are what
 gridcell writes today."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from results import gridcell

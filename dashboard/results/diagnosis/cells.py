@@ -1,7 +1,8 @@
 """The limit model (limits.py) applied to a benchmark's grid: each newest transfer cell is diagnosed with what the
 grid holds about its pair and what its measurement recorded, and the answer is kept on the measurement
-(``binding_limit``, ``efficiency``, ``diagnosis``; never on the cell's row, which ingest alone writes). The analysis
-runs it after each ingest (results.analysis), so a measurement is diagnosed while it is its cell's newest.
+(``binding_limit``, ``efficiency``, ``diagnosis``) and, in the grid's shape, on the cell's CellDiagnosis (never on
+the cell's PairLatest row, which ingest alone writes). The analysis runs it after each ingest (results.analysis), so
+a measurement is diagnosed while it is its cell's newest.
 
 What a cell is judged with:
 - the pair's path capacity: the pair's newest iperf3 cell with the most streams, same address family (its run
@@ -18,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from results import gridcell
 from results.diagnosis import limits
-from results.models import Benchmark, Measurement, Node, PairLatest
+from results.models import Benchmark, CellDiagnosis, Measurement, Node, PairLatest
 
 TRANSFER_EXCLUDED = ("rtt",)  # cells with no rate to judge
 Key = tuple[int, int, str]  # (source id, destination id, address family)
@@ -101,7 +103,7 @@ def diagnose_benchmark(bench: Benchmark) -> int:
             paths[key] = r
         elif r["protocol"] == "builtin":
             builtin[(key, r["streams"])] = max(rate, builtin.get((key, r["streams"]), 0.0))
-    measurements = []
+    measurements, cells = [], []
     for r in rows:
         key = (r["source_id"], r["destination_id"], r["address_family"])
         iperf3 = paths.get(key)
@@ -115,5 +117,14 @@ def diagnose_benchmark(bench: Benchmark) -> int:
         efficiency = round(d.efficiency, 4) if d.efficiency is not None else None
         measurements.append(Measurement(id=r["measurement_id"], binding_limit=d.limit, efficiency=efficiency,
                                         diagnosis=d.to_dict()))
+        fields = {"binding_limit": d.limit, "efficiency": efficiency, "evidence": d.reason, "fix": d.fix or None}
+        cells.append(CellDiagnosis(cell_id=r["id"], measurement_id=r["measurement_id"], binding_limit=d.limit,
+                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or "",
+                                   members=gridcell.diagnosis_members(fields)))
     Measurement.objects.bulk_update(measurements, ["binding_limit", "efficiency", "diagnosis"], batch_size=500)
+    # in cell id order: two analysers upserting overlapping cells lock them in the same order
+    CellDiagnosis.objects.bulk_create(
+        sorted(cells, key=lambda c: c.cell_id), update_conflicts=True, unique_fields=["cell"],
+        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix", "members"],
+        batch_size=500)
     return len(measurements)

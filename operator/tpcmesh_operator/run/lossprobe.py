@@ -34,7 +34,7 @@ from ..config import Settings
 from ..plan import lossprobe as plan
 from ..plan.spec import BenchmarkSpec, SpecError, parse_spec
 from .agents import Agent, AgentError, AgentsClient
-from .delivery import LOSS_MAX_BATCH, BatchRejected, DeliveryFailed
+from .delivery import LOSS_MAX_BATCH, BatchRejected, BatchTooLarge, DeliveryFailed
 from .driver import EventFn, results_client
 
 log = logging.getLogger(__name__)
@@ -196,13 +196,21 @@ async def _collect(agent: Agent, agents: LossAgents, results: LossResults, clust
 async def deliver(results: LossResults, cluster: str, records: Sequence[Mapping[str, Any]], node: str
                   ) -> tuple[int, int]:
     """Post the summaries; those the dashboard refuses by index are logged in full with its reason and left out,
-    and the rest posted again (the dashboard is idempotent). (delivered, refused), or DeliveryFailed (temporary:
-    a refusal that names no summary, or any other answer than 2xx, 400 or 422)."""
+    and the rest posted again (the dashboard is idempotent); a 413 halves the batch. (delivered, refused), or
+    DeliveryFailed (temporary: a refusal that names no summary, a single summary too large, or any other answer
+    than 2xx, 400, 413 or 422)."""
     pending = list(records)
     refused = 0
     while pending:
         try:
             await results.post_loss(cluster, pending)
+        except BatchTooLarge:  # an ingress's body limit: halves (what the first took is harmless to send again)
+            if len(pending) == 1:
+                raise
+            mid = len(pending) // 2
+            first = await deliver(results, cluster, pending[:mid], node)
+            second = await deliver(results, cluster, pending[mid:], node)
+            return first[0] + second[0], refused + first[1] + second[1]
         except BatchRejected as e:
             reasons: dict[int, list[str]] = {}
             for err in e.errors:
@@ -225,6 +233,9 @@ async def deliver(results: LossResults, cluster: str, records: Sequence[Mapping[
     return 0, refused
 
 
+_passes: dict[tuple[str, str], asyncio.Lock] = {}
+
+
 async def kube_pass(me: Benchmark, probing: Iterable[Benchmark], settings: Settings, event: EventFn, *,
                     release: bool = False) -> dict[str, Any]:
     """A pass in the cluster (the kopf handlers' call): agents from the API server, the operator's agent token and
@@ -236,6 +247,13 @@ async def kube_pass(me: Benchmark, probing: Iterable[Benchmark], settings: Setti
         spec = parse_spec(me.spec)
     except SpecError as e:
         return PassReport(problems=[f"invalid spec: {e}"]).status(dt.datetime.now(dt.UTC))
+    # one pass of a benchmark at a time: a release waits for the timer's pass in flight, so it has the last word
+    async with _passes.setdefault(me.key, asyncio.Lock()):
+        return await _kube_pass(me, spec, probing, settings, event, agents_of, release)
+
+
+async def _kube_pass(me: Benchmark, spec: BenchmarkSpec, probing: Iterable[Benchmark], settings: Settings,
+                     event: EventFn, agents_of: AgentsOf, release: bool) -> dict[str, Any]:
     results = await results_client(spec, me.namespace, settings, event)
     try:
         async with AgentsClient(settings.agent_token(), settings.ca()) as agents:

@@ -1,14 +1,15 @@
 """spec.lossProbe kept running by the operator's pass (run/lossprobe.py) against three REAL agents on 127.0.1.x
 (their TWAMP-light probes on a UDP port of their own) and a recording HTTPS endpoint in place of the dashboard's
 `POST /api/v1/loss/ingest/` (another branch builds it; this endpoint answers by the contract: {accepted,
-duplicates}, 422 naming refused summaries by index, or 503).
+duplicates}, 422 naming refused summaries by index, 413 past a body limit, or 503).
 
 Checked: each agent gets the other agents as peers, and only once (the next pass finds nothing to change); two
 benchmarks on shared agents merge (union of peers, the higher rate); turning one off leaves its agents the
 other's probe or none. Summaries reach the endpoint with the operator's token and cluster name, without the
 agent's outbox ids; they stay at the agent while the endpoint answers 503 and are acknowledged only after its 2xx
 (the agent's acknowledged count, read by the endpoint while it holds the answer, has not moved); summaries the
-endpoint refuses are logged in full with its reason and acknowledged, the rest delivered."""
+endpoint refuses are logged in full with its reason and acknowledged, the rest delivered; batches too large for
+the endpoint are halved."""
 
 from __future__ import annotations
 
@@ -106,6 +107,7 @@ class RecordingDashboard:
         self.handles = {h.name: h for h in handles}
         self.token = token
         self.mode = 503
+        self.max_batch = 1000  # more summaries in one request: 413, as an ingress's body limit answers
         self.refuse: set[tuple[str, str]] = set()
         self.requests: list[dict] = []
         self.stored: dict[tuple, dict] = {}
@@ -122,6 +124,8 @@ class RecordingDashboard:
                               "acknowledged": {n: await self.acknowledged(n) for n in nodes}})
         if self.mode != 200:
             return web.json_response({"detail": "unavailable"}, status=self.mode)
+        if len(body["summaries"]) > self.max_batch:
+            return web.Response(text="413 Request Entity Too Large", status=413)
         bad = [i for i, s in enumerate(body["summaries"]) if (s["node"], s["peer"]) in self.refuse]
         if bad:
             return web.json_response({"errors": [{"index": i, "field": "rtt_ms", "message": "refused by the test"}
@@ -180,14 +184,16 @@ async def test_summaries_reach_the_dashboard_acknowledged_only_after_its_2xx(han
             assert outbox(h)["pending"] >= before[h.name]["pending"]
         assert len(dash.requests) == 3
 
-        # back, refusing a's summaries of c: those logged and set aside, the rest delivered, all acknowledged
-        dash.mode, dash.refuse = 200, {(a.name, c.name)}
+        # back behind a body limit (1 summary a request: the batches halve), refusing a's summaries of c: those
+        # logged and set aside, the rest delivered, all acknowledged
+        dash.mode, dash.refuse, dash.max_batch = 200, {(a.name, c.name)}, 1
         dash.requests.clear()
         report = await run_pass(mesh, [mesh], agents_of, client, results, CLUSTER)
         assert report.problems == []
         assert report.refused >= 1 and report.collected >= 5
         for h in handles:
             assert outbox(h)["acknowledged"] >= before[h.name]["pending"]  # what waited is gone from the agent
+        assert any(len(r["body"]["summaries"]) > 1 for r in dash.requests)  # refused as too large, then halved
         for r in dash.requests:  # held answers: the agents had acknowledged nothing of the batch yet
             assert r["auth"] == f"Token {token}"
             assert r["body"]["cluster"] == CLUSTER

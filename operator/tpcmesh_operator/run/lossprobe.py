@@ -151,8 +151,8 @@ async def run_pass(me: Benchmark, probing: Iterable[Benchmark], agents_of: Agent
             try:
                 if release and collector == me.key and results is not None:
                     await _collect(agent, agents, results, cluster, report)
-                await _configure(agent, agents, wanted, report)
-                if not release and collector == me.key and results is not None:
+                running = await _configure(agent, agents, wanted, report)
+                if running and not release and collector == me.key and results is not None:
                     await _collect(agent, agents, results, cluster, report)
             except (AgentError, DeliveryFailed) as e:
                 report.problems.append(f"{agent.node}: {e}")
@@ -164,17 +164,19 @@ async def run_pass(me: Benchmark, probing: Iterable[Benchmark], agents_of: Agent
     return report
 
 
-async def _configure(agent: Agent, agents: LossAgents, wanted: Mapping[str, Any], report: PassReport) -> None:
+async def _configure(agent: Agent, agents: LossAgents, wanted: Mapping[str, Any], report: PassReport) -> bool:
+    """PUT `wanted` unless the agent has it already; False when the agent's loss probe is not running."""
     status = await agents.loss_status(agent)
     if not status.get("running"):
         report.problems.append(f"{agent.node}: the agent's loss probe is not running: {status.get('error')}")
-        return
+        return False
     if plan.same_config(status.get("config"), wanted):
-        return
+        return True
     await agents.configure_loss(agent, wanted)
     report.configured += 1
     log.info("Configured the loss probe of node %s: %d peers, %d external reflectors, %g packets/s", agent.node,
              len(wanted["peers"]), len(wanted["external_reflectors"]), wanted["rate_pps"])
+    return True
 
 
 async def _collect(agent: Agent, agents: LossAgents, results: LossResults, cluster: str, report: PassReport) -> None:

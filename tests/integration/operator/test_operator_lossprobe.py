@@ -98,6 +98,21 @@ async def test_each_agent_probes_the_others_merged_across_benchmarks_and_release
         assert peers(a) == peers(b) == set()
 
 
+async def test_an_agent_without_its_probe_is_named_once(handles, agents, token_file, module_agent_factory):
+    dark = module_agent_factory(token_file=token_file, loss_port=0)
+    a = handles[0]
+    mesh = probing("dark")
+    pair = [agents[0], Agent(node=dark.name, address=dark.address, ports={"control": dark.api_port})]
+    async with AgentsClient(token_file.read_text().strip(), a.ca_file) as client:
+        report = await run_pass(mesh, [mesh], directory({"dark": pair}), client, None, CLUSTER)
+        assert report.configured == 1 and report.problems[0] == \
+            f"{dark.name}: the agent's loss probe is not running: off (loss_port 0)"
+        assert len(report.problems) == 2 and "no results endpoint" in report.problems[1]
+        assert peers(a) == {(dark.name, dark.address, 863)}  # still a member: its loss is the mesh's to see
+        await run_pass(mesh, [], directory({"dark": pair}), client, None, CLUSTER, release=True)
+        assert peers(a) == set()
+
+
 class RecordingDashboard:
     """HTTPS, answering POST /api/v1/loss/ingest/ by the contract; `mode` 503 or 200; summaries from `refuse`
     (node, peer) are refused by index (422) until a request holds none of them."""

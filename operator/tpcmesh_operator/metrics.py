@@ -28,12 +28,6 @@ LAST_RTT = Gauge("tpcmesh_operator_last_rtt_seconds", "Latest median RTT of a pa
 UNDELIVERED = Gauge("tpcmesh_operator_undelivered_measurements", "Measurements not yet acknowledged by the dashboard")
 REJECTED = Counter("tpcmesh_operator_rejected_measurements_total",
                    "Measurements the dashboard refused (kept in status.rejected and logged in full)", ["protocol"])
-LOSS_SUMMARIES = Counter("tpcmesh_operator_loss_summaries_total", "Loss-probe summaries collected from the agents, "
-                         "by outcome (delivered: the dashboard took them; refused: it would not, logged in full)",
-                         ["outcome"])
-LOSS_PASS_PROBLEMS = Gauge("tpcmesh_operator_loss_probe_problems", "Agents the loss probe's last pass could not "
-                           "configure or collect (its benchmark's status.lossProbe.problems say why)", ["benchmark"])
-
 _undelivered: dict[str, int] = {}
 
 

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .. import kube, metrics
+from .. import kube
 from ..cluster import cluster_name_async
 from ..config import Settings
 from ..plan import lossprobe as plan
@@ -160,7 +160,6 @@ async def run_pass(me: Benchmark, probing: Iterable[Benchmark], agents_of: Agent
 
     await asyncio.gather(*(one(a) for a in mine))
     report.problems.sort()
-    metrics.LOSS_PASS_PROBLEMS.labels(benchmark=str(me)).set(len(report.problems))
     return report
 
 
@@ -227,10 +226,8 @@ async def deliver(results: LossResults, cluster: str, records: Sequence[Mapping[
                             "record: %s", s.get("node", node), s.get("peer"), s.get("family"),
                             s.get("period_start"), "; ".join(why), json.dumps(s, separators=(",", ":")))
             refused += len(reasons)
-            metrics.LOSS_SUMMARIES.labels(outcome="refused").inc(len(reasons))
             pending = [s for i, s in enumerate(pending) if i not in reasons]
             continue
-        metrics.LOSS_SUMMARIES.labels(outcome="delivered").inc(len(pending))
         return len(pending), refused
     return 0, refused
 

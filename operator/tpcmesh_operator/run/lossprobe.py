@@ -140,13 +140,13 @@ async def run_pass(me: Benchmark, probing: Iterable[Benchmark], agents_of: Agent
         report.problems.append("no results endpoint (spec.results, or the operator's default): summaries stay at "
                                "the agents")
     gate = asyncio.Semaphore(concurrency)
+    identities = {k: {_identity(a) for a in found} for k, (_, found) in meshes.items()}
+    members = {k: [member(a) for a in found] for k, (_, found) in meshes.items()}
 
     async def one(agent: Agent) -> None:
-        ident = _identity(agent)
-        covering = sorted(k for k, (_, members) in meshes.items() if ident in {_identity(a) for a in members})
+        covering = sorted(k for k, ids in identities.items() if _identity(agent) in ids)
         collector = plan.collector_of([*covering, *([me.key] if release else [])])
-        wanted = plan.merge([(meshes[k][0], plan.peers_of(member(agent), [member(a) for a in meshes[k][1]]))
-                             for k in covering])
+        wanted = plan.merge([(meshes[k][0], plan.peers_of(member(agent), members[k])) for k in covering])
         async with gate:
             try:
                 if release and collector == me.key and results is not None:

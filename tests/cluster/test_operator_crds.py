@@ -100,7 +100,25 @@ BAD = [
     ({"optimize": True, "optimizeBounds": {"streamsMax": 0}}, "spec.optimizeBounds.streamsMax"),
     ({"optimize": True, "fileSet": {"count": 4, "size": "1MB"}, "optimizeBounds": {"concurrencyMax": 8}},
      "spec.optimizeBounds.concurrencyMax: more files at once than the file set has"),
+    ({"lossProbe": {"enabled": True, "ratePps": 0}}, "spec.lossProbe.ratePps must be at least 0.1"),
+    ({"lossProbe": {"ratePps": 0.05}}, "spec.lossProbe.ratePps"),
+    ({"lossProbe": {"maxClockErrorMs": 0}}, "spec.lossProbe.maxClockErrorMs must be at least 0.001"),
+    ({"lossProbe": {"paddingBytes": 26}}, "spec.lossProbe.paddingBytes"),
+    ({"lossProbe": {"periodSeconds": 5}}, "spec.lossProbe.periodSeconds"),
+    ({"lossProbe": {"externalReflectors": [{"name": "ps", "address": "ps.example.org"}]}},
+     "spec.lossProbe.externalReflectors[].address must be an IPv4 or IPv6 address"),
+    ({"lossProbe": {"allowedSenders": ["192.0.2.300"]}},
+     "spec.lossProbe.allowedSenders[] must be an IPv4 or IPv6 address"),
 ]
+
+
+def test_loss_probe_defaults_are_applied(api) -> None:
+    api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb("loss", {"lossProbe": {
+        "enabled": True, "externalReflectors": [{"name": "ps", "address": "2001:db8::5"}]}}))
+    spec = api.get_namespaced_custom_object(G, V, NS, "transferbenchmarks", "loss")["spec"]
+    assert spec["lossProbe"] == {"enabled": True, "ratePps": 10, "paddingBytes": 27, "dscp": 0, "periodSeconds": 60,
+                                 "maxClockErrorMs": 1,
+                                 "externalReflectors": [{"name": "ps", "address": "2001:db8::5", "port": 863}]}
 
 
 @pytest.mark.parametrize("spec,message", BAD, ids=[m[:40] for _, m in BAD])

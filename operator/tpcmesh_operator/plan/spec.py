@@ -16,6 +16,8 @@ from typing import Any
 
 from ..external.endpoints import ExternalEndpoint, parse_external_endpoints
 from ..protocols import PROTOCOLS, TPC_PROTOCOLS
+from . import lossprobe
+from .lossprobe import LossProbe, parse_loss_probe
 from .schedule import parse_schedule
 from .specerror import SpecError
 
@@ -178,6 +180,7 @@ class BenchmarkSpec:
     site_label: str = DEFAULT_SITE_LABEL
     auth: str = ""  # AUTH_MODES, or "" for the operator's default (token when it runs an issuer)
     external_endpoints: tuple[ExternalEndpoint, ...] = ()  # storage outside the mesh: external/endpoints.py
+    loss_probe: LossProbe = field(default_factory=LossProbe)  # the always-on TWAMP-light mesh: plan/lossprobe.py
     successful_runs_history_limit: int = 3
     failed_runs_history_limit: int = 1
 
@@ -282,7 +285,7 @@ SPEC_FIELDS = tuple(sorted((
     "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
     "streams", "tcp", "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds",
     "results", "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy",
-    "siteLabel", "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds",
+    "siteLabel", "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds", "lossProbe",
 )))
 
 
@@ -350,6 +353,7 @@ def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
         auth=auth,
         external_endpoints=parse_external_endpoints(d.get("externalEndpoints"), f"{path}.externalEndpoints",
                                                     tuple(protocols)),
+        loss_probe=parse_loss_probe(d.get("lossProbe"), f"{path}.lossProbe"),
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
@@ -579,6 +583,8 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
     }
     if s.external_endpoints:
         out["externalEndpoints"] = [e.to_dict() for e in s.external_endpoints]
+    if s.loss_probe != LossProbe():
+        out["lossProbe"] = lossprobe.to_dict(s.loss_probe)
     if s.optimize is not None:
         o = s.optimize
         out["optimize"] = True

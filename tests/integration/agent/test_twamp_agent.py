@@ -15,9 +15,11 @@ import struct
 import threading
 import time
 
+import jsonschema
 import pytest
 
 from tests.support.agents import _AddressPool
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -150,6 +152,12 @@ def test_the_sender_probes_a_foreign_reflector_and_keeps_summaries_until_acknowl
     assert len(batch["summaries"]) == 3 and batch["pending"] >= 4
     full = [s for s in batch["summaries"] if not s["partial"]]
     assert full, batch["summaries"]
+    # what the operator posts to the dashboard as is: each summary is a lossSummary of the measurement contract
+    schema = json.loads((REPO / "manifests/schemas/measurement.v1.schema.json").read_text())
+    contract = jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/lossSummary"},
+                                               format_checker=jsonschema.FormatChecker())
+    for s in batch["summaries"]:
+        assert not list(contract.iter_errors(s)), list(contract.iter_errors(s))
     for s in full:
         assert (s["peer"], s["sent"], s["lost"], s["duplicates"], s["reordered"]) == ("hand", 50, 0, 0, 0)
         assert s["packet_bytes"] == 74 and s["dscp"] == 10 and s["rtt_ms"]["min"] < 5

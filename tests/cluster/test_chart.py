@@ -93,7 +93,7 @@ def test_defaults_render_the_agent_daemonset_as_specified():
     ports = {p["name"]: (p["containerPort"], p["protocol"]) for p in agent["ports"]}
     assert ports == {"api": (9443, "TCP"), "metrics": (9464, "TCP"), "builtin": (9080, "TCP"),
                      "xrootd-root": (1094, "TCP"), "xrootd-https": (8444, "TCP"), "gridftp": (2811, "TCP"),
-                     "iperf3": (5201, "TCP"), "loss-probe": (863, "UDP")}
+                     "iperf3": (5201, "TCP"), "loss-probe": (8863, "UDP")}
     data = next(v for v in pod["volumes"] if v["name"] == "data")
     # 2 x 11 x 1 GB + 1 GB headroom; the memory limit must hold the memory-backed volume.
     assert data["emptyDir"] == {"medium": "Memory", "sizeLimit": "23000000000"}

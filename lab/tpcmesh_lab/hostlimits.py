@@ -129,14 +129,7 @@ class CpuGroup:
         self.cores = cores
 
     def join(self) -> Callable[[], None]:
-        """A ``preexec_fn`` step: the child moves itself into the group before it execs."""
-        procs = str(self.path / "cgroup.procs")
-
-        def preexec() -> None:
-            with open(procs, "w") as fh:
-                fh.write(str(os.getpid()))
-
-        return preexec
+        return joiner(self.path)
 
     def pids(self) -> list[int]:
         with contextlib.suppress(OSError):
@@ -150,6 +143,17 @@ class CpuGroup:
 
     def remove(self) -> None:
         remove_group(self.path)
+
+
+def joiner(group: Path) -> Callable[[], None]:
+    """A ``preexec_fn`` step: the child moves itself into the cgroup ``group`` before it execs."""
+    procs = str(group / "cgroup.procs")
+
+    def preexec() -> None:
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+
+    return preexec
 
 
 def remove_group(path: Path) -> None:
@@ -172,9 +176,9 @@ def remove_group(path: Path) -> None:
 
 
 def lab_groups(prefix: str, root: Path = CGROUP_ROOT) -> list[Path]:
-    """The lab's cgroups in every hierarchy that can hold a quota."""
+    """The lab's cgroups in every hierarchy that can hold a quota or a disk throttle."""
     found: list[Path] = []
-    for parent in (root, root / "unified", root / "cpu"):
+    for parent in (root, root / "unified", root / "cpu", root / "blkio"):  # blkio: disk throttles (diskpath.py)
         with contextlib.suppress(OSError):
             found += [p for p in parent.iterdir() if p.is_dir() and p.name.startswith(prefix)]
     return found

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import hostlimits
+from . import diskpath, hostlimits
 from .profile import WanProfile
 
 log = logging.getLogger("tpcmesh.local.lab")
@@ -516,6 +516,7 @@ def remove_leftovers(*, all_owners: bool = False) -> list[str]:
         if owner_gone(group.name[len(PREFIX):]):
             hostlimits.remove_group(group)
             removed.append(str(group))
+    removed += diskpath.clean_leftovers(owner_gone)  # loop disks: after the namespaces whose agents used them
     with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
         for link in json.loads(_ip("-j", "link", "show") or "[]"):
             name = link.get("ifname", "")

@@ -23,16 +23,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostlimits import CGROUP_ROOT, LimitError, joiner, remove_group
+from .hostlimits import CGROUP_ROOT, LimitError, joiner, make_group, remove_group
 
 PREFIX = "tpcmesh-disk-"
+DISK_DIR = Path("/var/tmp")  # on the machine's real disk (/tmp may be tmpfs elsewhere)
 FILESYSTEMS = ("ext4", "xfs")
 
 
 def _run(argv: list[str], what: str) -> str:
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
-        raise LimitError(f"{what} failed ({' '.join(argv)}): {(out.stderr or out.stdout).strip()}")
+        said = (out.stderr or out.stdout).strip().splitlines()
+        raise LimitError(f"{what} failed ({' '.join(argv)}): {said[0] if said else f'exit {out.returncode}'}")
     return out.stdout.strip()
 
 
@@ -145,12 +147,7 @@ class IoThrottle:
         if h is None:
             raise LimitError(f"cannot throttle the disk of {name}: no cgroup under {CGROUP_ROOT} offers io (v2) "
                              "or blkio (v1) to child groups")
-        path = h.root / name
-        try:
-            path.mkdir()
-        except OSError as exc:
-            raise LimitError(f"creating the cgroup {path} failed: {exc.strerror}") from exc
-        group = cls(path, h, device)
+        group = cls(make_group(h.root / name), h, device)
         try:
             group.set_rates(read_bps, write_bps)
         except LimitError:

@@ -102,11 +102,7 @@ class CpuGroup:
         h = hierarchy or cpu_hierarchy()
         if h is None:
             raise LimitError(f"cannot give {name} a CPU quota: {cpu_unavailable_reason()}")
-        path = h.root / name
-        try:
-            path.mkdir()
-        except OSError as exc:
-            raise LimitError(f"creating the cgroup {path} failed: {exc.strerror}") from exc
+        path = make_group(h.root / name)
         group = cls(path, h, cores)
         try:
             group.set_quota(cores)
@@ -143,6 +139,14 @@ class CpuGroup:
 
     def remove(self) -> None:
         remove_group(self.path)
+
+
+def make_group(path: Path) -> Path:
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise LimitError(f"creating the cgroup {path} failed: {exc.strerror}") from exc
+    return path
 
 
 def joiner(group: Path) -> Callable[[], None]:

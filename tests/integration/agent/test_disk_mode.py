@@ -123,7 +123,7 @@ def test_bad_storage_values_are_refused(disk_pair):
 def test_no_space_on_a_tiny_loop_device_is_refused_with_the_figures(agent_factory, disk_dir):
     from tpcmesh_lab.diskpath import LoopDisk
 
-    disk = LoopDisk.create("nospace", 16 * 2**20, disk_dir)
+    disk = LoopDisk.create(f"{os.getpid()}-nospace", 16 * 2**20, disk_dir)  # a live owner: no lab cleans it
     try:
         agent = agent_factory(disk_dir=disk.mount, disk_reserve_bytes="4MiB")
         r = agent.post("/api/v1/filesets", json={"count": 2, "size": 4_000_000, "storage": "disk"})

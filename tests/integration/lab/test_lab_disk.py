@@ -94,3 +94,19 @@ def test_disk_settings_in_a_profile_are_checked():
         parse_profile({"nodes": ["a"], "hosts": [{"node": "a", "diskBytes": 2**24, "diskFilesystem": "btrfs"}]}, "p")
     with pytest.raises(ProfileError, match=r"diskBytes: xfs needs at least 300000000 bytes"):
         parse_profile({"nodes": ["a"], "hosts": [{"node": "a", "diskBytes": 2**24, "diskFilesystem": "xfs"}]}, "p")
+
+
+def test_a_killed_runs_loop_disk_is_cleaned_up():
+    """What `make local-cleanup` does for disks (netns.remove_leftovers passes its owner test): a lab disk whose
+    owner is gone is unmounted, detached and deleted; another owner's is left alone."""
+    dead = diskpath.LoopDisk.create("999999999-gone", 16 * 2**20, diskpath.DISK_DIR)
+    live = diskpath.LoopDisk.create(f"{os.getpid()}-live", 16 * 2**20, diskpath.DISK_DIR)
+    try:
+        assert {dead.device, live.device} <= {d for d, _ in diskpath.leftovers()}
+        removed = diskpath.clean_leftovers(lambda rest: rest.split("-")[0] == "999999999")
+        assert removed == [dead.device]
+        assert not dead.mount.exists() and not dead.image.exists()
+        assert os.path.ismount(live.mount)
+    finally:
+        dead.remove()
+        live.remove()

@@ -381,7 +381,7 @@ class Agent:
 
     async def list_filesets(self, request: web.Request) -> web.Response:
         storage = request.query.get("storage", "memory")
-        return web.json_response({"file_sets": self._filesets_of(storage).list(), "storage": storage})
+        return web.json_response({"file_sets": self._filesets_of(storage).list()})
 
     async def delete_fileset(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

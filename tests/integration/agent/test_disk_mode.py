@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,31 +20,32 @@ pytestmark = pytest.mark.integration
 SIZE = 3_000_017  # odd: the last block of each file is unaligned (written through the tail descriptor)
 
 
-@pytest.fixture
-def disk_dir() -> Iterator[Path]:
+def _real_disk_dir() -> Iterator[Path]:
     """A directory on the machine's real disk (not /tmp if that is tmpfs elsewhere: /var/tmp)."""
     d = Path(tempfile.mkdtemp(prefix="tpcmesh-disk-", dir="/var/tmp"))
     yield d
-    import shutil
-
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def disk_pair(agent_factory, disk_dir) -> tuple:
-    (disk_dir / "src").mkdir()
-    (disk_dir / "dst").mkdir()
-    src = agent_factory(disk_dir=disk_dir / "src", disk_reserve_bytes="1M")
-    dst = agent_factory(disk_dir=disk_dir / "dst", disk_reserve_bytes="1M")
-    return src, dst
+disk_dir = pytest.fixture(_real_disk_dir)
+pair_dir = pytest.fixture(scope="module")(_real_disk_dir)
+
+
+@pytest.fixture(scope="module")
+def disk_pair(module_agent_factory, pair_dir) -> tuple:
+    """Two agents whose disk paths are pair_dir/src and pair_dir/dst, shared by the module's tests (each test
+    uses sets of its own and leaves nothing in incoming/)."""
+    (pair_dir / "src").mkdir()
+    (pair_dir / "dst").mkdir()
+    return tuple(module_agent_factory(disk_dir=pair_dir / end, disk_reserve_bytes="1M") for end in ("src", "dst"))
 
 
 @pytest.mark.parametrize("streams", [1, 8])
-def test_builtin_disk_to_disk_writes_real_files_cold_and_checksummed(disk_pair, disk_dir, streams):
+def test_builtin_disk_to_disk_writes_real_files_cold_and_checksummed(disk_pair, pair_dir, streams):
     src, dst = disk_pair
     fs = src.file_set(count=3, size=SIZE, storage="disk")
     assert fs["storage"] == "disk"
-    files = disk_dir / "src" / "sets" / fs["name"]
+    files = pair_dir / "src" / "sets" / fs["name"]
     assert sorted(p.name for p in files.iterdir()) == sorted([f["name"] for f in fs["files"]] + [".manifest.json"])
     # the set was dropped from the page cache when prepared: the first test reads it from the device
     assert _resident_pages(files / fs["files"][0]["name"]) == 0
@@ -55,8 +57,8 @@ def test_builtin_disk_to_disk_writes_real_files_cold_and_checksummed(disk_pair, 
     check_record(rec, fs["files"], streams=streams, concurrency=3, destination="store")
     assert rec["storage"] == {"source": "disk", "destination": "disk", "direct_write": True, "fallback": None}
     # what it wrote is removed once the record is final; nothing outside its incoming/ was touched
-    assert list((disk_dir / "dst" / "incoming").iterdir()) == []
-    assert sorted(p.name for p in (disk_dir / "dst").iterdir()) == ["incoming", "sets"]
+    assert list((pair_dir / "dst" / "incoming").iterdir()) == []
+    assert sorted(p.name for p in (pair_dir / "dst").iterdir()) == ["incoming", "sets"]
 
 
 @pytest.mark.parametrize("storage", [{"source": "disk", "destination": "memory"},
@@ -100,8 +102,6 @@ def test_memory_backed_and_missing_disk_paths_are_refused_naming_node_and_path(a
         assert not (disk_dir / "absent").exists()  # a missing path is never created
         assert list(shm.iterdir()) == []
     finally:
-        import shutil
-
         shutil.rmtree(shm, ignore_errors=True)
 
 
@@ -144,7 +144,7 @@ def test_no_space_on_a_tiny_loop_device_is_refused_with_the_figures(agent_factor
     assert not disk.mount.exists() and not disk.image.exists()
 
 
-def test_storage_ceilings_from_fio(disk_pair, disk_dir):
+def test_storage_ceilings_from_fio(disk_pair, pair_dir):
     src, _ = disk_pair
     r = src.post("/api/v1/storage/ceilings", json={"concurrency": 2, "size": 8 * 2**20, "runtime_seconds": 10},
                  timeout=60)
@@ -153,8 +153,8 @@ def test_storage_ceilings_from_fio(disk_pair, disk_dir):
     assert got["write_bps"] > 1e6 and got["read_bps"] > 1e6
     assert (got["concurrency"], got["bytes_per_job"], got["block_bytes"], got["direct"]) == (2, 8 * 2**20, 2**20,
                                                                                              True)
-    assert got["fio_version"] and got["path"] == str(disk_dir / "src")
-    assert not (disk_dir / "src" / "fio").exists()  # fio's files are removed
+    assert got["fio_version"] and got["path"] == str(pair_dir / "src")
+    assert not (pair_dir / "src" / "fio").exists()  # fio's files are removed
     r = src.post("/api/v1/storage/ceilings", json={"concurrency": 0})
     assert r.status_code == 422 and "concurrency 0 is out of range (1..256)" in r.json()["error"]
 

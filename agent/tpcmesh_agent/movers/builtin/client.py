@@ -8,6 +8,7 @@ import errno
 import fcntl
 import logging
 import os
+import queue
 import re
 import socket
 import ssl
@@ -333,36 +334,62 @@ def _receive(sock: socket.socket, fd: int | None, offset: int, length: int, rest
 
 def _receive_direct(sock: socket.socket, out: DirectFile, offset: int, length: int, rest: bytes, counter: Counter,
                     registry: SocketRegistry, host: str, port: int, idle_timeout: float, what: str) -> int:
-    """Disk mode: the body into an aligned buffer (no splice: O_DIRECT wants aligned user memory), written to
-    ``out`` a full chunk at a time so each write is aligned (the range starts aligned: split_ranges(align=))."""
-    buf = aligned_buffer(CHUNK)
-    view = memoryview(buf)
+    """Disk mode: the body into aligned buffers (no splice: O_DIRECT wants aligned user memory), each full chunk
+    written to ``out`` by a writer thread while the next one is received (two buffers: receiving and writing
+    overlap, as splice's page cache let them). Writes stay aligned (the range starts aligned: split_ranges(align=))."""
+    bufs = [aligned_buffer(CHUNK) for _ in range(2)]
+    views = [memoryview(b) for b in bufs]
+    full: queue.Queue[tuple[int, int, int] | None] = queue.Queue(maxsize=1)
+    free: queue.Queue[int] = queue.Queue()
+    failed: list[Exception] = []
+
+    def writer() -> None:
+        while (item := full.get()) is not None:
+            i, n, at = item
+            try:
+                if not failed:
+                    out.write_at(at, views[i][:n])
+            except Exception as e:  # raised to the receiving thread at its next chunk (never a stuck writer)
+                failed.append(e)
+            free.put(i)
+
+    thread = threading.Thread(target=writer, name="direct-writer", daemon=True)
+    thread.start()
     rest = rest[:length]
-    view[:len(rest)] = rest
-    fill, got, pos = len(rest), len(rest), offset
+    i, fill, got, pos = 0, len(rest), len(rest), offset
+    free.put(1)
+    views[0][:fill] = rest
     counter.add(len(rest))
     try:
         while True:
-            if fill == CHUNK or (got == length and fill):
-                out.write_at(pos, view[:fill])
+            if fill and (fill == CHUNK or got >= length):
+                full.put((i, fill, pos))
                 pos += fill
                 fill = 0
+                i = free.get()
+                if failed:
+                    raise failed[0]
             if got >= length:
                 break
             try:
-                n = sock.recv_into(view[fill:], min(CHUNK - fill, length - got))
+                n = sock.recv_into(views[i][fill:], min(CHUNK - fill, length - got))
             except OSError as e:
                 _raise_blocking(e, host, port, idle_timeout, registry)
             if n == 0:
                 if fill:
-                    out.write_at(pos, view[:fill])
+                    full.put((i, fill, pos))
                 break
             fill += n
             got += n
             counter.add(n)
     finally:
-        view.release()
-        buf.close()
+        full.put(None)
+        thread.join()
+        for v, b in zip(views, bufs, strict=True):
+            v.release()
+            b.close()
+    if failed:
+        raise failed[0]
     if got < length:
         if registry.cancelled:
             raise Cancelled(registry.reason)

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 disable_created_metrics()  # no *_created series: they double the scrape for nothing
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+FAMILIES = {4: "ipv4", 6: "ipv6"}  # a summary's family -> the `family` label (the operator's names)
 
 
 class _ServersCollector(Collector):
@@ -37,30 +38,32 @@ class _LossCollector(Collector):
         if probe is None:
             return
         sent = CounterMetricFamily("tpcmesh_agent_loss_packets_sent", "Test packets sent to a peer (finished "
-                                   "periods)", labels=["peer"])
+                                   "periods)", labels=["peer", "family"])
         lost = CounterMetricFamily("tpcmesh_agent_loss_packets_lost", "Test packets to a peer without a reply "
-                                   "(round trip)", labels=["peer"])
-        for peer, t in sorted(probe.totals.items()):
-            sent.add_metric([peer], t["sent"])
-            lost.add_metric([peer], t["lost"])
+                                   "(round trip)", labels=["peer", "family"])
+        for (peer, family), t in sorted(probe.totals.items()):
+            sent.add_metric([peer, FAMILIES[family]], t["sent"])
+            lost.add_metric([peer, FAMILIES[family]], t["lost"])
         ratio = GaugeMetricFamily("tpcmesh_agent_loss_ratio", "Round-trip loss of the last period (0-1)",
-                                  labels=["peer"])
+                                  labels=["peer", "family"])
         rtt = GaugeMetricFamily("tpcmesh_agent_loss_rtt_seconds", "RTT of the last period's test packets",
-                                labels=["peer", "statistic"])
+                                labels=["peer", "family", "statistic"])
         jitter = GaugeMetricFamily("tpcmesh_agent_loss_ipdv_seconds", "Median |IPDV| (RFC 3393) of the last "
-                                   "period", labels=["peer", "direction"])
+                                   "period", labels=["peer", "family", "direction"])
         one_way = GaugeMetricFamily("tpcmesh_agent_loss_one_way_delay_seconds", "Median one-way delay of the last "
-                                    "period, only while both clocks are synchronised", labels=["peer", "direction"])
-        for peer, r in sorted(probe.latest.items()):
+                                    "period, only while both clocks are synchronised",
+                                    labels=["peer", "family", "direction"])
+        for (peer, number), r in sorted(probe.latest.items()):
+            family = FAMILIES[number]
             if r["sent"]:
-                ratio.add_metric([peer], r["lost"] / r["sent"])
+                ratio.add_metric([peer, family], r["lost"] / r["sent"])
             for stat, value in (r["rtt_ms"] or {}).items():
-                rtt.add_metric([peer, stat], value / 1000)
+                rtt.add_metric([peer, family, stat], value / 1000)
             for direction in ("forward", "backward"):
                 if r["ipdv_ms"][direction]:
-                    jitter.add_metric([peer, direction], r["ipdv_ms"][direction]["median_abs"] / 1000)
+                    jitter.add_metric([peer, family, direction], r["ipdv_ms"][direction]["median_abs"] / 1000)
                 if r["one_way_ms"]["trusted"] and r["one_way_ms"][direction]:
-                    one_way.add_metric([peer, direction], r["one_way_ms"][direction]["median"] / 1000)
+                    one_way.add_metric([peer, family, direction], r["one_way_ms"][direction]["median"] / 1000)
         dropped = CounterMetricFamily("tpcmesh_agent_loss_reflector_dropped", "Packets the reflector did not "
                                       "answer, by reason", labels=["reason"])
         for reason in ("not_allowed", "malformed", "too_short"):

@@ -88,6 +88,7 @@ class Lab:
     host_device: str | None = None  # the root namespace's TUN device (netns mode)
     emulated: bool = False
     reason: str = ""
+    cgroup_root: Path | None = None  # the CPU hierarchy where the nodes' agents see it (hostlimits.cgroup_view)
     _processes: list[tuple[subprocess.Popen, bool, str]] = field(default_factory=list)
     _delayline: subprocess.Popen | None = None
     _tmp: Path | None = None
@@ -244,6 +245,9 @@ class Lab:
                     + ([f"disk write {spec.disk_write_mbps or '-'} MB/s, read {spec.disk_read_mbps or '-'} MB/s "
                         f"(cgroup v{node.io_group.hierarchy.version})"] if node.io_group else [])
                     + ([f"{spec.cpu_hogs} busy processes beside it"] if spec.cpu_hogs else [])))
+            if node.cpu_group is not None and self.cgroup_root is None:
+                self.cgroup_root, remove = hostlimits.cgroup_view(node.cpu_group.hierarchy)
+                self.add_cleanup(remove)
             for _ in range(spec.cpu_hogs):
                 self.popen(node, [sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)

@@ -24,6 +24,7 @@ class Settings:
     agent_token_file: str = "/var/run/tpcmesh/agent-token/token"
     ca_file: str = "/var/run/tpcmesh/ca/ca.crt"
     timer_interval: float = 30.0  # seconds between schedule checks
+    loss_probe_interval: float = 30.0  # seconds between the loss probe's passes (spec.lossProbe: configure, collect)
     poll_interval: float = 2.0  # seconds between polls of a running test
     unreachable_grace: float = 30.0
     delivery_max_seconds: float = 60.0
@@ -68,8 +69,9 @@ class Settings:
             except ValueError:
                 raise SettingsError(f"{key}: expected a {f.type}, got {raw!r}") from None
         s = cls(**values)  # type: ignore[arg-type]
-        if s.timer_interval <= 0 or s.poll_interval <= 0:
-            raise SettingsError("TPCMESH_OPERATOR_TIMER_INTERVAL and _POLL_INTERVAL must be positive")
+        if s.timer_interval <= 0 or s.poll_interval <= 0 or s.loss_probe_interval <= 0:
+            raise SettingsError("TPCMESH_OPERATOR_TIMER_INTERVAL, _POLL_INTERVAL and _LOSS_PROBE_INTERVAL must be "
+                                "positive")
         if not 0 < s.status_budget_bytes < MAX_STATUS_BYTES:
             raise SettingsError(f"TPCMESH_OPERATOR_STATUS_BUDGET_BYTES: {s.status_budget_bytes} must be positive and "
                                 f"below {MAX_STATUS_BYTES}, where a status starts to lose its per-file details")

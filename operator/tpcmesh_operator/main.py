@@ -19,6 +19,7 @@ from .external import cleanup as external_cleanup
 from .kube import BENCHMARKS, GROUP, RUNS, VERSION
 from .plan.spec import BenchmarkSpec
 from .run import driver as rundriver
+from .run import lossprobe
 
 # Read once for what kopf fixes at import (timer interval) and at start-up; handlers read Settings.from_env() when
 # they run, so several operators started in one process (the tests' KopfRunner) each get their own environment.
@@ -169,6 +170,60 @@ async def benchmark_timer(body: kopf.Body, name: str, namespace: str, patch: kop
                                           lambda m: kopf.adopt(m, owner=body), event, agents,
                                           [n for n in Settings.from_env().namespaces.split(",") if n])
     patch.status.update(out)
+
+
+def _probing(spec: kopf.Spec, **_: Any) -> bool:
+    return bool((spec.get("lossProbe") or {}).get("enabled"))
+
+
+def _benchmark_events(body: kopf.Body) -> rundriver.EventFn:
+    def event(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message[:1000])
+    return event
+
+
+# spec.lossProbe: every benchmark with the probe on, in memory (kopf fills it before any handler runs), so a pass
+# merges the probes of every benchmark that shares an agent.
+@kopf.index(GROUP, VERSION, BENCHMARKS, when=_probing)  # type: ignore[arg-type]
+def loss_probes(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(namespace, name): dict(spec)}
+
+
+def _probing_benchmarks(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> list[lossprobe.Benchmark]:
+    return [lossprobe.Benchmark(ns, name, spec) for (ns, name), store in index.items() for spec in store]
+
+
+@kopf.timer(GROUP, VERSION, BENCHMARKS, interval=SETTINGS.loss_probe_interval, initial_delay=2.0,  # type: ignore[arg-type]
+            idle=None, when=_probing)
+async def loss_probe_timer(body: kopf.Body, spec: kopf.Spec, name: str, namespace: str, patch: kopf.Patch,
+                           loss_probes: kopf.Index[tuple[str, str], dict[str, Any]], **_: Any) -> None:
+    patch.status["lossProbe"] = await lossprobe.kube_pass(
+        lossprobe.Benchmark(namespace, name, dict(spec)), _probing_benchmarks(loss_probes), Settings.from_env(),
+        _benchmark_events(body))
+
+
+async def _release_loss_probe(body: kopf.Body, spec: kopf.Spec, name: str, namespace: str,
+                              index: kopf.Index[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    return await lossprobe.kube_pass(lossprobe.Benchmark(namespace, name, dict(spec)), _probing_benchmarks(index),
+                                     Settings.from_env(), _benchmark_events(body), release=True)
+
+
+def _not_probing(spec: kopf.Spec, **_: Any) -> bool:
+    return not _probing(spec)
+
+
+# Turned off (enabled false, or lossProbe removed): its agents keep only the other benchmarks' probes, if any.
+@kopf.on.update(GROUP, VERSION, BENCHMARKS, field="spec.lossProbe.enabled", old=True,  # type: ignore[arg-type]
+                when=_not_probing)
+async def loss_probe_disabled(body: kopf.Body, spec: kopf.Spec, name: str, namespace: str, patch: kopf.Patch,
+                              loss_probes: kopf.Index[tuple[str, str], dict[str, Any]], **_: Any) -> None:
+    patch.status["lossProbe"] = await _release_loss_probe(body, spec, name, namespace, loss_probes)
+
+
+@kopf.on.delete(GROUP, VERSION, BENCHMARKS, when=_probing)  # type: ignore[arg-type]
+async def loss_probe_deleted(body: kopf.Body, spec: kopf.Spec, name: str, namespace: str,
+                             loss_probes: kopf.Index[tuple[str, str], dict[str, Any]], **_: Any) -> None:
+    await _release_loss_probe(body, spec, name, namespace, loss_probes)
 
 
 def _has_uploads(spec: kopf.Spec, **_: Any) -> bool:

@@ -28,7 +28,6 @@ LAST_RTT = Gauge("tpcmesh_operator_last_rtt_seconds", "Latest median RTT of a pa
 UNDELIVERED = Gauge("tpcmesh_operator_undelivered_measurements", "Measurements not yet acknowledged by the dashboard")
 REJECTED = Counter("tpcmesh_operator_rejected_measurements_total",
                    "Measurements the dashboard refused (kept in status.rejected and logged in full)", ["protocol"])
-
 _undelivered: dict[str, int] = {}
 
 

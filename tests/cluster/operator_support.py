@@ -74,14 +74,15 @@ def wait_for(what: str, fn, timeout: float = 60.0, interval: float = 0.3):
 
 
 def agent_pods(control_plane, agent_factory, tmp_path):
-    """The body of a test module's `agent_pods` fixture: `start(namespace, n, **agent settings)` starts n real
-    agents (shared token: `start.token_file`), each with a fake Node and a Ready Pod, and returns their handles."""
+    """The body of a test module's `agent_pods` fixture: `start(namespace, n, pod_annotations, **agent settings)`
+    starts n real agents (shared token: `start.token_file`), each with a fake Node and a Ready Pod, and returns their
+    handles."""
     api = control_plane.client()
     core = client.CoreV1Api(api)
     token_file = tmp_path / "agent-token"
     token_file.write_text(f"tok-{uuid.uuid4().hex}\n")
 
-    def start(namespace: str, n: int, **settings) -> list:
+    def start(namespace: str, n: int, pod_annotations: dict[str, str] | None = None, **settings) -> list:
         ensure_namespace(api, namespace)
         handles = []
         for _ in range(n):
@@ -89,7 +90,7 @@ def agent_pods(control_plane, agent_factory, tmp_path):
             node = f"{namespace}-{h.address.replace('.', '-')}"
             control_plane.create_node(node, h.address, {"tpcmesh.io/site": f"site-{len(handles)}"})
             core.create_namespaced_pod(namespace, {
-                "metadata": {"name": f"agent-{node}", "labels": AGENT_LABELS},
+                "metadata": {"name": f"agent-{node}", "labels": AGENT_LABELS, "annotations": pod_annotations or {}},
                 "spec": {"nodeName": node, "hostNetwork": True, "automountServiceAccountToken": False,
                          "containers": [{"name": "agent", "image": "example.invalid/tpcmesh-agent:0"}]}})
             h.node = node

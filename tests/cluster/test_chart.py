@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -89,9 +90,10 @@ def test_defaults_render_the_agent_daemonset_as_specified():
     assert pod["nodeSelector"] == {"tpcmesh.io/fast-network": "true"}
     agent = next(c for c in pod["containers"] if c["name"] == "agent")
     assert agent["command"] == ["tpcmesh-agent"]
-    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
-    assert ports == {"api": 9443, "metrics": 9464, "builtin": 9080, "xrootd-root": 1094, "xrootd-https": 8444,
-                     "gridftp": 2811, "iperf3": 5201}
+    ports = {p["name"]: (p["containerPort"], p["protocol"]) for p in agent["ports"]}
+    assert ports == {"api": (9443, "TCP"), "metrics": (9464, "TCP"), "builtin": (9080, "TCP"),
+                     "xrootd-root": (1094, "TCP"), "xrootd-https": (8444, "TCP"), "gridftp": (2811, "TCP"),
+                     "iperf3": (5201, "TCP"), "loss-probe": (863, "UDP")}
     data = next(v for v in pod["volumes"] if v["name"] == "data")
     # 2 x 11 x 1 GB + 1 GB headroom; the memory limit must hold the memory-backed volume.
     assert data["emptyDir"] == {"medium": "Memory", "sizeLimit": "23000000000"}
@@ -122,10 +124,22 @@ def test_agents_are_dual_stack_from_the_node_addresses_unless_turned_off():
     containers = dual["spec"]["initContainers"][:1] + dual["spec"]["containers"]
     assert [c["name"] for c in containers] == ["certificate", "agent", "certificate-renewer"]
     assert all(pod_ips(c) == {"fieldRef": {"fieldPath": "status.podIPs"}} for c in containers)
-    assert dual["metadata"]["annotations"] == {"tpcmesh.io/dual-stack": "true"}
+    assert dual["metadata"]["annotations"]["tpcmesh.io/dual-stack"] == "true"
     single = agent_pod(CHART / "ci" / "single-stack-values.yaml")
     assert all(pod_ips(c) is None for c in single["spec"]["initContainers"] + single["spec"]["containers"])
     assert "tpcmesh.io/dual-stack" not in (single["metadata"].get("annotations") or {})
+
+
+def test_agents_mark_their_cpu_shared_only_when_asked(tmp_path):
+    """agent.hostCpuShared (make cluster: every node on one machine's cores) reaches the agent; off by default."""
+    def agent_env(values: Path | None) -> dict:
+        ds = next(d for d in render(values, "tpcmesh") if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+        return _env(next(c for c in ds["containers"] if c["name"] == "agent"))
+
+    assert "TPCMESH_AGENT_HOST_CPU_SHARED" not in agent_env(None)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("agent:\n  hostCpuShared: true\n")
+    assert agent_env(shared)["TPCMESH_AGENT_HOST_CPU_SHARED"] == "true"
 
 
 # Every API call the operator makes, (apiGroup, resource, verb, resourceName or None) -> where. The chart's RBAC
@@ -398,6 +412,35 @@ def test_install_runs_one_agent_per_fast_node_and_rbac_is_least_privilege(contro
     finally:
         control_plane.helm("uninstall", "tpc", "--namespace", ns, check=False)
         control_plane.delete_nodes()
+
+
+def test_the_operator_reads_the_agents_ports_from_the_pods(tmp_path):
+    """Every port the operator reaches an agent on (run/agents.py DEFAULT_PORTS, its names) comes from the chart's
+    values through the pod's tpcmesh.io/ports annotation; the loss probe's UDP port is in the agents' env and their
+    NetworkPolicy, and agent.ports.loss 0 turns it off."""
+    from tpcmesh_operator.kube import PORTS_ANNOTATION
+    from tpcmesh_operator.run.agents import DEFAULT_PORTS
+
+    values = tmp_path / "values.yaml"
+    values.write_text("agent: {ports: {loss: 8863, api: 9444}}\nnetworkPolicy: {enabled: true, lossProbeFrom: "
+                      "[{ipBlock: {cidr: 192.0.2.9/32}}]}\n")
+    docs = render(values, "tpcmesh")
+    pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]
+    ports = json.loads(pod["metadata"]["annotations"][PORTS_ANNOTATION])
+    assert set(ports) == set(DEFAULT_PORTS) and ports["loss"] == 8863 and ports["control"] == 9444
+    assert _env(pod["spec"]["containers"][0])["TPCMESH_AGENT_LOSS_PORT"] == "8863"
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-agent"))
+    udp = [rule for rule in policy["spec"]["ingress"] if rule["ports"] == [{"port": 8863, "protocol": "UDP"}]]
+    assert len(udp) == 1 and udp[0]["from"][1] == {"ipBlock": {"cidr": "192.0.2.9/32"}}
+    assert udp[0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "agent"
+    values.write_text("agent: {ports: {loss: 0}}\nnetworkPolicy: {enabled: true}\nmetrics: {prometheusRule: "
+                      "{enabled: true}}\n")
+    docs = render(values, "tpcmesh")
+    agent = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    assert "loss-probe" not in {p["name"] for p in agent["ports"]}
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-agent"))
+    assert not any(p["protocol"] == "UDP" for rule in policy["spec"]["ingress"] for p in rule["ports"])
+    assert not any(d["kind"] == "PrometheusRule" and d["metadata"]["name"].endswith("-agent") for d in docs)
 
 
 def test_problem_alerts_cover_every_rule_of_the_dashboard(tmp_path):

@@ -71,6 +71,12 @@ BAD = [
     ({"thresholds": {"goodRttMs": 100, "warnRttMs": 50}}, "spec.thresholds.goodRttMs must be at most"),
     ({"thresholds": {"warnGbps": -1}}, "spec.thresholds.warnGbps: Invalid value: -1"),
     ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs in body must be of type number"),
+    ({"thresholds": {"efficiency": {"warning": 0.5, "critical": 0.7}}},
+     "spec.thresholds.efficiency.warning must be above spec.thresholds.efficiency.critical"),
+    ({"thresholds": {"efficiency": {"critical": 0.9}}},  # the default warning is 0.8
+     "spec.thresholds.efficiency.warning must be above spec.thresholds.efficiency.critical"),
+    ({"thresholds": {"efficiency": {"warning": 0}}}, "spec.thresholds.efficiency.warning: Invalid value: 0"),
+    ({"thresholds": {"efficiency": {"critical": 1.5}}}, "spec.thresholds.efficiency.critical: Invalid value: 1.5"),
     ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol: Unsupported value"),
     ({"iperf3": {"durationSeconds": 0}}, "spec.iperf3.durationSeconds"),
     ({"timeoutSeconds": 10}, "spec.iperf3.durationSeconds must be shorter than spec.timeoutSeconds"),  # loopback
@@ -94,7 +100,25 @@ BAD = [
     ({"optimize": True, "optimizeBounds": {"streamsMax": 0}}, "spec.optimizeBounds.streamsMax"),
     ({"optimize": True, "fileSet": {"count": 4, "size": "1MB"}, "optimizeBounds": {"concurrencyMax": 8}},
      "spec.optimizeBounds.concurrencyMax: more files at once than the file set has"),
+    ({"lossProbe": {"enabled": True, "ratePps": 0}}, "spec.lossProbe.ratePps must be at least 0.1"),
+    ({"lossProbe": {"ratePps": 0.05}}, "spec.lossProbe.ratePps"),
+    ({"lossProbe": {"maxClockErrorMs": 0}}, "spec.lossProbe.maxClockErrorMs must be at least 0.001"),
+    ({"lossProbe": {"paddingBytes": 26}}, "spec.lossProbe.paddingBytes"),
+    ({"lossProbe": {"periodSeconds": 5}}, "spec.lossProbe.periodSeconds"),
+    ({"lossProbe": {"externalReflectors": [{"name": "ps", "address": "ps.example.org"}]}},
+     "spec.lossProbe.externalReflectors[].address must be an IPv4 or IPv6 address"),
+    ({"lossProbe": {"allowedSenders": ["192.0.2.300"]}},
+     "spec.lossProbe.allowedSenders[] must be an IPv4 or IPv6 address"),
 ]
+
+
+def test_loss_probe_defaults_are_applied(api) -> None:
+    api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb("loss", {"lossProbe": {
+        "enabled": True, "externalReflectors": [{"name": "ps", "address": "2001:db8::5"}]}}))
+    spec = api.get_namespaced_custom_object(G, V, NS, "transferbenchmarks", "loss")["spec"]
+    assert spec["lossProbe"] == {"enabled": True, "ratePps": 10, "paddingBytes": 27, "dscp": 0, "periodSeconds": 60,
+                                 "maxClockErrorMs": 1,
+                                 "externalReflectors": [{"name": "ps", "address": "2001:db8::5", "port": 863}]}
 
 
 @pytest.mark.parametrize("spec,message", BAD, ids=[m[:40] for _, m in BAD])
@@ -103,6 +127,13 @@ def test_malformed_benchmarks_are_rejected_naming_the_field(api, spec, message) 
         api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb("bad", spec))
     assert e.value.status == 422, e.value.body
     assert message in e.value.body, e.value.body
+
+
+def test_efficiency_thresholds_in_range_are_accepted_as_given(api) -> None:
+    """Server-side dry run: valid bounds pass the CEL rule and are kept as given (no defaults written in)."""
+    body = tb("efficiency", {"thresholds": {"efficiency": {"warning": 0.9, "critical": 0.6}}})
+    got = api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", body, dry_run="All")
+    assert got["spec"]["thresholds"]["efficiency"] == {"warning": 0.9, "critical": 0.6}
 
 
 @pytest.mark.parametrize("schedule", ["@every 90s", "1h30m", "1w2d", "@daily", "*/5 * * * *", "0 0 1 1 *"])

@@ -16,7 +16,8 @@ from tests.support.paths import REPO
 
 CHART = REPO / "charts" / "tpcmesh"
 CASES = REPO / "tests" / "promtool" / "tpcmesh-alerts.test.yaml"
-RULE_TEMPLATES = ["templates/operator-prometheusrule.yaml", "templates/dashboard-prometheusrule.yaml"]
+RULE_TEMPLATES = ["templates/operator-prometheusrule.yaml", "templates/dashboard-prometheusrule.yaml",
+                  "templates/agent-prometheusrule.yaml"]
 
 
 def promtool() -> str:
@@ -79,14 +80,15 @@ def test_every_rule_has_a_case_that_fires(groups):
     cases = yaml.safe_load(CASES.read_text())["tests"]
     firing = {t["alertname"] for c in cases for t in c.get("alert_rule_test", []) if t.get("exp_alerts")}
     names = alert_names(groups)
-    assert len(names) == 8 and len(set(names)) == len(names), names
+    assert len(names) == 11 and len(set(names)) == len(names), names
     assert set(names) == firing, f"no case fires these rules: {sorted(set(names) - firing)}; " \
                                  f"cases of no rule: {sorted(firing - set(names))}"
 
 
 @pytest.mark.parametrize("alert", ["TpcmeshPairBelowCritical", "TpcmeshRunFailed", "TpcmeshResultsUndelivered",
                                    "TpcmeshProblemNode", "TpcmeshProblemSitePair", "TpcmeshProblemOneDirection",
-                                   "TpcmeshProblemSilent", "TpcmeshProblemTuning"])
+                                   "TpcmeshProblemSilent", "TpcmeshProblemTuning", "TpcmeshPairLoss",
+                                   "TpcmeshLossProbeDown", "TpcmeshLossSummariesPiling"])
 def test_a_broken_rule_fails_its_case(groups, tmp_path, alert):
     broken = [{**g, "rules": [{**r, "expr": f"({r['expr']}) and on () vector(0) > 0"} if r.get("alert") == alert
                               else r for r in g["rules"]]} for g in groups]
@@ -99,3 +101,9 @@ def test_the_threshold_comes_from_the_values(tmp_path):
     """criticalBitsPerSecond below the case's 500 Mbit/s pair: its case no longer fires."""
     out = run_cases(rendered_groups("metrics.prometheusRule.criticalBitsPerSecond=100000000"), tmp_path)
     assert out.returncode != 0 and "alertname: TpcmeshPairBelowCritical," in out.stdout + out.stderr, out.stdout
+
+
+def test_the_loss_bound_comes_from_the_values(tmp_path):
+    """lossRatio above the case's 0.17 % pair (1: --set takes integers only): its case no longer fires."""
+    out = run_cases(rendered_groups("metrics.prometheusRule.lossRatio=1"), tmp_path)
+    assert out.returncode != 0 and "alertname: TpcmeshPairLoss," in out.stdout + out.stderr, out.stdout

@@ -112,17 +112,20 @@ class LossProbe:
         self._extra = on_summary
         self.sender = Sender(self.addresses, self.config, self._summary, node=node, clock=clock)
         self.error: str | None = None
-        self.totals: dict[str, dict[str, int]] = {}  # peer -> packets sent and lost, over every finished period
-        self.latest: dict[str, dict] = {}  # peer -> its last summary
+        # (peer, family) -> packets sent and lost over every finished period, and its last summary: a dual-stack
+        # peer has one name and a stream per family
+        self.totals: dict[tuple[str, int], dict[str, int]] = {}
+        self.latest: dict[tuple[str, int], dict] = {}
 
     def is_allowed(self, address: str) -> bool:
         return address in self._allowed
 
     def _summary(self, record: dict) -> None:
-        totals = self.totals.setdefault(record["peer"], {"sent": 0, "lost": 0})
+        key = (record["peer"], record["family"])
+        totals = self.totals.setdefault(key, {"sent": 0, "lost": 0})
         totals["sent"] += record["sent"]
         totals["lost"] += record["lost"]
-        self.latest[record["peer"]] = record
+        self.latest[key] = record
         self.outbox.put(record)
         if self._extra is not None:
             self._extra(record)

@@ -7,5 +7,6 @@
 - ``siterounds``: site-exclusive rounds, an edge colouring of the site multigraph;
 - ``optimizer``: spec.optimize, each link's streams x files from the dashboard's advice (the question is asked
   through a function the executor gives it);
-- ``maintenance``: the nodes and pairs a run leaves out.
+- ``maintenance``: the nodes and pairs a run leaves out;
+- ``lossprobe``: spec.lossProbe, each agent's peers and the merge of several benchmarks' probes on one agent.
 """

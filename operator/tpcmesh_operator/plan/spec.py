@@ -16,6 +16,8 @@ from typing import Any
 
 from ..external.endpoints import ExternalEndpoint, parse_external_endpoints
 from ..protocols import PROTOCOLS, TPC_PROTOCOLS
+from . import lossprobe
+from .lossprobe import LossProbe, parse_loss_probe
 from .schedule import parse_schedule
 from .specerror import SpecError
 
@@ -45,6 +47,8 @@ DEFAULT_IPERF3_SECONDS = 10  # iperf3's own default -t
 MAX_IPERF3_SECONDS = 300
 # The grid's colours (the dashboard reads exactly these keys from the ingest batch's benchmark.thresholds).
 DEFAULT_THRESHOLDS: Mapping[str, float] = {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
+# thresholds.efficiency (passed on only when given): shares of the pair's path capacity, warning above critical
+DEFAULT_EFFICIENCY: Mapping[str, float] = {"warning": 0.8, "critical": 0.5}
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKMGT]i?B?|B)?\s*$")
 _UNITS = {
@@ -169,13 +173,14 @@ class BenchmarkSpec:
     repeats: int = 1  # each transfer setting measured this many times per run (the RTT probe once)
     # spec.optimize: each link's streams x files for the file movers come from the dashboard's advice (None: off)
     optimize: Optimize | None = None
-    thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    thresholds: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
     round_policy: str = "nodeExclusive"  # what may not share a round: plan/planner.py
     site_label: str = DEFAULT_SITE_LABEL
     auth: str = ""  # AUTH_MODES, or "" for the operator's default (token when it runs an issuer)
     external_endpoints: tuple[ExternalEndpoint, ...] = ()  # storage outside the mesh: external/endpoints.py
+    loss_probe: LossProbe = field(default_factory=LossProbe)  # the always-on TWAMP-light mesh: plan/lossprobe.py
     successful_runs_history_limit: int = 3
     failed_runs_history_limit: int = 1
 
@@ -216,13 +221,35 @@ def _labels(v: Any, path: str) -> dict[str, str]:
     return dict(labels)
 
 
-def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
-    """{goodGbps, warnGbps, goodRttMs, warnRttMs}: numbers >= 0 (defaults for the missing ones), good >= warn for
-    throughput and good <= warn for RTT; the CRD checks the same."""
-    unknown = sorted(set(d) - set(DEFAULT_THRESHOLDS))
+def _efficiency(d: Mapping[str, Any], path: str) -> dict[str, float]:
+    """{warning, critical}: numbers in (0, 1] (defaults for the missing ones), warning above critical; the CRD
+    checks the same."""
+    unknown = sorted(set(d) - set(DEFAULT_EFFICIENCY))
     if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(DEFAULT_THRESHOLDS)})")
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(DEFAULT_EFFICIENCY)})")
     out: dict[str, float] = {}
+    for key, default in DEFAULT_EFFICIENCY.items():
+        v = _get(d, key, path, (int, float), default)
+        if not 0 < v <= 1:
+            raise SpecError(f"{path}.{key}", f"must be above 0 and at most 1 (a share of the pair's path "
+                                             f"capacity), got {v}")
+        out[key] = v
+    if out["warning"] <= out["critical"]:
+        key = "warning" if "warning" in d else "critical"
+        raise SpecError(f"{path}.{key}", f"{path}.warning must be above {path}.critical ({out['warning']} <= "
+                                         f"{out['critical']})")
+    return out
+
+
+def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """{goodGbps, warnGbps, goodRttMs, warnRttMs}: numbers >= 0 (defaults for the missing ones), good >= warn for
+    throughput and good <= warn for RTT; efficiency: {warning, critical} when given (_efficiency). The CRD checks
+    the same."""
+    known = (*DEFAULT_THRESHOLDS, "efficiency")
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
+    out: dict[str, Any] = {}
     for key, default in DEFAULT_THRESHOLDS.items():
         v = _get(d, key, path, (int, float), default)
         if v < 0:
@@ -234,6 +261,8 @@ def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
     if out["goodRttMs"] > out["warnRttMs"]:
         raise SpecError(f"{path}.goodRttMs", f"must be at most {path}.warnRttMs ({out['goodRttMs']} > "
                                              f"{out['warnRttMs']})")
+    if d.get("efficiency") is not None:
+        out["efficiency"] = _efficiency(_get(d, "efficiency", path, dict, {}), f"{path}.efficiency")
     return out
 
 
@@ -256,7 +285,7 @@ SPEC_FIELDS = tuple(sorted((
     "schedule", "suspend", "agentSelector", "nodeSelector", "pairs", "protocols", "latency", "loopback", "iperf3",
     "streams", "tcp", "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds",
     "results", "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy",
-    "siteLabel", "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds",
+    "siteLabel", "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds", "lossProbe",
 )))
 
 
@@ -324,6 +353,7 @@ def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
         auth=auth,
         external_endpoints=parse_external_endpoints(d.get("externalEndpoints"), f"{path}.externalEndpoints",
                                                     tuple(protocols)),
+        loss_probe=parse_loss_probe(d.get("lossProbe"), f"{path}.lossProbe"),
         successful_runs_history_limit=_int(d, "successfulRunsHistoryLimit", path, 3, 0, 100),
         failed_runs_history_limit=_int(d, "failedRunsHistoryLimit", path, 1, 0, 100),
     )
@@ -553,6 +583,8 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
     }
     if s.external_endpoints:
         out["externalEndpoints"] = [e.to_dict() for e in s.external_endpoints]
+    if s.loss_probe != LossProbe():
+        out["lossProbe"] = lossprobe.to_dict(s.loss_probe)
     if s.optimize is not None:
         o = s.optimize
         out["optimize"] = True

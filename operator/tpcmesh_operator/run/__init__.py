@@ -9,4 +9,6 @@
 - ``measurements``, ``batch``: the contract's rows and ingest batches (pure); ``delivery``: posting them.
 - ``hosttelemetry``: the source agent's host summary added to a measurement after its test.
 - ``meshhealth``: the MeshHealthy condition of a finished run, from the dashboard's open problems.
+- ``lossprobe``: spec.lossProbe kept running between runs: the agents' loss-probe configuration, their summaries
+  collected into the dashboard.
 """

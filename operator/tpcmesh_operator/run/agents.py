@@ -19,7 +19,8 @@ import httpx
 from .. import protocols
 from .httpclient import OwnsHttpClient
 
-DEFAULT_PORTS: Mapping[str, int] = {"control": 9443, "metrics": 9464, **protocols.DEFAULT_PORTS}
+# "loss": the agent's TWAMP-light UDP port (its loss_port; RFC 8545's 863), which peers probe
+DEFAULT_PORTS: Mapping[str, int] = {"control": 9443, "metrics": 9464, "loss": 863, **protocols.DEFAULT_PORTS}
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,9 @@ class Agent:
         return cls(node=d["node"], address=d["address"], ports=dict(d.get("ports") or DEFAULT_PORTS),
                    labels=dict(d.get("labels") or {}), name=d.get("name"), scheme=d.get("scheme", "https"),
                    annotations=dict(d.get("annotations") or {}), address6=d.get("address6"))
+
+
+LOSS_TIMEOUT = 15.0  # the loss probe's calls are small: a pass over many agents must not wait 30 s on one
 
 
 class AgentError(Exception):
@@ -170,3 +174,20 @@ class AgentsClient(OwnsHttpClient):
     async def probe_path(self, agent: Agent, host: str) -> dict[str, Any]:
         """The agent traces its path to ``host`` (tracepath; up to a minute when hops do not answer)."""
         return await self._call(agent, "POST", "/api/v1/probes/path", {"host": host}, timeout=90.0)
+
+    async def loss_status(self, agent: Agent) -> dict[str, Any]:
+        """GET /api/v1/loss: {running, error, config, ...} of the agent's loss probe."""
+        return await self._call(agent, "GET", "/api/v1/loss", timeout=LOSS_TIMEOUT)
+
+    async def configure_loss(self, agent: Agent, config: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT /api/v1/loss/config: the whole loss-probe configuration (it replaces the last one)."""
+        return await self._call(agent, "PUT", "/api/v1/loss/config", dict(config), timeout=LOSS_TIMEOUT)
+
+    async def loss_summaries(self, agent: Agent, limit: int) -> dict[str, Any]:
+        """GET /api/v1/loss/summaries: the oldest unacknowledged summaries (the same again until acknowledged)."""
+        return await self._call(agent, "GET", f"/api/v1/loss/summaries?limit={int(limit)}", timeout=LOSS_TIMEOUT)
+
+    async def ack_loss(self, agent: Agent, through: int) -> dict[str, Any]:
+        """POST /api/v1/loss/summaries/ack: the agent forgets every summary up to id `through`."""
+        return await self._call(agent, "POST", "/api/v1/loss/summaries/ack", {"through": through},
+                                timeout=LOSS_TIMEOUT)

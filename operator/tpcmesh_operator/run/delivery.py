@@ -31,7 +31,9 @@ from .httpclient import OwnsHttpClient
 log = logging.getLogger(__name__)
 
 INGEST_PATH = "/api/v1/ingest/"
+LOSS_INGEST_PATH = "/api/v1/loss/ingest/"  # the loss probes' summaries (run/lossprobe.py)
 MAX_BATCH = 500
+LOSS_MAX_BATCH = 1000
 REFUSED = (400, 422)
 
 
@@ -108,19 +110,37 @@ class ResultsClient(OwnsHttpClient):
     async def post_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         """One attempt (plus one more right away if a 401 came with a token that has since changed).
         Returns the dashboard's answer {created, duplicates, ids}."""
+        r = await self._post_authenticated(self.url, batch)
+        return self._read(self.url, r, len(batch.get("measurements") or []))
+
+    async def post_loss(self, cluster: str, summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """POST /api/v1/loss/ingest/ {cluster, summaries} (at most LOSS_MAX_BATCH; idempotent on node, peer,
+        family and period), with the same token: {accepted, duplicates}, or BatchRejected (400/422, its errors
+        name the refused summaries by `index`), BatchTooLarge (413), DeliveryFailed (anything else)."""
+        url = self.url.removesuffix(INGEST_PATH) + LOSS_INGEST_PATH
+        r = await self._post_authenticated(url, {"cluster": cluster, "summaries": list(summaries)})
+        return self._read(url, r, len(summaries), ("accepted", "duplicates"), "loss summaries")
+
+    async def _post_authenticated(self, url: str, body: Mapping[str, Any]) -> httpx.Response:
+        """One attempt (plus one more right away if a 401 came with a token that has since changed)."""
         if self._reload:
             await self._reload_token()
-        self._reload = True  # until this attempt succeeds
-        r = await self._post(batch)
+        self._reload = True  # until an attempt is read by the dashboard (_settled)
+        r = await self._post(body, url)
         if r.status_code == 401 and await self._reload_token():
-            r = await self._post(batch)
+            r = await self._post(body, url)
+        return r
+
+    def _read(self, url: str, r: httpx.Response, count: int, counts: tuple[str, str] = ("created", "duplicates"),
+              what: str = "measurements") -> dict[str, Any]:
+        """The answer (_answer); once the dashboard has read the body (acknowledged or refused), the token works."""
         try:
-            answer = _answer(self.url, r, len(batch.get("measurements") or []))
+            out = _answer(url, r, count, counts, what)
         except BatchRejected:
-            self._reload = False  # the dashboard read the batch: the token works
+            self._reload = False
             raise
         self._reload = False
-        return answer
+        return out
 
     async def active_maintenance(self, cluster: str | None = None) -> list[dict[str, Any]]:
         """The dashboard's maintenance windows in force now (GET /api/v1/maintenance/?active=true, every page); of
@@ -182,15 +202,19 @@ class ResultsClient(OwnsHttpClient):
             raise ProblemsUnavailable(f"POST {url}: not the answer expected: {r.text[:200]}") from None
         return [p for p in problems if isinstance(p, dict)]
 
-    async def _post(self, batch: Mapping[str, Any]) -> httpx.Response:
+    async def _post(self, batch: Mapping[str, Any], url: str | None = None) -> httpx.Response:
+        url = url or self.url
         try:
-            return await self._client.post(self.url, json=dict(batch))
+            return await self._client.post(url, json=dict(batch))
         except httpx.HTTPError as e:
-            raise DeliveryFailed(f"POST {self.url} failed: {type(e).__name__}: {e}") from e
+            raise DeliveryFailed(f"POST {url} failed: {type(e).__name__}: {e}") from e
 
 
-def _answer(url: str, r: httpx.Response, count: int) -> dict[str, Any]:
-    """The acknowledgement in a response, or the exception that says what to do with the batch."""
+def _answer(url: str, r: httpx.Response, count: int, counts: tuple[str, str] = ("created", "duplicates"),
+            what: str = "measurements") -> dict[str, Any]:
+    """The acknowledgement in a response (its two `counts` add up to `count`), or the exception that says what to
+    do with the batch. A refusal (400/422) is raised as BatchRejected even when the dashboard read the batch: the
+    token works."""
     try:
         body: Any = r.json()
     except ValueError:
@@ -198,13 +222,13 @@ def _answer(url: str, r: httpx.Response, count: int) -> dict[str, Any]:
     if r.status_code in REFUSED:
         raise BatchRejected(r.status_code, body)
     if r.status_code == 413:
-        raise BatchTooLarge(f"POST {url}: HTTP 413: the batch of {count} measurements is too large: {body}")
+        raise BatchTooLarge(f"POST {url}: HTTP 413: the batch of {count} {what} is too large: {body}")
     if not 200 <= r.status_code < 300:
         raise DeliveryFailed(f"POST {url}: HTTP {r.status_code}: {body}")
-    if not isinstance(body, dict) or not all(isinstance(body.get(k), int) for k in ("created", "duplicates")) \
-            or body["created"] + body["duplicates"] != count:
+    if not isinstance(body, dict) or not all(isinstance(body.get(k), int) for k in counts) \
+            or body[counts[0]] + body[counts[1]] != count:
         raise DeliveryFailed(f"POST {url}: HTTP {r.status_code} without an acknowledgement of the {count} "
-                             f"measurements (is the URL the dashboard's?): {str(body)[:300]}")
+                             f"{what} (is the URL the dashboard's?): {str(body)[:300]}")
     return body
 
 

@@ -114,11 +114,11 @@ async def _prepare(name: str, namespace: str, uid: str, body: Mapping[str, Any],
                    benchmark_uid=owner.get("uid"), scheduled_at=(body.get("spec") or {}).get("scheduledTime"),
                    cluster=await cluster_name_async(settings))
     store = kube.KubeStatusStore(namespace, name, extra={"benchmarkSpec": to_dict(spec)})
-    return _Run(spec, info, store, await _results_client(spec, namespace, settings, event))
+    return _Run(spec, info, store, await results_client(spec, namespace, settings, event))
 
 
-async def _results_client(spec: BenchmarkSpec, namespace: str, settings: Settings,
-                          event: EventFn) -> ResultsClient | None:
+async def results_client(spec: BenchmarkSpec, namespace: str, settings: Settings,
+                         event: EventFn) -> ResultsClient | None:
     """The benchmark's spec.results, else the operator's default endpoint (the chart's dashboard), else None."""
     if not spec.results:
         if not settings.results_url:

@@ -155,7 +155,7 @@ def test_the_sender_probes_a_foreign_reflector_and_keeps_summaries_until_acknowl
         assert s["packet_bytes"] == 74 and s["dscp"] == 10 and s["rtt_ms"]["min"] < 5
         assert s["one_way_ms"]["trusted"] is False  # the hand reflector says its clock is not synchronised
     # Prometheus: per peer, from the finished periods; no one-way delay while a clock is not synchronised
-    assert agent.metric("tpcmesh_agent_loss_packets_sent_total", peer="hand") >= 50 * len(full)
+    assert agent.metric("tpcmesh_agent_loss_packets_sent_total", peer="hand", family="ipv4") >= 50 * len(full)
     assert agent.metric("tpcmesh_agent_loss_packets_lost_total", peer="hand") == 0
     assert agent.metric("tpcmesh_agent_loss_ratio", peer="hand") == 0
     assert 0 < agent.metric("tpcmesh_agent_loss_rtt_seconds", peer="hand", statistic="median") < 0.005

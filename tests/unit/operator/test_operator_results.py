@@ -177,7 +177,7 @@ def test_benchmarks_without_results_use_the_operators_default_endpoint(tmp_path)
     (a rotated Secret reaches the mounted file); with neither, no endpoint."""
     from tpcmesh_operator.config import Settings, SettingsError
     from tpcmesh_operator.plan.spec import parse_spec
-    from tpcmesh_operator.run.driver import _results_client
+    from tpcmesh_operator.run.driver import results_client
 
     token = tmp_path / "token"
     token.write_text("first\n")
@@ -186,7 +186,7 @@ def test_benchmarks_without_results_use_the_operators_default_endpoint(tmp_path)
     events: list[tuple[str, ...]] = []
 
     async def made(spec, s):
-        c = await _results_client(spec, "ns", s, lambda *e: events.append(e))
+        c = await results_client(spec, "ns", s, lambda *e: events.append(e))
         if c is None:
             return None
         try:

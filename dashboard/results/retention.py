@@ -1,0 +1,114 @@
+"""The archive's lifecycle: how long raw rows are kept (the policy: pure) and the prune that removes what is past
+its age (`manage.py prune_archive`, the chart's daily CronJob).
+
+Raw measurements go by whole UTC days: a day is removed once all of it is older than ``raw_days``, so it is either
+all raw or all gone and the prune never removes anything younger than the age. A measurement that a grid cell still
+shows (its PairLatest row) or that a found change points at stays, however old. Deletes go in batches, each its own
+short transaction, so a first prune of a years-old archive never holds one huge transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from results.models import Change, FileTransfer, Measurement, PairLatest
+
+BATCH = 5000  # measurements (or per-file rows) per delete transaction
+
+
+def day_start(t: datetime) -> datetime:
+    """The start (UTC) of the day ``t`` falls on."""
+    return datetime.combine(t.astimezone(UTC).date(), time(), tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How long each kind of row is kept, in days (settings RETENTION_*, the chart's dashboard.retention.*)."""
+
+    raw_days: int = 180
+    file_days: int = 30
+
+    def __post_init__(self) -> None:
+        for name in ("raw_days", "file_days"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"retention {name} must be 1 or more, not {getattr(self, name)}")
+
+    @classmethod
+    def from_settings(cls) -> Policy:
+        return cls(raw_days=settings.RETENTION_RAW_DAYS, file_days=settings.RETENTION_FILE_DAYS)
+
+    def raw_cutoff(self, now: datetime) -> datetime:
+        """Raw measurements that finished before this go: the start of the day ``raw_days`` ago (whole days)."""
+        return day_start(now - timedelta(days=self.raw_days))
+
+    def file_cutoff(self, now: datetime) -> datetime:
+        """Per-file rows of measurements that finished before this go (never later than the raw cutoff)."""
+        return max(day_start(now - timedelta(days=self.file_days)), self.raw_cutoff(now))
+
+
+@dataclass
+class Report:
+    """What a prune removed (or, dry, would remove)."""
+
+    raw_cutoff: datetime
+    file_cutoff: datetime
+    measurements: int = 0
+    files: int = 0
+    kept: int = 0  # past the age but still shown by a grid cell or pointed at by a change
+    removed: dict[str, int] = field(default_factory=dict)  # per model label, as Django's delete counts them
+
+
+def protected() -> tuple[QuerySet, QuerySet]:
+    """Ids of measurements that must stay whatever their age: each grid cell's newest, each change's."""
+    return (PairLatest.objects.values("measurement_id"), Change.objects.values("measurement_id"))
+
+
+def removable(cutoff: datetime) -> QuerySet[Measurement]:
+    qs = Measurement.objects.filter(finished_at__lt=cutoff)
+    for ids in protected():
+        qs = qs.exclude(id__in=ids)
+    return qs
+
+
+def old_files(cutoff: datetime) -> QuerySet[FileTransfer]:
+    return FileTransfer.objects.filter(measurement__finished_at__lt=cutoff)
+
+
+def _delete_in_batches(select: Callable[[], QuerySet], batch: int, report: Report,
+                       log: Callable[[str], None]) -> int:
+    """Delete the rows ``select()`` gives, ``batch`` at a time, each batch one transaction; the number deleted.
+    ``select`` is evaluated again inside each transaction, so a row that became protected meanwhile stays."""
+    total = 0
+    while True:
+        ids = list(select().values_list("pk", flat=True)[:batch])
+        if not ids:
+            return total
+        with transaction.atomic():
+            _, per_model = select().filter(pk__in=ids).delete()
+        for label, n in per_model.items():
+            report.removed[label] = report.removed.get(label, 0) + n
+        total += len(ids)
+        log(f"Deleted a batch of {len(ids)} ({', '.join(f'{k}: {v}' for k, v in sorted(per_model.items()))}).")
+
+
+def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bool = False, batch: int = BATCH,
+          log: Callable[[str], None] = lambda _: None) -> Report:
+    """Remove the per-file rows and then the raw measurements past their age (dry: count them only)."""
+    now = now or timezone.now()
+    policy = policy or Policy.from_settings()
+    report = Report(raw_cutoff=policy.raw_cutoff(now), file_cutoff=policy.file_cutoff(now))
+    report.kept = Measurement.objects.filter(finished_at__lt=report.raw_cutoff).count() - removable(
+        report.raw_cutoff).count()
+    if dry_run:
+        report.files = old_files(report.file_cutoff).count()
+        report.measurements = removable(report.raw_cutoff).count()
+        return report
+    report.files = _delete_in_batches(lambda: old_files(report.file_cutoff), batch, report, log)
+    report.measurements = _delete_in_batches(lambda: removable(report.raw_cutoff), batch, report, log)
+    return report

@@ -1,23 +1,26 @@
-"""The archive's lifecycle: how long raw rows are kept (the policy: pure) and the prune that removes what is past
-its age (`manage.py prune_archive`, the chart's daily CronJob).
+"""The archive's lifecycle: how long raw rows are kept (the policy: pure) and the prune that rolls up and removes
+what is past its age (`manage.py prune_archive`, the chart's daily CronJob).
 
 Raw measurements go by whole UTC days: a day is removed once all of it is older than ``raw_days``, so it is either
-all raw or all gone and the prune never removes anything younger than the age. A measurement that a grid cell still
-shows (its PairLatest row) or that a found change points at stays, however old. Deletes go in batches, each its own
-short transaction, so a first prune of a years-old archive never holds one huge transaction."""
+all raw or all gone and the prune never removes anything younger than the age. Before a day goes it is rolled up
+(results.rollups) and the horizon (ArchiveHorizon: where reads switch from rollups to raw rows) moves past it, in one
+transaction, so a prune stopped at any point leaves every day readable once, from one source. A measurement that a
+grid cell still shows (its PairLatest row) or that a found change points at stays, however old. Deletes go in
+batches, each its own short transaction, so a first prune of a years-old archive never holds one huge transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Max, Min, QuerySet
 from django.utils import timezone
 
-from results.models import Change, FileTransfer, Measurement, PairLatest
+from results import rollups
+from results.models import ArchiveHorizon, Change, DailyRollup, FileTransfer, Measurement, PairLatest
 
 BATCH = 5000  # measurements (or per-file rows) per delete transaction
 
@@ -61,7 +64,35 @@ class Report:
     measurements: int = 0
     files: int = 0
     kept: int = 0  # past the age but still shown by a grid cell or pointed at by a change
+    pruned_days: list[date] = field(default_factory=list)  # rolled up, then their raw rows removed
+    completed_days: list[date] = field(default_factory=list)  # rolled up, raw rows kept (newly completed days)
     removed: dict[str, int] = field(default_factory=dict)  # per model label, as Django's delete counts them
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def horizon() -> datetime | None:
+    """Where the raw archive begins: days before it are read from the rollups; None before the first prune."""
+    row = ArchiveHorizon.objects.order_by("pk").first()
+    return row.raw_since if row else None
+
+
+def _set_horizon(raw_since: datetime) -> None:
+    ArchiveHorizon.objects.update_or_create(pk=1, defaults={"raw_since": raw_since})
+
+
+def raw_days(start: datetime, end: datetime) -> Iterator[date]:
+    """The UTC days from ``start`` to before ``end`` that have raw measurements, oldest first (an index probe
+    per day found, so years without rows cost nothing)."""
+    while start < end:
+        first = Measurement.objects.filter(finished_at__gte=start, finished_at__lt=end).aggregate(
+            t=Min("finished_at"))["t"]
+        if first is None:
+            return
+        day = first.astimezone(UTC).date()
+        yield day
+        start = rollups.midnight(day + timedelta(days=1))
 
 
 def protected() -> tuple[QuerySet, QuerySet]:
@@ -97,18 +128,39 @@ def _delete_in_batches(select: Callable[[], QuerySet], batch: int, report: Repor
         log(f"Deleted a batch of {len(ids)} ({', '.join(f'{k}: {v}' for k, v in sorted(per_model.items()))}).")
 
 
+def _completed_start(raw_since: datetime) -> datetime:
+    """Where the newly completed days begin: after the newest rolled-up day, and never before the horizon."""
+    newest = DailyRollup.objects.aggregate(d=Max("day"))["d"]
+    return max(raw_since, rollups.midnight(newest + timedelta(days=1))) if newest else raw_since
+
+
 def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bool = False, batch: int = BATCH,
           log: Callable[[str], None] = lambda _: None) -> Report:
-    """Remove the per-file rows and then the raw measurements past their age (dry: count them only)."""
+    """Roll up each day about to go and move the horizon past it; remove the per-file rows and then the raw
+    measurements past their age; roll up the days completed since the last run (dry: find and count only)."""
     now = now or timezone.now()
     policy = policy or Policy.from_settings()
     report = Report(raw_cutoff=policy.raw_cutoff(now), file_cutoff=policy.file_cutoff(now))
+    raw_since = horizon() or EPOCH
+    report.pruned_days = list(raw_days(raw_since, report.raw_cutoff))
     report.kept = Measurement.objects.filter(finished_at__lt=report.raw_cutoff).count() - removable(
         report.raw_cutoff).count()
     if dry_run:
+        report.completed_days = list(raw_days(_completed_start(max(raw_since, report.raw_cutoff)), day_start(now)))
         report.files = old_files(report.file_cutoff).count()
         report.measurements = removable(report.raw_cutoff).count()
         return report
+    for day in report.pruned_days:
+        with transaction.atomic():
+            rollups.roll_up(day, day)
+            _set_horizon(rollups.midnight(day + timedelta(days=1)))
+        log(f"Rolled up {day} before its raw rows go.")
+    if raw_since < report.raw_cutoff:  # also across days without rows
+        _set_horizon(report.raw_cutoff)
     report.files = _delete_in_batches(lambda: old_files(report.file_cutoff), batch, report, log)
     report.measurements = _delete_in_batches(lambda: removable(report.raw_cutoff), batch, report, log)
+    raw_since = horizon() or EPOCH
+    for day in raw_days(_completed_start(raw_since), day_start(now)):
+        rollups.roll_up(day, day)
+        report.completed_days.append(day)
     return report

@@ -67,7 +67,9 @@ def test_prune_removes_only_what_is_past_its_age(client, write_key):
     batches = []
     report = retention.prune(NOW, policy, batch=1, log=batches.append)
     assert (report.measurements, report.files) == (2, 7)
-    assert len(batches) == 7 + 2  # one transaction per row at batch=1
+    assert sum(line.startswith("Deleted a batch of 1 ") for line in batches) == 7 + 2  # a transaction per row
+    # each day with raw rows before the cutoff was rolled up first (b -> a's two, a -> b's one)
+    assert [str(d) for d in report.pruned_days] == ["2026-05-06", "2026-05-16", "2026-06-04"]
     measurements, files, latest = state()
     gone = {ids["before_cutoff"], ids["older_b_a"]}
     assert measurements == before[0] - gone

@@ -8,8 +8,8 @@ from results import retention
 
 
 class Command(BaseCommand):
-    help = ("Remove per-file rows and raw measurements past their retention age (TPCMESH_DASHBOARD_RETENTION_*); "
-            "a grid cell's newest measurement stays however old.")
+    help = ("Roll up into daily per-cell summaries, then remove, per-file rows and raw measurements past their "
+            "retention age (TPCMESH_DASHBOARD_RETENTION_*); a grid cell's newest measurement stays however old.")
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
@@ -22,6 +22,10 @@ class Command(BaseCommand):
         log = self.stdout.write if options["verbosity"] > 1 else (lambda _: None)
         report = retention.prune(dry_run=dry_run, batch=batch_size, log=log)
         verb = "Would remove" if dry_run else "Removed"
+        days = report.pruned_days
+        span = f" ({days[0]} to {days[-1]})" if days else ""
+        self.stdout.write(f"{'Would roll up' if dry_run else 'Rolled up'} {len(days)} day(s) before their raw rows "
+                          f"go{span} and {len(report.completed_days)} newly completed day(s).")
         self.stdout.write(f"{verb} {report.files} per-file row(s) of measurements finished before "
                           f"{report.file_cutoff:%Y-%m-%d} and {report.measurements} measurement(s) finished before "
                           f"{report.raw_cutoff:%Y-%m-%d} (UTC).")

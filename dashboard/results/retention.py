@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Max, Min, QuerySet
 from django.utils import timezone
 
-from results import rollups
+from results import rollups, selectors
 from results.models import ArchiveHorizon, Change, DailyRollup, FileTransfer, Measurement, PairLatest
 
 BATCH = 5000  # measurements (or per-file rows) per delete transaction
@@ -72,10 +72,7 @@ class Report:
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def horizon() -> datetime | None:
-    """Where the raw archive begins: days before it are read from the rollups; None before the first prune."""
-    row = ArchiveHorizon.objects.order_by("pk").first()
-    return row.raw_since if row else None
+horizon = selectors.raw_horizon  # where the raw archive begins; None before the first prune
 
 
 def _set_horizon(raw_since: datetime) -> None:

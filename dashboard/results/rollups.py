@@ -3,14 +3,11 @@ median, p10 and p90. Writing them lives here (results.retention calls it before 
 selectors. Rolling up a day recomputes it from its raw rows and replaces what was there: idempotent.
 
 PostgreSQL aggregates with percentile_cont; SQLite (the zero-setup default) in Python with the same interpolation
-(``percentile``), so both give the same figures."""
+(results.stats.daily), so both give the same figures."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections import defaultdict
-from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import connection, transaction
@@ -18,25 +15,16 @@ from django.db import connection, transaction
 from results.models import DailyRollup, Measurement
 from results.protocols import PROTOCOLS
 from results.selectors import metric_for
+from results.stats.daily import FIGURES, QUANTILES, summarise
 
-QUANTILES = {"p10": 0.1, "median": 0.5, "p90": 0.9}
 # a cell's key columns, NULLs as PairLatest keeps them ("" and 0)
 KEY = ("benchmark_id", "protocol", "streams", "address_family", "congestion_control", "auth", "source_id",
        "destination_id")
-FIGURES = ("count", "failures", "succeeded", "mean", "median", "p10", "p90", "last_at", "last_status")
 
 
 def midnight(day: date) -> datetime:
     """The start of a UTC day."""
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of sorted values, interpolated as PostgreSQL's percentile_cont."""
-    h = (len(ordered) - 1) * q
-    lo = math.floor(h)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (h - lo) * (ordered[hi] - ordered[lo])
 
 
 def _value_sql() -> str:
@@ -65,16 +53,6 @@ def _roll_up_sql(start: datetime, end: datetime) -> int:
     with connection.cursor() as cur:
         cur.execute(sql, {"start": start, "end": end})
         return cur.rowcount
-
-
-def summarise(items: list[tuple[datetime, float | None, str]]) -> dict[str, object]:
-    """A cell-day's figures from its (finished_at, value, status) rows (the portable path)."""
-    values = sorted(v for _, v, s in items if s == "succeeded" and v is not None)
-    last = max(items, key=lambda x: x[0])
-    out: dict[str, object] = {"count": len(items), "failures": sum(s != "succeeded" for _, _, s in items),
-                              "succeeded": len(values), "mean": statistics.fmean(values) if values else None}
-    out.update({name: percentile(values, q) if values else None for name, q in QUANTILES.items()})
-    return {**out, "last_at": last[0], "last_status": last[2]}
 
 
 def _roll_up_python(start: datetime, end: datetime) -> int:

@@ -114,15 +114,16 @@ def _delete_in_batches(select: Callable[[], QuerySet], batch: int, report: Repor
     ``select`` is evaluated again inside each transaction, so a row that became protected meanwhile stays."""
     total = 0
     while True:
-        ids = list(select().values_list("pk", flat=True)[:batch])
+        ids = list(select().order_by().values_list("pk", flat=True)[:batch])  # unordered: no sort per batch
         if not ids:
             return total
         with transaction.atomic():
-            _, per_model = select().filter(pk__in=ids).delete()
+            _, per_model = select().filter(pk__in=ids).only("pk").delete()
         for label, n in per_model.items():
             report.removed[label] = report.removed.get(label, 0) + n
-        total += len(ids)
-        log(f"Deleted a batch of {len(ids)} ({', '.join(f'{k}: {v}' for k, v in sorted(per_model.items()))}).")
+        deleted = per_model.get(select().model._meta.label, 0)  # fewer when one became protected meanwhile
+        total += deleted
+        log(f"Deleted a batch of {deleted} ({', '.join(f'{k}: {v}' for k, v in sorted(per_model.items()))}).")
 
 
 def _completed_start(raw_since: datetime) -> datetime:

@@ -95,3 +95,19 @@ def test_prune_archive_command(client, write_key, settings):
     call_command("prune_archive", stdout=out)
     assert "Removed 3 per-file row(s)" in out.getvalue() and "results.Measurement: 1" in out.getvalue()
     assert Measurement.objects.count() == 1
+
+
+def test_a_measurement_a_change_points_at_stays(client, write_key):
+    from results import retention
+    from results.models import Change, Measurement
+
+    old = [measurement("a", "b", finished=RAW_CUTOFF - timedelta(days=k)) for k in (1, 2)]
+    ingest(client, write_key, [*old, measurement("a", "b", finished=NOW)])
+    first = Measurement.objects.get(id=old[0]["id"])
+    Change.objects.create(benchmark=first.benchmark, source=first.source, destination=first.destination,
+                          protocol=first.protocol, streams=1, metric="throughput_gbps", measurement=first,
+                          at=first.finished_at, before=10, after=5, worse=True, detected_at=NOW, runs_to_detect=3)
+    report = retention.prune(NOW, retention.Policy(raw_days=10, file_days=3))
+    assert (report.measurements, report.kept) == (1, 1)
+    assert set(Measurement.objects.values_list("id", flat=True).filter(finished_at__lt=RAW_CUTOFF)) == {first.id}
+    assert Change.objects.get().measurement_id == first.id

@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
-from django.db.models import Avg, Count, Max, Q
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Q
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from results import celljson, gridcell, maintenance, params, rfc3339, thresholds
@@ -316,14 +318,18 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
         qs = pick.filter_measurements(
             Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=horizon or now - window))
         groups: dict[tuple, list] = defaultdict(list)
-        for src, dst, st, family, cc, auth, finished, value, status in qs.values_list(
-            "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "finished_at",
-            metric, "status"
-        ).iterator(chunk_size=20000):
-            groups[(src, dst, st or 0, family, cc or "", auth or "")].append((finished, value, status))
+        if horizon is not None and connection.vendor == "postgresql":
+            # up to the raw retention's days of rows: summarised per cell and day by the database, not here
+            raw_days = _raw_days_sql(qs, metric)
+        else:
+            for src, dst, st, family, cc, auth, finished, value, status in qs.values_list(
+                "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
+                "finished_at", metric, "status"
+            ).iterator(chunk_size=20000):
+                groups[(src, dst, st or 0, family, cc or "", auth or "")].append((finished, value, status))
+            raw_days = _summarised_days(groups) if horizon is not None else {}
         spans = (_window_spans(groups, mode) if horizon is None
-                 else _window_spans_with_rollups(groups, mode, _rollup_days(bench, protocol, pick, now - window,
-                                                                            horizon)))
+                 else _combined_days(raw_days, _rollup_days(bench, protocol, pick, now - window, horizon), mode))
         for (src, dst, st, family, cc, auth), (value, count, finished_at, status) in spans.items():
             cell = gridcell.stored_cell(source=names.get(src), destination=names.get(dst), streams=st,
                                         address_family=family, congestion_control=cc, auth=auth, value=value,
@@ -377,15 +383,52 @@ def _rollup_days(bench: Benchmark, protocol: str, pick: Pick, since: datetime,
     return out
 
 
-def _window_spans_with_rollups(groups: dict[tuple, list], mode: str,
-                               rolled: dict[tuple, list[dict[str, Any]]]) -> dict[tuple, Span]:
-    """Each cell's window from its rollup days and its raw rows summarised per UTC day, combined (stats.daily)."""
-    out = {}
-    for key in groups.keys() | rolled.keys():
+def _summarised_days(groups: dict[tuple, list]) -> dict[tuple, list[dict[str, Any]]]:
+    """Each cell's raw (finished_at, value, status) rows summarised per UTC day (stats.daily)."""
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    for key, items in groups.items():
         by_day: dict[Any, list] = defaultdict(list)
-        for item in groups.get(key, ()):
+        for item in items:
             by_day[item[0].astimezone(UTC).date()].append(item)
-        span = daily.combine([*rolled.get(key, ()), *(daily.summarise(items) for items in by_day.values())])
+        out[key] = [daily.summarise(day) for day in by_day.values()]
+    return out
+
+
+class _PercentileCont(Aggregate):
+    """PostgreSQL's percentile_cont(q) over an expression (rollups write the same figure)."""
+
+    template = "percentile_cont(%(q)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: str, q: float, **extra: Any) -> None:
+        super().__init__(expression, q=float(q), **extra)
+
+
+def _raw_days_sql(qs: Any, metric: str) -> dict[tuple, list[dict[str, Any]]]:
+    """PostgreSQL: the figures (stats.daily.FIGURES) of each cell's raw days in ``qs``, aggregated by the
+    database (one row per cell and day)."""
+    ok = Q(status="succeeded", **{f"{metric}__isnull": False})
+    rows = (qs.order_by().annotate(day=TruncDate("finished_at", tzinfo=UTC))
+            .values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "day")
+            .annotate(count=Count("id"), failures=Count("id", filter=~Q(status="succeeded")),
+                      succeeded=Count("id", filter=ok), mean=Avg(metric, filter=ok),
+                      median=_PercentileCont(metric, 0.5, filter=ok), last_at=Max("finished_at"),
+                      statuses=ArrayAgg("status", order_by="-finished_at")))
+    out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        key = (r["source_id"], r["destination_id"], r["streams"] or 0, r["address_family"],
+               r["congestion_control"] or "", r["auth"] or "")
+        out[key].append({**{k: r[k] for k in ("count", "failures", "succeeded", "mean", "median", "last_at")},
+                         "last_status": r["statuses"][0]})
+    return out
+
+
+def _combined_days(raw: dict[tuple, list[dict[str, Any]]], rolled: dict[tuple, list[dict[str, Any]]],
+                   mode: str) -> dict[tuple, Span]:
+    """Each cell's window from its rollup days and its raw days, combined (stats.daily)."""
+    out = {}
+    for key in raw.keys() | rolled.keys():
+        span = daily.combine([*rolled.get(key, ()), *raw.get(key, ())])
         value = span["mean"] if mode == "mean" else span["median"]
         out[key] = (value, span["count"], span["last_at"], "succeeded" if span["succeeded"] else span["last_status"])
     return out

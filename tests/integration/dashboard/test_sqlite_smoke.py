@@ -104,6 +104,11 @@ call_command("prune_archive", stdout=StringIO())
 assert Measurement.objects.count() == 1  # the three old ones rolled up (Python's percentiles), then removed
 (day,) = DailyRollup.objects.values("count", "median", "p10", "p90")
 assert day == {"count": 3, "median": 3, "p10": 1.4, "p90": 7.0}, day
+# a window across the raw horizon: the rolled-up day (median 3 of 3) and today's raw 5, weighted by their counts
+g = c.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https&mode=median&window=3650d").json()
+assert [(x["value"], x["count"]) for x in g["cells"]] == [(3, 4)], g
+g = c.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https&mode=mean&window=3650d").json()
+assert [(x["value"], x["count"]) for x in g["cells"]] == [(17 / 4, 4)], g
 print("PRUNE OK")
 """
 

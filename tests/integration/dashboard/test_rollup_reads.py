@@ -112,3 +112,9 @@ def test_reads_across_the_horizon_answer_as_the_raw_rows(client, write_key):
         assert p["day"]["count"] == len(raw_day) and p["id"] is None
         assert p["day"]["failures"] == sum(r["status"] != "succeeded" for r in raw_day)
         assert p["finished_at"] == max(r["finished_at"] for r in raw_day)
+    # the page and the API serve the rollup points (ids null, their day's figures)
+    assert client.get("/pair/a/b/?since=400d").status_code == 200
+    api = client.get("/api/v1/pairs/history/?source=a&destination=b&since=400d").json()
+    days = [p for p in api if p["day"] is not None]
+    assert len(days) == len(rolled_points) and all(p["id"] is None for p in days)
+    assert days[0]["day"] == {k: rolled_points[0]["day"][k] for k in ("count", "failures", "p10", "p90")}

@@ -91,6 +91,11 @@ def test_the_prune_cronjob_runs_prune_archive_with_the_retention_values(tmp_path
 
     (job,) = cronjobs(None)
     assert job["spec"]["schedule"] == "17 3 * * *" and job["spec"]["concurrencyPolicy"] == "Forbid"
+    # its pod is no endpoint of the dashboard's Service
+    pod_labels = job["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    service = next(d for d in render(None, "mesh") if d["kind"] == "Service" and d["metadata"]["name"].endswith(
+        "-dashboard"))
+    assert not service["spec"]["selector"].items() <= pod_labels.items()
     container = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python3", "manage.py", "prune_archive"]
     env = {e["name"]: e.get("value") for e in container["env"]}

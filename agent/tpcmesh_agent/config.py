@@ -117,6 +117,13 @@ class Settings:
         "help": "seconds between samples of the node's CPU, the agent's processes, interfaces and memory (host "
                 "telemetry: each test's record summarises both ends' samples over its window, GET /api/v1/host); "
                 "0: no host telemetry"})
+    host_cpu_shared: bool = field(default=False, metadata={
+        "help": "the node's cores are shared with other nodes' agents (the WAN lab runs every node on one machine): "
+                "the host telemetry marks its CPU figures shared, and the diagnosis does not take a busy core as "
+                "this node's"})
+    cgroup_root: Path = field(default=Path("/sys/fs/cgroup"), metadata={
+        "help": "where the cgroup filesystem is mounted: the host telemetry reads the agent's own CPU quota there "
+                "(the WAN lab gives a bind mount: `ip netns exec` remounts /sys)"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
 
     # ---- derived -------------------------------------------------------------------------------------------

@@ -132,7 +132,8 @@ class Agent:
         self.gridftp_access = GridftpAccess(settings)  # the mesh's members GridFTP admits
         self.metrics = AgentMetrics(self.servers_status, lambda: self.loss)
         self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses,
-                                          [settings.port_of(p) or 0 for p in settings.protocols if p != "gridftp"])
+                                          [settings.port_of(p) or 0 for p in settings.protocols if p != "gridftp"],
+                                          cpu_shared=settings.host_cpu_shared, cgroup_root=settings.cgroup_root)
         self.runner = TransferRunner(settings, self.movers, self.problems, self.filesets, self.metrics, self.host)
         self.loss: LossProbe | None = None
         self.loss_error: str | None = None

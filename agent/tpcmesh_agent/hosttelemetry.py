@@ -16,7 +16,10 @@ covers the window and at most one interval either side. Per end (``summarize``, 
   time, steal left out), ``user_pct``, ``system_pct``, ``softirq_pct``, ``iowait_pct``; ``busiest_core_pct``: the
   busiest core's busy share in each interval, averaged over the window (a single-threaded bottleneck that the
   scheduler moves between cores still shows), ``busiest_core_softirq_pct`` its softirq share the same way, and
-  ``saturated_pct``: the share of the window in which some core was at least ``SATURATED`` % busy;
+  ``saturated_pct``: the share of the window in which some core was at least ``SATURATED`` % busy; ``quota``: the
+  agent's cgroup CPU quota (``cores``, ``throttled_pct`` of its enforcement periods, ``used_pct`` of it: cgroupcpu),
+  null without one; ``shared: true`` when the node's cores are shared with other nodes (``host_cpu_shared``: the
+  WAN lab), so that a busy core is no evidence about this node;
 - ``processes``: per program of the agent's process tree (``agent`` for the agent itself), ``cpu_seconds`` used in
   the window, ``cpu_pct`` (100 = one core all the time) and how many ``processes`` ran; a process that started and
   ended between two samples is not seen;
@@ -59,6 +62,8 @@ from typing import Any
 
 import psutil
 
+from . import cgroupcpu
+
 log = logging.getLogger(__name__)
 
 RING = 3600  # samples kept: an hour at the default 1 s interval
@@ -89,6 +94,7 @@ class Sample:
     # what this node's TCP senders did since the previous sample: (peer address, socket cookie) -> SENT_COUNTERS
     # changes, for the sockets that sent data in that interval
     sent: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    quota: cgroupcpu.QuotaCounters | None = None  # the agent's cgroup CPU quota and its counters, if it has one
 
 
 # ---- the summary (pure) ------------------------------------------------------------------------------------------
@@ -141,6 +147,7 @@ def cpu_summary(samples: Sequence[Sample]) -> dict[str, Any] | None:
         "busiest_core_pct": _pct(busiest / span) if span else None,
         "busiest_core_softirq_pct": _pct(busiest_softirq / span) if span else None,
         "saturated_pct": _pct(saturated / span) if span else None,
+        "quota": cgroupcpu.summary(first.quota, last.quota, last.t - first.t),
     }
 
 
@@ -227,13 +234,17 @@ def window(ring: Iterable[Sample], since: float, until: float) -> list[Sample]:
 
 
 def summarize(samples: Sequence[Sample], interface: str | None = None,
-              limits: dict[str, Any] | None = None, peer: str | None = None) -> dict[str, Any] | None:
+              limits: dict[str, Any] | None = None, peer: str | None = None,
+              cpu_shared: bool = False) -> dict[str, Any] | None:
     """One end's host summary from its samples in time order (see the module's docstring); None without two."""
     if len(samples) < 2:
         return None
+    cpu = cpu_summary(samples)
+    if cpu is not None and cpu_shared:
+        cpu["shared"] = True
     return {
         "window": {"seconds": round(samples[-1].t - samples[0].t, 3), "samples": len(samples)},
-        "cpu": cpu_summary(samples),
+        "cpu": cpu,
         "processes": process_summary(samples),
         "interface": interface_summary(samples, interface),
         "memory": memory_summary(samples),
@@ -335,8 +346,10 @@ class Sampler:
     servers' ports, whose sending sockets make ``tcp_sent``."""
 
     def __init__(self, interval: float, addresses: Sequence[str] = (), ports: Iterable[int] = (),
-                 ring: int = RING) -> None:
+                 ring: int = RING, cpu_shared: bool = False, cgroup_root: Path = cgroupcpu.CGROUP_ROOT) -> None:
         self.interval = interval
+        self.cpu_shared = cpu_shared
+        self.cgroup_root = cgroup_root
         self.ports = frozenset(p for p in ports if p)  # the agent's servers' ports (tcp_sent)
         self.addresses = tuple(a for a in addresses if a)
         self.ring: deque[Sample] = deque(maxlen=ring)
@@ -490,7 +503,8 @@ class Sampler:
             sent = {}
         mem = psutil.virtual_memory()
         s = Sample(t=time.time(), cpu=cpu, procs=procs, links=links, driver=driver,
-                   mem_available=int(mem.available), mem_total=int(mem.total), sent=sent)
+                   mem_available=int(mem.available), mem_total=int(mem.total), sent=sent,
+                   quota=cgroupcpu.read(self.cgroup_root))
         with self._lock:
             self.ring.append(s)
         return s
@@ -538,4 +552,4 @@ class Sampler:
         if name is None:
             busiest = interface_summary(samples, None)
             name = busiest["name"] if busiest else None
-        return summarize(samples, name, limits(name), peer)
+        return summarize(samples, name, limits(name), peer, self.cpu_shared)

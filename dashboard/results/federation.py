@@ -22,12 +22,13 @@ def qualified(cluster: str, node: str) -> str:
 def combined_grid(benches: list[Benchmark], protocol: str, streams: int | str | None = None, mode: str = "latest",
                   window: timedelta = timedelta(days=7), now: datetime | None = None,
                   address_family: str | None = None, congestion_control: str | None = None,
-                  auth: str | None = None) -> dict[str, Any]:
+                  auth: str | None = None, binding_limits: tuple[str, ...] | None = None) -> dict[str, Any]:
     """selectors.grid's answer for several benchmarks at once (cells as a list: no database-built JSON). A cell
     is a pair under one setting (streams, address family, congestion control, auth mode), as in one grid."""
     now = now or timezone.now()
     parts = [(b, selectors.grid(b, protocol, streams=streams, mode=mode, window=window, now=now,
-                                address_family=address_family, congestion_control=congestion_control, auth=auth))
+                                address_family=address_family, congestion_control=congestion_control, auth=auth,
+                                binding_limits=binding_limits))
              for b in benches]
     nodes: dict[str, dict[str, Any]] = {}
     newest = streams == selectors.NEWEST

@@ -5,18 +5,21 @@ OpenAPI contract) to it.
 
 A field comes from one of four places: a node's name (``node``), the protocol's metric (``metric``: throughput_gbps,
 or rtt_ms for rtt), a PairLatest column (``row``), or the request (``request``: age_seconds, stale and state change
-with time, thresholds and maintenance windows, so they are computed per request and never stored). The stored
+with time, thresholds and maintenance windows, so they are computed per request and never stored), or the
+cell's diagnosis (``diagnosis``: DIAGNOSIS, the limit model's answer on its newest measurement, which the analysis
+writes to CellDiagnosis and the builders join in; every builder puts them last). The stored
 fields keep the definition's order in every builder and so do the per-request ones; where the per-request ones go
 differs by path (the stored JSON body is joined after them, the Python cells get them last), which the API has
 always answered so."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-Origin = Literal["node", "metric", "row", "request", "measurement"]
+Origin = Literal["node", "metric", "row", "request", "measurement", "diagnosis"]
 JsonKind = Literal["text", "number", "boolean", "time"]
 T = TypeVar("T")
 
@@ -34,7 +37,7 @@ class Field:
     @property
     def stored(self) -> bool:
         """Written with the PairLatest row (its JSON body); False: computed per request."""
-        return self.origin != "request"
+        return self.origin not in ("request", "diagnosis")
 
     @property
     def row_name(self) -> str:
@@ -71,6 +74,17 @@ FIELDS: tuple[Field, ...] = (
 # streams=newest only (selectors.Pick): the concurrency the cell's measurement ran, last; not a PairLatest column
 CONCURRENCY = Field("concurrency", "measurement", json="number", nullable=True)
 
+# The limit model's answer on the cell's newest measurement (CellDiagnosis; a window's cell: its newest's), last in
+# every builder; binding_limit "" and the rest null: not diagnosed (an RTT cell, a failed test, not yet analysed)
+DIAGNOSIS = (
+    Field("binding_limit", "diagnosis"),  # results/diagnosis/limits.py's LIMITS
+    Field("efficiency", "diagnosis", json="number", nullable=True),  # measured ÷ the pair's path capacity
+    Field("evidence", "diagnosis", nullable=True),  # the model's reason, with its figures
+    Field("fix", "diagnosis", nullable=True),  # the binding limit's fix; null without one
+)
+DIAGNOSIS_NAMES = tuple(f.name for f in DIAGNOSIS)
+NOT_DIAGNOSED: dict[str, object] = {"binding_limit": "", "efficiency": None, "evidence": None, "fix": None}
+
 NAMES = tuple(f.name for f in FIELDS)
 STORED = tuple(f for f in FIELDS if f.stored)
 STORED_NAMES = tuple(f.name for f in STORED)
@@ -79,8 +93,8 @@ PER_REQUEST_NAMES = tuple(f.name for f in PER_REQUEST)
 
 
 def names(newest: bool = False) -> tuple[str, ...]:
-    """A cell's fields in the definition's order, with concurrency for streams=newest."""
-    return (*NAMES, CONCURRENCY.name) if newest else NAMES
+    """A cell's fields in the definition's order, with concurrency for streams=newest, then its diagnosis."""
+    return (*NAMES, *((CONCURRENCY.name,) if newest else ()), *DIAGNOSIS_NAMES)
 
 
 def ordered(values: Mapping[str, T], fields: tuple[Field, ...] = FIELDS) -> list[tuple[Field, T]]:
@@ -102,3 +116,12 @@ def select_sql(exprs: Mapping[str, str], fields: tuple[Field, ...] = FIELDS, as_
 def stored_cell(**values: object) -> dict[str, object]:
     """A Python cell's stored fields, in the definition's order."""
     return {f.name: v for f, v in ordered(values, STORED)}
+
+
+def diagnosis_members(values: Mapping[str, object]) -> str:
+    """The JSON members of DIAGNOSIS (no braces), in order: what CellDiagnosis stores for the database's grid JSON
+    (written once by the analysis, so a grid read concatenates it instead of encoding two texts per cell)."""
+    return ",".join(f"{json.dumps(f.name)}:{json.dumps(v, ensure_ascii=False)}" for f, v in ordered(values, DIAGNOSIS))
+
+
+NOT_DIAGNOSED_MEMBERS = diagnosis_members(NOT_DIAGNOSED)

@@ -4,13 +4,19 @@ cells and nodes in, findings out; results.analysis stores them and keeps acknowl
 Rules, in order; a cell explained by an earlier finding is not used again by a later rule:
 - ``silent``: a node with no result in the benchmark's last SILENT_RUNS runs (its agent is gone or cannot test).
 - ``node``: every test from a node (or to it, or both) is bad in a setting while the rest of the mesh is not:
-  the node's NIC, uplink or host (sending or receiving side) — unless the cells' diagnoses (results.diagnosis)
-  explain them otherwise:
+  the node's NIC, uplink or host (sending or receiving side) — only when the cells' diagnoses (results.diagnosis)
+  point at the node itself, or say nothing:
   - ``tuning``: every one of those cells is receive-window-limited (to the node) or send-buffer-limited (from it):
-    one problem naming the setting and its figure (the first cell's fix), not the node;
-  - every one sits at the pair's path capacity (network-capacity): the path allows no more, no problem (and no
-    later rule uses those cells);
-  - otherwise (CPU, loss, protocol, unknown, mixed or not diagnosed) the node problem, with the limits named.
+    one problem naming the setting and its figure (the first cell's fix), not the node; every one held by the
+    *other* ends' window (tests to a far node waiting on the senders' send buffers): one problem naming those
+    ends' setting, not the node;
+  - every one sits at the pair's path capacity or a window (network-capacity): the path allows no more, no problem
+    (and no later rule uses those cells);
+  - the node problem when its own evidence says so: at least half of the cells bound by its CPU or loopback
+    (``source-cpu`` from it, ``destination-cpu`` to it) or by loss on every path through it (its NIC, uplink);
+    or when none of the cells is explained (not diagnosed, or ``unknown``), as before the diagnosis. Cells that
+    other limits explain (a protocol, the other ends' windows) with too little of the node's own evidence raise no
+    node problem: a healthy far-away node is not sent to look at its NIC.
 - ``site-pair``: every test between two sites (both directions) is degraded while each site does fine otherwise:
   the path between the sites.
 - ``one-direction``: a pair is bad one way and fine the other: asymmetric path, or one host's send/receive tuning.
@@ -28,6 +34,10 @@ from dataclasses import dataclass
 KINDS = ("silent", "node", "tuning", "site-pair", "one-direction")
 # diagnoses that clear a node: its cells ran into the path or a window setting, not into the node's NIC or host
 WINDOW_LIMITS = {"destination": "receive-window", "source": "send-buffer"}
+OTHER_SIDE = {"destination": "source", "source": "destination"}
+# diagnoses that are the node's own evidence, per side: its CPU or loopback, and loss on its paths (NIC, uplink)
+UNEXPLAINED = frozenset({"", "unknown"})  # not diagnosed, or no bound binds (often for want of figures)
+NODE_EVIDENCE = {"source": {"source-cpu", "loss"}, "destination": {"destination-cpu", "loss"}}
 PATH_LIMIT = "network-capacity"
 BAD = frozenset({"critical", "failed"})
 DEGRADED = BAD | {"warning"}
@@ -132,11 +142,16 @@ def _node_findings(by_setting: Mapping[Setting, list[Cell]], explained: set) -> 
     out = []
     for (node, side), mine in sorted(found.items()):
         limits = {c.limit for c in mine}
+        theirs = WINDOW_LIMITS[OTHER_SIDE[side]]
         if limits == {WINDOW_LIMITS[side]}:
             out.append(_tuning_finding(node, side, mine))
-        if limits <= {WINDOW_LIMITS[side], PATH_LIMIT} and "" not in limits:
+        elif limits == {theirs}:
+            out.append(_far_node_finding(node, side, mine))
+        if limits <= {WINDOW_LIMITS[side], theirs, PATH_LIMIT} and "" not in limits:
             found[(node, side)] = []  # explained: not the node's NIC, uplink or host; nor a later rule's
             explained.update(c.ref for c in mine)
+        elif limits - UNEXPLAINED and 2 * sum(c.limit in NODE_EVIDENCE[side] for c in mine) < len(mine):
+            found[(node, side)] = []  # some explained elsewhere, and mostly not the node's own evidence
     for node in sorted({n for n, side in found if found[(n, side)]}):
         sent, received = found.get((node, "source"), []), found.get((node, "destination"), [])
         if sent and received:
@@ -161,6 +176,19 @@ def _tuning_finding(node: str, side: str, mine: list[Cell]) -> Finding:
     fix = next((c.fix for c in mine if c.fix), f"raise the {limit.replace('-', ' ')} on {node}")
     return Finding(f"tuning:{node}:{limit}", "tuning", "warning",
                    f"every slow test {what} {node} is {limit}-limited ({len(mine)} cells; {_settings(mine)}): {fix}",
+                   tuple(sorted({c.ref for c in mine})))
+
+
+def _far_node_finding(node: str, side: str, mine: list[Cell]) -> Finding:
+    """Every bad test to (from) ``node`` waited on the other ends' send buffers (receive windows): the path to the
+    node is long for their settings, which are fine on shorter paths. Their setting, not the node."""
+    limit = WINDOW_LIMITS[OTHER_SIDE[side]]
+    ends = "senders'" if side == "destination" else "receivers'"
+    what = "to" if side == "destination" else "from"
+    fix = next((c.fix for c in mine if c.fix), f"raise the {limit.replace('-', ' ')} on the other ends")
+    return Finding(f"tuning:{node}:peers-{limit}", "tuning", "warning",
+                   f"every slow test {what} {node} is {limit}-limited at the {ends} end ({len(mine)} cells; "
+                   f"{_settings(mine)}): the path to {node} is long for their window: {fix}",
                    tuple(sorted({c.ref for c in mine})))
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
-from django.db.models import Aggregate, Avg, Count, FloatField, Max, Q
+from django.db.models import Aggregate, Avg, Count, F, FloatField, Max, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -21,6 +21,7 @@ from results.models import (
     AUTH_MODES,
     ArchiveHorizon,
     Benchmark,
+    CellDiagnosis,
     DailyRollup,
     FileTransfer,
     Measurement,
@@ -228,6 +229,7 @@ def grid(
     address_family: str | None = None,
     congestion_control: str | None = None,
     auth: str | None = None,
+    binding_limits: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
@@ -240,7 +242,11 @@ def grid(
     `streams=NEWEST` each link's newest cell whatever its streams, with the concurrency it ran (Pick). `cells_json`
     (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
+    Each cell ends with its diagnosis (gridcell.DIAGNOSIS); ``binding_limits`` keeps the cells diagnosed with one
+    of those limits (not with ``cells_json``: a filtered grid is a part of one, its rows filtered in Python).
     """
+    if binding_limits is not None and cells_json:
+        raise ValueError("binding_limits filters cells, not the database-built JSON")
     if mode not in GRID_MODES:
         raise ValueError(f"mode must be one of {', '.join(GRID_MODES)}, not {mode!r}")
     now = now or timezone.now()
@@ -270,6 +276,8 @@ def grid(
             cells = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
     else:
         cells = _cells_in_python(bench, protocol, pick, now, bounds, mode, window, names, cover)
+    if binding_limits is not None:
+        cells = [c for c in cells if c["binding_limit"] in binding_limits]
     out = {
         "benchmark": str(bench),
         "clusters": [bench.cluster.name],
@@ -280,6 +288,7 @@ def grid(
         "mode": mode,
         "window_seconds": int(window.total_seconds()),
         "thresholds": bounds,
+        "efficiency_thresholds": thresholds.effective_efficiency(bench.thresholds),
         "generated_at": now,
         "nodes": [{"name": n.name, "cluster": n.cluster.name, "site": n.site, "loopback_gbps": n.loopback_gbps,
                    "external": n.external}
@@ -301,6 +310,7 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     median the weighted median of the days' medians)."""
     metric, kind = metric_for(protocol), kind_for(protocol)
     cells: list[dict[str, Any]] = []
+    diagnoses = cell_diagnoses(bench, protocol, names)
     if mode == "latest":
         qs = pick.filter_latest(PairLatest.objects.filter(benchmark=bench, protocol=protocol))
         # newest: the concurrency its measurement ran (a grid cell has no column of it)
@@ -349,6 +359,7 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
         in_maintenance = cell.pop("maintenance")
         cell["state"] = "maintenance" if in_maintenance else thresholds.classify(cell["value"], cell["status"],
                                                                                  kind, bounds)
+        cell.update(diagnoses.get(_cell_key(cell), gridcell.NOT_DIAGNOSED))
     return cells
 
 
@@ -434,6 +445,25 @@ def _combined_days(raw: dict[tuple, list[dict[str, Any]]], rolled: dict[tuple, l
     return out
 
 
+def _cell_key(cell: dict[str, Any]) -> tuple:
+    return tuple(cell[k] for k in ("source", "destination", "streams", "address_family", "congestion_control", "auth"))
+
+
+def cell_diagnoses(bench: Benchmark, protocol: str, names: dict[int, str]) -> dict[tuple, dict[str, Any]]:
+    """The diagnosis fields (gridcell.DIAGNOSIS) of a protocol's cells whose newest measurement the analysis has
+    judged, by (source name, destination name, streams, address family, congestion control, auth): the portable
+    path's join of CellDiagnosis."""
+    if protocol == "rtt":  # nothing to judge: no rows, no query
+        return {}
+    rows = CellDiagnosis.objects.filter(cell__benchmark=bench, cell__protocol=protocol,
+                                        cell__measurement_id=F("measurement_id")).values_list(
+        "cell__source_id", "cell__destination_id", "cell__streams", "cell__address_family",
+        "cell__congestion_control", "cell__auth", "binding_limit", "efficiency", "evidence", "fix")
+    return {(names.get(src), names.get(dst), st, family, cc, auth):
+            {"binding_limit": limit, "efficiency": efficiency, "evidence": evidence or None, "fix": fix or None}
+            for src, dst, st, family, cc, auth, limit, efficiency, evidence, fix in rows}
+
+
 def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str, dict[str, Any]]:
     """The grid's cells in the latest mode, from the PairLatest summary (one row per cell; newest: each link's
     newest, with its measurement's concurrency)."""
@@ -442,7 +472,7 @@ def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str,
     columns = gridcell.select_sql({f.name: f"l.{f.latest_column(metric)}" for f in gridcell.STORED},
                                   gridcell.STORED, as_rows=True)
     return f"""
-        SELECT {columns}{concurrency}
+        SELECT {columns}, {CELL_REF.format(alias="l")}{concurrency}
         FROM ({rows}) l{join}
     """, {"bench": bench.id, "protocol": protocol, **pick.args()}
 
@@ -479,7 +509,7 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         "error": "NULL", "low": "NULL::float8", "high": "NULL::float8",
     }, gridcell.STORED, as_rows=True)
     sql = f"""
-        SELECT {columns}
+        SELECT {columns}, {CELL_REF.format(alias="l")}
         FROM (
             SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
                    coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
@@ -519,6 +549,21 @@ def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
 
 
 CELL_COLUMNS = gridcell.NAMES
+# The cell's PairLatest row (a window's: its newest measurement's) for the diagnosis join
+CELL_REF = "{alias}.id AS cell_id, {alias}.measurement_id AS cell_measurement_id"
+
+
+def _diagnosis_join(cell: str, measurement: str) -> str:
+    """The LEFT JOIN of a cell's diagnosis (alias ``cd``): by primary key, and only while it judged the cell's
+    newest measurement."""
+    return (f"LEFT JOIN {CellDiagnosis._meta.db_table} cd ON cd.cell_id = {cell} "
+            f"AND cd.measurement_id = {measurement}")
+
+
+# gridcell.DIAGNOSIS from the joined ``cd`` (none: "" and nulls, as gridcell.NOT_DIAGNOSED)
+DIAGNOSIS_SQL = {"binding_limit": "coalesce(cd.binding_limit, '')", "efficiency": "cd.efficiency",
+                 "evidence": "nullif(cd.evidence, '')", "fix": "nullif(cd.fix, '')"}
+DIAGNOSIS_COLUMNS = gridcell.select_sql(DIAGNOSIS_SQL, gridcell.DIAGNOSIS)
 
 
 def cell_columns(pick: Pick) -> tuple[str, ...]:
@@ -548,10 +593,11 @@ def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bound
         "finished_at": finished, **_per_request_sql("p.value", protocol, cover),
     })
     sql = f"""
-        SELECT {columns}{", p.concurrency" if pick.newest else ""}
+        SELECT {columns}{", p.concurrency" if pick.newest else ""}, {DIAGNOSIS_COLUMNS}
         FROM ({inner}) p
         JOIN {Node._meta.db_table} s ON s.id = p.source_id
         JOIN {Node._meta.db_table} d ON d.id = p.destination_id
+        {_diagnosis_join("p.cell_id", "p.cell_measurement_id")}
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
     """  # float8 arithmetic: extract(epoch ...) is numeric, several times slower per cell
     return sql, {**args, "now": now.timestamp(), "stale": settings.STALE_SECONDS, "ok": bounds["ok"],
@@ -587,11 +633,13 @@ def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     members = celljson.json_members_sql(_per_request_sql("p." + metric, protocol, cover), gridcell.PER_REQUEST)
     if pick.newest:
         members += f" || ',' || {celljson.json_members_sql({'concurrency': 'm.concurrency'}, (gridcell.CONCURRENCY,))}"
+    diagnosis = f"coalesce(cd.members, '{gridcell.NOT_DIAGNOSED_MEMBERS}')"  # the analysis wrote its JSON
     return f"""
         SELECT '[' || COALESCE(string_agg(
             '{{' || {members}
-            || ',' || p.cell_json || '}}', ','), '') || ']'
+            || ',' || p.cell_json || ',' || {diagnosis} || '}}', ','), '') || ']'
         FROM ({rows}) p{join}
+        {_diagnosis_join("p.id", "p.measurement_id")}
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
     """, {"bench": bench.id, "protocol": protocol, **pick.args(), "now": now.timestamp(),
           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]}
@@ -646,6 +694,41 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
                           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]})
         return {(src, dst, NEWEST if newest else st): (state, stale, info)
                 for src, dst, st, state, stale, info in cur.fetchall()}
+
+
+GRID_VIEWS = ("value", "efficiency", "why")  # the page's colouring: thresholds, efficiency bounds, binding limit
+
+
+def diagnosed_cells(grid_data: dict[str, Any], streams: int | str | None, view: str,
+                    efficiency_bounds: dict[str, float]) -> dict[tuple[str, str, int | str], tuple]:
+    """What the grid page draws per cell in its efficiency and why views, from grid()'s cells (their diagnosis
+    fields): (state, stale, tooltip JSON, the efficiency figure in %) by (source, destination, streams) as
+    drawn_cells keys them. The state is the binding limit (why; "none" not diagnosed) or the efficiency's state
+    by ``efficiency_bounds`` (efficiency); failed and maintenance cells stay so. The tooltip is an object: value,
+    finished epoch, status and error when it did not succeed, limit, efficiency, evidence, fix (and streams,
+    concurrency for streams=NEWEST)."""
+    newest = streams == NEWEST
+    out: dict[tuple[str, str, int | str], tuple[str, bool, str, str]] = {}
+    for c in grid_data["cells"]:
+        failed = c["status"] != "succeeded"
+        if c["state"] == "maintenance" or (failed and view == "why"):
+            state = "maintenance" if c["state"] == "maintenance" else "failed"
+        elif view == "why":
+            state = c["binding_limit"] or "none"
+        else:
+            state = thresholds.classify_efficiency(c["efficiency"], c["status"], efficiency_bounds)
+        info: dict[str, Any] = {"value": None if c["value"] is None else round(c["value"], 3),
+                                "t": int(c["finished_at"].timestamp()),
+                                "status": c["status"] if failed else None,
+                                "error": (c["error"] or "")[:200] if failed else None,
+                                "limit": c["binding_limit"] or None, "efficiency": c["efficiency"],
+                                "evidence": c["evidence"], "fix": c["fix"]}
+        if newest:
+            info |= {"streams": c["streams"], "concurrency": c["concurrency"]}
+        figure = "" if c["efficiency"] is None else f"{c['efficiency'] * 100:.0f}"
+        key = (c["source"], c["destination"], NEWEST if newest else c["streams"])
+        out[key] = (state, c["stale"], json.dumps(info), figure)
+    return out
 
 
 def _pair_q(a: Node, b: Node) -> Q:

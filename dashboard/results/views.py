@@ -22,6 +22,7 @@ from results import implementations as implementations_
 from results import metrics as metrics_
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
+from results.diagnosis.limits import LIMITS
 from results.models import ADDRESS_FAMILIES, AUTH_MODES, Benchmark, Maintenance, Node, Problem, Run
 from results.protocols import PROTOCOLS, TPC_PROTOCOLS
 from results.stats import changes as change_detection
@@ -80,6 +81,22 @@ def _node_title(node: dict) -> str:
     site = html.escape(node.get("site") or "")
     return f"external endpoint at {site}" if node.get("external") else site
 
+# The why view's colour of each binding limit (results/diagnosis/limits.py's LIMITS, in its order): the path is
+# green (a cell at its path is healthy), windows blues, loss red, the hosts orange and olive
+LIMIT_COLOURS = dict(zip(LIMITS, ("#2e9e44", "#1f77b4", "#17becf", "#d62728", "#ff7f0e", "#bcbd22", "#e377c2",
+                                  "#8c564b", "#7f7f7f"), strict=True))
+LIMIT_STYLES = "".join(f".a-{x} {{ --a: {c}; }} .b-{x} {{ --b: {c}; }} " for x, c in LIMIT_COLOURS.items())
+
+
+def _limit_legend(drawn) -> list[dict]:
+    """The why view's legend: each binding limit its drawn cells ran into, in LIMITS' order, with its colour and
+    how many cells (each direction a cell)."""
+    counts: dict[str, int] = {}
+    for state, *_ in drawn:
+        counts[state] = counts.get(state, 0) + 1
+    return [{"limit": x, "colour": LIMIT_COLOURS[x], "count": counts[x]} for x in LIMITS if x in counts]
+
+
 def _tuned(benches: list[Benchmark], protocol: str) -> bool:
     """Whether the page's default stream pick is "newest (tuned)": the benchmark's spec as its operator last sent
     it (every batch carries it) asks for optimize: true, and the protocol is one the optimizer tunes (the file
@@ -114,6 +131,8 @@ def grid_page(request, namespace: str, name: str):
         sort = params.choice("sort", q.get("sort"), ("name", "site"), "name")
         mode = params.choice("mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = params.duration("window", q.get("window"), timedelta(days=7))
+        # an RTT cell has no limit to colour by: the latency grid is coloured by its thresholds alone
+        view = "value" if protocol == "rtt" else params.choice("view", q.get("view"), selectors.GRID_VIEWS, "value")
         tuned = _tuned(benches, protocol)
         high = params.streams("streams", q.get("streams"),
                               selectors.NEWEST if tuned else max(settings_, default=0))
@@ -136,7 +155,7 @@ def grid_page(request, namespace: str, name: str):
     if split == "streams" and (low == high or newest):  # newest: a link's own streams, no second setting to show
         split = "direction"
     wanted = high if split == "direction" else None
-    lean = mode == "latest" and connection.vendor == "postgresql" and not combined
+    lean = mode == "latest" and connection.vendor == "postgresql" and not combined and view == "value"
     if combined:
         data = federation.combined_grid(benches, protocol, streams=wanted, mode=mode, window=window,
                                         address_family=family, congestion_control=cc, auth=auth)
@@ -149,8 +168,12 @@ def grid_page(request, namespace: str, name: str):
         nodes = sorted(nodes, key=lambda n: (n["site"] or "~", n["name"]))
     now = data["generated_at"]
     # each cell's half (state, stale, tooltip JSON) once; a cell is drawn twice (each direction's upper half)
-    drawn = selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc, auth)
+    efficiency_bounds = data["efficiency_thresholds"]
+    drawn: dict[tuple[str, str, int | str], tuple] = (
+        selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc, auth)
+        if view == "value" else selectors.diagnosed_cells(data, wanted, view, efficiency_bounds))
     missing = ("none", False, None)
+    limits = _limit_legend(v for k, v in drawn.items() if k[2] in (high, low)) if view == "why" else []
 
     rows_html = []
     tip_rows = []
@@ -173,7 +196,8 @@ def grid_page(request, namespace: str, name: str):
             a = drawn.get((src, dst, high), missing)
             b = drawn.get((dst, src, high) if split == "direction" else (src, dst, low), missing)
             classes = f"a-{a[0]} b-{b[0]}" + (" sa" if a[1] else "") + (" sb" if b[1] else "")
-            tds.append(f'<td class="{classes}"></td>')
+            figure = a[3] if len(a) > 3 else ""  # the efficiency (%) of the upper-left half, in its views
+            tds.append(f'<td class="{classes}">{figure}</td>')
             tip_row.append(f"[{a[2] or 'null'},{b[2] or 'null'}]" if (a[2] or b[2]) else "null")
         site = f'external endpoint at {r["site"]}' if r.get("external") else r["site"]
         title = " · ".join(x for x in (site, f'cluster {r["cluster"]}' if combined else "") if x)
@@ -203,6 +227,10 @@ def grid_page(request, namespace: str, name: str):
         "kind": kind,
         "unit": unit,
         "thresholds": bounds,
+        "view": view,
+        "efficiency_thresholds": {k: v * 100 for k, v in efficiency_bounds.items()},
+        "limit_legend": limits,
+        "limit_styles": mark_safe(LIMIT_STYLES),  # noqa: S308 - limit names and colours of our own
         "split": split,
         "sort": sort,
         "mode": mode,
@@ -227,6 +255,7 @@ def grid_page(request, namespace: str, name: str):
         # the tooltips' data, joined from JSON texts (no encoding of 10 000 small lists); escaped like json_script
         "tips": mark_safe(_script_json(  # noqa: S308
             json.dumps({"unit": unit, "now": int(now.timestamp()), "split": split, "high": high, "low": low,
+                        "view": view,
                         "pair_url": reverse("pair", args=["SRC", "DST"]) + pair_query,
                         "cells": None})[:-len("null}")] + f"[{','.join(tip_rows)}]}}")),
     }

@@ -51,7 +51,9 @@ def install(cluster: Cluster, database_url: str, namespace: str = NAMESPACE, rel
         core.patch_node(node.name, {"metadata": {"labels": {FAST_NETWORK_LABEL: "true"}}})
     out = cluster.helm("install", release, str(CHART), "--namespace", namespace,
                        "--set", "image.pullPolicy=Never", "--set", "database.mode=external",
-                       "--set", f"database.external.existingSecret={DATABASE_SECRET}", check=False)
+                       "--set", f"database.external.existingSecret={DATABASE_SECRET}",
+                       "--set", "agent.hostCpuShared=true",  # every lab node runs on this machine's cores
+                       check=False)
     if out.returncode != 0:
         raise InstallError(f"helm install failed: {out.stderr.strip()}")
 

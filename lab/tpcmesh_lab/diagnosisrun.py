@@ -111,10 +111,10 @@ def labelled(lab: Lab, p: Plan, seconds: float) -> list[tuple[ScoredTest, Any]]:
     def build(*, test, gbps, kernel, rtt_ms, src_limits, dst_limits, congestion, retransmits, cwnd_max, segments,
               mss, quota_used, path):
         src = Host(name=test.source, kernel=kernel, tcp_wmem_max=src_limits.get("net.ipv4.tcp_wmem", [0, 0, None])[2],
-                   congestion_control=congestion, mtu=MTU, cpu_quota_used_percent=quota_used.get(test.source))
+                   congestion_control=congestion, mtu=MTU, cpu_throttled_percent=quota_used.get(test.source))
         dst = Host(name=test.destination, kernel=kernel,
                    tcp_rmem_max=dst_limits.get("net.ipv4.tcp_rmem", [0, 0, None])[2],
-                   cpu_quota_used_percent=quota_used.get(test.destination))
+                   cpu_throttled_percent=quota_used.get(test.destination))
         return diagnose(Measurement(gbps=gbps, protocol="iperf3", streams=test.streams, rtt_ms=rtt_ms, source=src,
                                     destination=dst, path=PathCapacity(*path),
                                     tcp=Tcp(cwnd_max_bytes=cwnd_max, mss_bytes=mss, retransmits=retransmits,

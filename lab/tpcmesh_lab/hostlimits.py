@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -178,3 +179,26 @@ def lab_groups(prefix: str, root: Path = CGROUP_ROOT) -> list[Path]:
         with contextlib.suppress(OSError):
             found += [p for p in parent.iterdir() if p.is_dir() and p.name.startswith(prefix)]
     return found
+
+
+def cgroup_view(hierarchy: CpuHierarchy) -> tuple[Path, Callable[[], None]]:
+    """The CPU hierarchy bind-mounted where a node's processes still see it: ``ip netns exec`` remounts /sys, so an
+    agent in a namespace finds /sys/fs/cgroup empty and could not read its own quota. Returns the directory to give
+    as the agent's ``cgroup_root`` (laid out like /sys/fs/cgroup: v1's hierarchy as ``cpu/``) and its removal. The
+    view lives in a directory of its own, never inside one the lab deletes as a tree (a recursive delete of a
+    cgroup mount would remove cgroups)."""
+    top = Path(tempfile.mkdtemp(prefix="tpcmesh-cgroup-"))
+    target = top / "cpu" if hierarchy.version == 1 else top
+    target.mkdir(exist_ok=True)
+    out = subprocess.run(["mount", "--bind", str(hierarchy.root), str(target)], capture_output=True, text=True,
+                         timeout=30)
+    if out.returncode != 0:
+        raise LimitError(f"bind-mounting {hierarchy.root} at {target} failed: {out.stderr.strip()}")
+
+    def remove() -> None:
+        subprocess.run(["umount", "--lazy", str(target)], capture_output=True, timeout=30)
+        for d in (target, top):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # empty once unmounted; never a recursive delete
+
+    return top, remove

@@ -132,9 +132,12 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
             "address": address, "node_name": node.name, "data_dir": data_dir, "token_file": token_file,
             "tls_cert": cert, "tls_key": key, "ca_file": certs.ca_file, "budget_bytes": budget_bytes,
             "protocols": ",".join(protocols), "log_level": "INFO",
+            "host_cpu_shared": "true",  # every lab node runs on this machine's cores
         }
         if address6:
             settings["address6"] = address6
+        if lab.cgroup_root is not None:
+            settings["cgroup_root"] = lab.cgroup_root
         if token_issuer:
             settings["xrootd_token_issuer"] = token_issuer  # checked against ca_file, the lab's CA
         ports = dict(DEFAULT_PORTS)

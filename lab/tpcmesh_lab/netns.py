@@ -86,6 +86,7 @@ class Lab:
     host_device: str | None = None  # the root namespace's TUN device (netns mode)
     emulated: bool = False
     reason: str = ""
+    cgroup_root: Path | None = None  # the CPU hierarchy where the nodes' agents see it (hostlimits.cgroup_view)
     _processes: list[tuple[subprocess.Popen, bool, str]] = field(default_factory=list)
     _delayline: subprocess.Popen | None = None
     _tmp: Path | None = None
@@ -230,6 +231,9 @@ class Lab:
                     [f"{k} {' '.join(map(str, v))}" for k, v in node.sysctls.items()]
                     + ([f"{spec.cpu_quota:g} cores ({node.cpu_group.hierarchy.describe()})"] if node.cpu_group else [])
                     + ([f"{spec.cpu_hogs} busy processes beside it"] if spec.cpu_hogs else [])))
+            if node.cpu_group is not None and self.cgroup_root is None:
+                self.cgroup_root, remove = hostlimits.cgroup_view(node.cpu_group.hierarchy)
+                self.add_cleanup(remove)
             for _ in range(spec.cpu_hogs):
                 self.popen(node, [sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)

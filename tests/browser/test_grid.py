@@ -11,7 +11,7 @@ import pytest
 from results import services
 from results.api.serializers import IngestBatchIn
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, host_end, measurement
 from tests.support.paths import ARTIFACTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -249,3 +249,63 @@ def test_a_tuned_grid_names_each_links_setting(page, live_server, transactional_
     assert "n1 → n3 ×16 streams × 4 files: 25.00 Gbit/s" in tip.inner_text() and "n3 → n1: no data" in tip.inner_text()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "grid-tuned.png"), full_page=True)
+
+
+def _diagnosable_mesh(now: datetime) -> list[dict]:
+    """builtin ×1 and iperf3 ×8 between a1, a2 and far (53 ms away, 3 MB TCP buffers, TCP waiting on its windows):
+    the limit model labels a1/a2 → far receive-window (0.336 of 2.8 Gbit/s: efficiency 12 %), far → a1/a2
+    send-buffer, a1 → a2 network-capacity (40 of 40: 100 %) and a2 → a1 network-capacity (34 of 40: 85 %)."""
+    out = []
+    for s, d in [(s, d) for s in ("a1", "a2", "far") for d in ("a1", "a2", "far") if s != d]:
+        far = "far" in (s, d)
+        lan = {("a1", "a2"): 40.0, ("a2", "a1"): 34.0}
+        for protocol, streams, gbps in (("builtin", 1, 0.336 if far else lan[(s, d)]),
+                                        ("iperf3", 8, 2.8 if far else 40.0)):
+            m = measurement(s, d, protocol=protocol, streams=streams, gbps=gbps, finished=now,
+                            rtt_ms=53.0 if far else 0.2)
+            m["aggregate_gbps"] = m["throughput_gbps"]
+            m["host"] = {"source": host_end(3_000_000 if s == "far" else 64_000_000),
+                         "destination": host_end(3_000_000 if d == "far" else 64_000_000)}
+            m["tcp"] = {"retransmits": 0, "sender": {
+                "retransmits": 0, "data_segs_out": 400_000, "congestion": ["cubic"],
+                "rwnd_limited_fraction": 0.87 if d == "far" else 0.01,
+                "sndbuf_limited_fraction": 0.87 if s == "far" else 0.0}}
+            out.append(m)
+    return out
+
+
+LIMIT = {"network-capacity": "#2e9e44", "receive-window": "#1f77b4", "send-buffer": "#17becf"}
+
+
+def test_the_why_view_draws_each_cells_limit_and_efficiency(page, live_server, transactional_db):
+    """The grid's why view: each half coloured by the binding limit the analysis found (after the ingest), a legend
+    of the limits with their cell counts, the efficiency in the cell and the evidence and fix on hover; the
+    efficiency view colours by the benchmark's spec.thresholds.efficiency, not the defaults."""
+    ingest(batch(_diagnosable_mesh(datetime.now(UTC) - timedelta(hours=1)),
+                 thresholds={"efficiency": {"warning": 0.9, "critical": 0.1}}))
+    base = f"{live_server.url}/grid/mesh/nightly/?protocol=builtin"
+    page.goto(base + "&view=why")
+    assert page.locator('select[name="view"]').input_value() == "why"
+    text, swatches = legend(page)
+    assert text.startswith("network-capacity (2) receive-window (2) send-buffer (2) figure: efficiency"), text
+    assert swatches[:3] == [(c, c) for c in LIMIT.values()]
+    assert cell_colours(page, "a1", "far") == (LIMIT["receive-window"], LIMIT["send-buffer"])
+    assert cell_colours(page, "a1", "a2") == (LIMIT["network-capacity"], LIMIT["network-capacity"])
+    assert cell(page, "a1", "far").inner_text() == "12" and cell(page, "a1", "a2").inner_text() == "100"
+    assert cell(page, "a2", "a1").inner_text() == "85" and cell(page, "far", "a1").inner_text() == "12"
+    cell(page, "a1", "far").hover()
+    tip = page.locator("#tip").inner_text()
+    assert "a1 → far ×1: 0.34 Gbit/s" in tip, tip
+    assert "limit: receive-window, efficiency 12 % of the path" in tip, tip
+    assert "why: receive-window: 0.336 Gbit/s sits at" in tip and "fix: raise net.ipv4.tcp_rmem max on far" in tip
+    assert "far → a1 ×1" in tip and "limit: send-buffer" in tip and "tcp_wmem" in tip
+    page.screenshot(path=str(ARTIFACTS / "grid-why.png"), full_page=True)
+
+    # by efficiency: 0.85 is a warning under the benchmark's warning 0.9 (ok by the default 0.8), 0.12 a warning
+    # above its critical 0.1 (critical by the default 0.5)
+    page.goto(base + "&view=efficiency")
+    assert "ok ≥ 90 % of the path warning ≥ 10 % critical < 10 %" in legend(page)[0]
+    assert cell_colours(page, "a1", "a2") == (OK, WARNING)  # 100 %, 85 % back
+    assert cell_colours(page, "a1", "far") == (WARNING, WARNING)
+    page.goto(base)  # the thresholds in Gbit/s: 0.336 is critical, and no figures
+    assert cell_colours(page, "a1", "far") == (CRITICAL, CRITICAL) and cell(page, "a1", "far").inner_text() == ""

@@ -154,6 +154,18 @@ def test_agents_are_dual_stack_from_the_node_addresses_unless_turned_off():
     assert "tpcmesh.io/dual-stack" not in (single["metadata"].get("annotations") or {})
 
 
+def test_agents_mark_their_cpu_shared_only_when_asked(tmp_path):
+    """agent.hostCpuShared (make cluster: every node on one machine's cores) reaches the agent; off by default."""
+    def agent_env(values: Path | None) -> dict:
+        ds = next(d for d in render(values, "tpcmesh") if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+        return _env(next(c for c in ds["containers"] if c["name"] == "agent"))
+
+    assert "TPCMESH_AGENT_HOST_CPU_SHARED" not in agent_env(None)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("agent:\n  hostCpuShared: true\n")
+    assert agent_env(shared)["TPCMESH_AGENT_HOST_CPU_SHARED"] == "true"
+
+
 # Every API call the operator makes, (apiGroup, resource, verb, resourceName or None) -> where. The chart's RBAC
 # must grant exactly these: a verb not in the table is one the operator does not need.
 OPERATOR_IN_WATCHED_NAMESPACES = {

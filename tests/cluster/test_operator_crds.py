@@ -71,6 +71,12 @@ BAD = [
     ({"thresholds": {"goodRttMs": 100, "warnRttMs": 50}}, "spec.thresholds.goodRttMs must be at most"),
     ({"thresholds": {"warnGbps": -1}}, "spec.thresholds.warnGbps: Invalid value: -1"),
     ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs in body must be of type number"),
+    ({"thresholds": {"efficiency": {"warning": 0.5, "critical": 0.7}}},
+     "spec.thresholds.efficiency.warning must be above spec.thresholds.efficiency.critical"),
+    ({"thresholds": {"efficiency": {"critical": 0.9}}},  # the default warning is 0.8
+     "spec.thresholds.efficiency.warning must be above spec.thresholds.efficiency.critical"),
+    ({"thresholds": {"efficiency": {"warning": 0}}}, "spec.thresholds.efficiency.warning: Invalid value: 0"),
+    ({"thresholds": {"efficiency": {"critical": 1.5}}}, "spec.thresholds.efficiency.critical: Invalid value: 1.5"),
     ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol: Unsupported value"),
     ({"iperf3": {"durationSeconds": 0}}, "spec.iperf3.durationSeconds"),
     ({"timeoutSeconds": 10}, "spec.iperf3.durationSeconds must be shorter than spec.timeoutSeconds"),  # loopback
@@ -103,6 +109,13 @@ def test_malformed_benchmarks_are_rejected_naming_the_field(api, spec, message) 
         api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb("bad", spec))
     assert e.value.status == 422, e.value.body
     assert message in e.value.body, e.value.body
+
+
+def test_efficiency_thresholds_in_range_are_accepted_as_given(api) -> None:
+    """Server-side dry run: valid bounds pass the CEL rule and are kept as given (no defaults written in)."""
+    body = tb("efficiency", {"thresholds": {"efficiency": {"warning": 0.9, "critical": 0.6}}})
+    got = api.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", body, dry_run="All")
+    assert got["spec"]["thresholds"]["efficiency"] == {"warning": 0.9, "critical": 0.6}
 
 
 @pytest.mark.parametrize("schedule", ["@every 90s", "1h30m", "1w2d", "@daily", "*/5 * * * *", "0 0 1 1 *"])

@@ -148,6 +148,7 @@ class MeasurementIn(serializers.Serializer):
 
 class ThresholdsField(serializers.DictField):
     """The TransferBenchmark's spec.thresholds: goodGbps, warnGbps, goodRttMs, warnRttMs (numbers, each optional;
+    and efficiency: {warning, critical}, errors keyed efficiency.warning;
     other keys are ignored and logged); errors are keyed by the threshold, so they read
     benchmark.thresholds.goodGbps."""
 
@@ -161,7 +162,10 @@ class ThresholdsField(serializers.DictField):
         if ignored:  # additive: a newer operator's key must not hold back the measurements of the batch
             log.warning("Ignored unknown benchmark thresholds %s (known: %s)", ", ".join(ignored),
                         ", ".join(thresholds.KEYS))
-        return {k: v for k, v in data.items() if k in thresholds.KEYS}
+        known = {k: v for k, v in data.items() if k in thresholds.KEYS}
+        if thresholds.EFFICIENCY in data:
+            known[thresholds.EFFICIENCY] = thresholds.known_efficiency(data[thresholds.EFFICIENCY])
+        return known
 
 
 class BenchmarkIn(serializers.Serializer):
@@ -349,6 +353,13 @@ class GridCellSerializer(serializers.Serializer):
     concurrency = serializers.IntegerField(allow_null=True, required=False, help_text=(
         "streams=newest only: the files at once the cell's measurement ran (its setting is streams × "
         "concurrency); null in mode mean or median, or when not recorded"))
+    binding_limit = serializers.ChoiceField(choices=[*LIMITS, ""], allow_blank=True, help_text=(
+        "the limit the cell's newest measurement ran into (the limit model, README \"Why a cell is slow\"); empty: "
+        "not diagnosed (an RTT cell, a failed test, not analysed yet)"))
+    efficiency = serializers.FloatField(allow_null=True, help_text=(
+        "the newest measurement ÷ the pair's path capacity (its iperf3 with the most streams); null: no path figure"))
+    evidence = serializers.CharField(allow_null=True, help_text="the limit model's reason, with its figures")
+    fix = serializers.CharField(allow_null=True, help_text="what to change, citing the figures; null: none")
 
 
 class GridNodeSerializer(serializers.Serializer):
@@ -370,6 +381,9 @@ class GridSerializer(serializers.Serializer):
     mode = serializers.CharField()
     window_seconds = serializers.IntegerField()
     thresholds = serializers.DictField(child=serializers.FloatField())
+    efficiency_thresholds = serializers.DictField(child=serializers.FloatField(), help_text=(
+        "the bounds on a cell's efficiency (warning, critical: the benchmark's spec.thresholds.efficiency over the "
+        "defaults 0.8 and 0.5), for colouring the cells by efficiency"))
     generated_at = serializers.DateTimeField()
     nodes = GridNodeSerializer(many=True)
     cells = GridCellSerializer(many=True)

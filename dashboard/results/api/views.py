@@ -26,6 +26,7 @@ from results.api.pagination import LARGEST
 from results.api.permissions import ActAccess, WriteAccess, actor
 from results.api.renderers import CSVRenderer, csv_lines
 from results.contract import contract_errors
+from results.diagnosis.limits import LIMITS
 from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
@@ -234,6 +235,10 @@ class GridView(APIView):
                              "protocol's newest mode (a protocol without modes: its cells, auth \"\")"),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
             OpenApiParameter("window", DURATION, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
+            # not `limit`, the page size elsewhere: the measurements API's name for the same filter
+            OpenApiParameter("binding_limit", {"type": "string", "enum": list(LIMITS)}, many=True, explode=True,
+                             description="only the cells whose newest measurement ran into one of these limits "
+                                         "(repeat it for several); default: every cell"),
         ],
         responses=serializers.GridSerializer,
     )
@@ -247,16 +252,21 @@ class GridView(APIView):
         auth = _params(params.choice, "auth", q.get("auth"), tuple(AUTH_MODES), "")
         mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
+        limits = tuple(_params(params.choice, "binding_limit", x, LIMITS, "")
+                       for x in q.getlist("binding_limit") if x)
+        wanted = limits or None
         # one auth mode at a time: a benchmark whose spec.auth changed shows its current mode unless asked
         auth = auth or selectors.newest_auth(benches, protocol)
         if len(benches) > 1:
             return Response(grid_json(federation.combined_grid(benches, protocol, streams=streams, mode=mode,
                                                                window=window, address_family=family,
-                                                               congestion_control=cc, auth=auth)))
+                                                               congestion_control=cc, auth=auth,
+                                                               binding_limits=wanted)))
         bench = benches[0]
-        fast = connection.vendor == "postgresql" and request.accepted_renderer.format == "json"
+        # a filtered grid is built in Python: the database's JSON is the whole grid's
+        fast = connection.vendor == "postgresql" and request.accepted_renderer.format == "json" and not wanted
         data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast,
-                              address_family=family, congestion_control=cc, auth=auth)
+                              address_family=family, congestion_control=cc, auth=auth, binding_limits=wanted)
         if fast:
             # The database built the cells' JSON; splice it into the envelope without re-parsing.
             head = json.dumps({k: v for k, v in grid_json({**data, "cells": []}).items() if k != "cells"})
@@ -272,7 +282,7 @@ def grid_json(data: dict) -> dict:
     too slow for a 100×100 grid (10 000 cells) in the latency budget."""
     return {
         **{k: data[k] for k in ("benchmark", "clusters", "protocol", "kind", "metric", "unit", "mode", "window_seconds",
-                                "thresholds", "nodes")},
+                                "thresholds", "efficiency_thresholds", "nodes")},
         "generated_at": _iso(data["generated_at"]),
         "cells": [{**c, "finished_at": _iso(c["finished_at"])} for c in data["cells"]],
     }

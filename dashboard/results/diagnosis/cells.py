@@ -1,7 +1,8 @@
 """The limit model (limits.py) applied to a benchmark's grid: each newest transfer cell is diagnosed with what the
 grid holds about its pair and what its measurement recorded, and the answer is kept on the measurement
-(``binding_limit``, ``efficiency``, ``diagnosis``; never on the cell's row, which ingest alone writes). The analysis
-runs it after each ingest (results.analysis), so a measurement is diagnosed while it is its cell's newest.
+(``binding_limit``, ``efficiency``, ``diagnosis``) and, in the grid's shape, on the cell's CellDiagnosis (never on
+the cell's PairLatest row, which ingest alone writes). The analysis runs it after each ingest (results.analysis), so
+a measurement is diagnosed while it is its cell's newest.
 
 What a cell is judged with:
 - the pair's path capacity: the pair's newest iperf3 cell with the most streams, same address family (its run
@@ -18,23 +19,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from results import gridcell
 from results.diagnosis import limits
-from results.models import Benchmark, Measurement, Node, PairLatest
+from results.models import Benchmark, CellDiagnosis, Measurement, Node, PairLatest
 
 TRANSFER_EXCLUDED = ("rtt",)  # cells with no rate to judge
 Key = tuple[int, int, str]  # (source id, destination id, address family)
 
 
-def _host(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> limits.Host:
+def host_end(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> limits.Host:
     end = end or {}
     lim = end.get("limits") or {}
     cpu = end.get("cpu") or {}
+    quota = cpu.get("quota") or {}
     return limits.Host(
         name=name, kernel=lim.get("kernel"), tcp_rmem_max=lim.get("tcp_rmem_max_bytes"),
         tcp_wmem_max=lim.get("tcp_wmem_max_bytes"), rmem_max=lim.get("rmem_max_bytes"),
         wmem_max=lim.get("wmem_max_bytes"), tcp_adv_win_scale=lim.get("tcp_adv_win_scale"),
         congestion_control=lim.get("congestion_control"), mtu=lim.get("mtu"), loopback_gbps=loopback,
-        busiest_core_percent=cpu.get("busiest_core_pct"))
+        busiest_core_percent=cpu.get("busiest_core_pct"), cores_shared=bool(cpu.get("shared")),
+        cpu_quota_used_percent=quota.get("used_pct"), cpu_throttled_percent=quota.get("throttled_pct"))
 
 
 def _tcp(view: Mapping[str, Any] | None, source: Mapping[str, Any] | None) -> limits.Tcp:
@@ -62,8 +66,8 @@ def model_input(row: Mapping[str, Any], names: Mapping[int, str], loopback: Mapp
     return limits.Measurement(
         gbps=gbps, protocol=row["protocol"], streams=row["streams"] or 1, files=row["file_count"] or 1,
         concurrency=row["concurrency"], rtt_ms=row["rtt_ms"],
-        source=_host(host.get("source"), names.get(src, ""), loopback.get(src)),
-        destination=_host(host.get("destination"), names.get(dst, ""), loopback.get(dst)),
+        source=host_end(host.get("source"), names.get(src, ""), loopback.get(src)),
+        destination=host_end(host.get("destination"), names.get(dst, ""), loopback.get(dst)),
         tcp=_tcp(row["tcp"], host.get("source")), path=path,
         builtin_gbps=builtin_gbps if row["protocol"] != "builtin" else None)
 
@@ -99,7 +103,7 @@ def diagnose_benchmark(bench: Benchmark) -> int:
             paths[key] = r
         elif r["protocol"] == "builtin":
             builtin[(key, r["streams"])] = max(rate, builtin.get((key, r["streams"]), 0.0))
-    measurements = []
+    measurements, cells = [], []
     for r in rows:
         key = (r["source_id"], r["destination_id"], r["address_family"])
         iperf3 = paths.get(key)
@@ -113,5 +117,14 @@ def diagnose_benchmark(bench: Benchmark) -> int:
         efficiency = round(d.efficiency, 4) if d.efficiency is not None else None
         measurements.append(Measurement(id=r["measurement_id"], binding_limit=d.limit, efficiency=efficiency,
                                         diagnosis=d.to_dict()))
+        fields = {"binding_limit": d.limit, "efficiency": efficiency, "evidence": d.reason, "fix": d.fix or None}
+        cells.append(CellDiagnosis(cell_id=r["id"], measurement_id=r["measurement_id"], binding_limit=d.limit,
+                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or "",
+                                   members=gridcell.diagnosis_members(fields)))
     Measurement.objects.bulk_update(measurements, ["binding_limit", "efficiency", "diagnosis"], batch_size=500)
+    # in cell id order: two analysers upserting overlapping cells lock them in the same order
+    CellDiagnosis.objects.bulk_create(
+        sorted(cells, key=lambda c: c.cell_id), update_conflicts=True, unique_fields=["cell"],
+        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix", "members"],
+        batch_size=500)
     return len(measurements)

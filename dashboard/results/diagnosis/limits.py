@@ -35,8 +35,9 @@ flight at once it equals the throughput).
   retransmits: no loss bound.
 - *source-cpu* / *destination-cpu*: each end's loopback ceiling (the host's rate to itself, without the network);
   and a core at least ``CORE_BUSY_PERCENT`` (95 %) busy during the test, softirq included, or the end's processes
-  using at least that share of their CPU quota (a throttled cgroup): the host ran out at the measured rate, so that
-  bound's value *is* the measured rate.
+  using at least that share of their CPU quota, or a quota that ran out in at least ``THROTTLED_PERCENT`` (50 %)
+  of its enforcement periods (a throttled cgroup): the host ran out at the measured rate, so that bound's value *is*
+  the measured rate. A core of a node whose cores are shared with other nodes (the WAN lab) is no evidence.
 - *storage*: the source's read or the destination's write rate, when measured.
 - *protocol*: the built-in mover on the same pair and streams. It is not a ceiling but a comparison: the protocol
   binds when nothing else does and the built-in mover got at least ``1 ÷ PROTOCOL_SHORTFALL`` (1.25) times more.
@@ -79,6 +80,7 @@ ABOVE_BOUND = 1.25
 LOSS_ABOVE = 2.0
 TIE_BAND = 0.10
 CORE_BUSY_PERCENT = 95.0
+THROTTLED_PERCENT = 50.0  # a group throttled in half its periods ran out of quota most of the test
 PROTOCOL_SHORTFALL = 0.8
 WINDOW_FRACTION = 0.8
 SCALING_RATIO_KERNEL = (6, 6)  # the first release that scales the receive window per socket
@@ -105,7 +107,9 @@ class Host:
     mtu: int | None = None
     loopback_gbps: float | None = None
     busiest_core_percent: float | None = None  # the busiest core's busy share, softirq included
+    cores_shared: bool = False  # the cores are shared with other nodes (the WAN lab): a busy one is not this node's
     cpu_quota_used_percent: float | None = None  # the end's processes' CPU as a share of their cgroup quota
+    cpu_throttled_percent: float | None = None  # the share of its cgroup's CPU periods in which the quota ran out
 
     def label(self, role: str) -> str:
         return self.name or f"the {role}"
@@ -369,20 +373,26 @@ class _Builder:
                          {"loopback_gbps": host.loopback_gbps},
                          f"{who} reaches only {gb(host.loopback_gbps)} to itself, without the network: its CPU "
                          "(or memory bandwidth) is the ceiling; look at its CPU, interrupts and power settings")
-            if host.busiest_core_percent is None and host.cpu_quota_used_percent is None:
-                self.need(f"the busiest core of {who}")
-            core = host.busiest_core_percent or 0.0
-            quota = host.cpu_quota_used_percent or 0.0
-            if core >= CORE_BUSY_PERCENT:
+            core = None if host.cores_shared else host.busiest_core_percent
+            quota, throttled = host.cpu_quota_used_percent, host.cpu_throttled_percent
+            if core is None and quota is None and throttled is None:
+                self.need(f"the busiest core of {who}" + (" (its cores are shared with other nodes)"
+                                                          if host.cores_shared else ""))
+            if core is not None and core >= CORE_BUSY_PERCENT:
                 self.add(limit, self.m.gbps, f"a core of {who} {core:.0f} % busy (softirq included)",
                          {"busiest_core_percent": core},
                          f"a core of {who} was {core:.0f} % busy (softirq included) at {gb(self.m.gbps)}: spread "
                          "the NIC's interrupts (RSS, irqbalance), keep the transfer off the interrupt core, or give "
                          "the node more CPU", direct=True)
-            elif quota >= CORE_BUSY_PERCENT:
+            elif quota is not None and quota >= CORE_BUSY_PERCENT:
                 self.add(limit, self.m.gbps, f"{who}'s processes used {quota:.0f} % of their CPU quota",
                          {"cpu_quota_used_percent": quota},
                          f"{who}'s transfer processes used {quota:.0f} % of their CPU quota at {gb(self.m.gbps)}: "
+                         "raise the quota (the pod's CPU limit) or remove it", direct=True)
+            elif throttled is not None and throttled >= THROTTLED_PERCENT:
+                self.add(limit, self.m.gbps, f"{who}'s CPU quota ran out in {throttled:.0f} % of its periods",
+                         {"cpu_throttled_percent": throttled},
+                         f"{who}'s CPU quota ran out in {throttled:.0f} % of its periods at {gb(self.m.gbps)}: "
                          "raise the quota (the pod's CPU limit) or remove it", direct=True)
 
     def storage(self) -> None:

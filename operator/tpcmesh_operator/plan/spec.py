@@ -45,6 +45,8 @@ DEFAULT_IPERF3_SECONDS = 10  # iperf3's own default -t
 MAX_IPERF3_SECONDS = 300
 # The grid's colours (the dashboard reads exactly these keys from the ingest batch's benchmark.thresholds).
 DEFAULT_THRESHOLDS: Mapping[str, float] = {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
+# thresholds.efficiency (passed on only when given): shares of the pair's path capacity, warning above critical
+DEFAULT_EFFICIENCY: Mapping[str, float] = {"warning": 0.8, "critical": 0.5}
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKMGT]i?B?|B)?\s*$")
 _UNITS = {
@@ -169,7 +171,7 @@ class BenchmarkSpec:
     repeats: int = 1  # each transfer setting measured this many times per run (the RTT probe once)
     # spec.optimize: each link's streams x files for the file movers come from the dashboard's advice (None: off)
     optimize: Optimize | None = None
-    thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    thresholds: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     results: Results | None = None
     concurrency_policy: str = "Forbid"
     round_policy: str = "nodeExclusive"  # what may not share a round: plan/planner.py
@@ -216,13 +218,35 @@ def _labels(v: Any, path: str) -> dict[str, str]:
     return dict(labels)
 
 
-def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
-    """{goodGbps, warnGbps, goodRttMs, warnRttMs}: numbers >= 0 (defaults for the missing ones), good >= warn for
-    throughput and good <= warn for RTT; the CRD checks the same."""
-    unknown = sorted(set(d) - set(DEFAULT_THRESHOLDS))
+def _efficiency(d: Mapping[str, Any], path: str) -> dict[str, float]:
+    """{warning, critical}: numbers in (0, 1] (defaults for the missing ones), warning above critical; the CRD
+    checks the same."""
+    unknown = sorted(set(d) - set(DEFAULT_EFFICIENCY))
     if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(DEFAULT_THRESHOLDS)})")
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(DEFAULT_EFFICIENCY)})")
     out: dict[str, float] = {}
+    for key, default in DEFAULT_EFFICIENCY.items():
+        v = _get(d, key, path, (int, float), default)
+        if not 0 < v <= 1:
+            raise SpecError(f"{path}.{key}", f"must be above 0 and at most 1 (a share of the pair's path "
+                                             f"capacity), got {v}")
+        out[key] = v
+    if out["warning"] <= out["critical"]:
+        key = "warning" if "warning" in d else "critical"
+        raise SpecError(f"{path}.{key}", f"{path}.warning must be above {path}.critical ({out['warning']} <= "
+                                         f"{out['critical']})")
+    return out
+
+
+def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """{goodGbps, warnGbps, goodRttMs, warnRttMs}: numbers >= 0 (defaults for the missing ones), good >= warn for
+    throughput and good <= warn for RTT; efficiency: {warning, critical} when given (_efficiency). The CRD checks
+    the same."""
+    known = (*DEFAULT_THRESHOLDS, "efficiency")
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
+    out: dict[str, Any] = {}
     for key, default in DEFAULT_THRESHOLDS.items():
         v = _get(d, key, path, (int, float), default)
         if v < 0:
@@ -234,6 +258,8 @@ def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, float]:
     if out["goodRttMs"] > out["warnRttMs"]:
         raise SpecError(f"{path}.goodRttMs", f"must be at most {path}.warnRttMs ({out['goodRttMs']} > "
                                              f"{out['warnRttMs']})")
+    if d.get("efficiency") is not None:
+        out["efficiency"] = _efficiency(_get(d, "efficiency", path, dict, {}), f"{path}.efficiency")
     return out
 
 

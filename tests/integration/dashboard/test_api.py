@@ -102,6 +102,8 @@ def test_ingest_validation_names_the_field(client, write_key, change, field):
         ({"warnGbps": -2}, "benchmark.thresholds.warnGbps", "negative"),
         ({"goodGbps": 5, "warnGbps": 10}, "benchmark.thresholds.goodGbps", "below warnGbps"),
         ({"goodRttMs": 100, "warnRttMs": 80}, "benchmark.thresholds.goodRttMs", "above warnRttMs"),
+        ({"efficiency": {"warning": 0.4}}, "benchmark.thresholds.efficiency.warning", "must be above critical"),
+        ({"efficiency": {"critical": 0}}, "benchmark.thresholds.efficiency.critical", "must be in (0, 1]"),
         ([30, 10], "benchmark.thresholds", "dictionary"),
     ],
 )
@@ -119,6 +121,14 @@ def test_unknown_threshold_keys_are_ignored_and_the_batch_stored(client, write_k
     assert Benchmark.objects.get().thresholds == {"goodGbps": 40}
     assert Measurement.objects.count() == 1
     assert "Ignored unknown benchmark thresholds good, throughput" in caplog.text
+
+
+def test_efficiency_thresholds_are_stored_and_answered_with_the_grid(client, write_key):
+    given = {"efficiency": {"warning": 0.95, "later": 1}}  # a key it does not know is ignored, as above
+    assert post(client, batch([measurement("a", "b", streams=8)], thresholds=given), write_key).status_code == 200
+    assert Benchmark.objects.get().thresholds == {"efficiency": {"warning": 0.95}}
+    grid = client.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=xrootd-https").json()
+    assert grid["efficiency_thresholds"] == {"warning": 0.95, "critical": 0.5}
 
 
 def test_custom_thresholds_colour_the_grid_api(client, write_key):

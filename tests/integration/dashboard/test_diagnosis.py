@@ -106,3 +106,51 @@ def test_evaluate_answers_a_benchmarks_open_problems_now(client, write_key, read
     bad = client.post(url, json.dumps({"namespace": "mesh"}), content_type="application/json",
                       HTTP_AUTHORIZATION=f"Token {write_key}")
     assert bad.status_code == 400 and "name" in bad.content.decode()
+
+
+def _grid(client, query: str) -> dict:
+    """The grid API's builtin cells by (source, destination)."""
+    r = client.get(f"/api/v1/grid/?benchmark=mesh/nightly&protocol=builtin{query}",
+                   HTTP_ACCEPT="application/json")
+    assert r.status_code == 200, r.content
+    return {(c["source"], c["destination"]): c for c in r.json()["cells"]}
+
+
+@pytest.mark.parametrize("mode", ["latest", "median"])
+def test_grid_cells_carry_their_limit_evidence_and_efficiency_and_filter_by_limit(client, write_key, mode,
+                                                                                  monkeypatch):
+    """Each builder (the database's JSON, its rows for a window, the filtered grid built in Python) answers the
+    cell's diagnosis; ?binding_limit= keeps the cells of those limits; a newer measurement the analysis has not
+    judged yet shows none rather than the older one's."""
+    from results import analysis, selectors
+    from results.models import Benchmark, PairLatest
+
+    ingest(client, write_key, _mesh(datetime.now(UTC) - timedelta(hours=1), 3_000_000, 0.35, 2.8), "g1")
+    cells = _grid(client, f"&mode={mode}")
+    into = cells[("a1", "far")]
+    assert into["binding_limit"] == "receive-window"
+    assert into["efficiency"] == pytest.approx(0.35 / 2.8, rel=0.01)
+    assert "tcp_rmem" in into["fix"] and "far" in into["fix"]
+    assert into["evidence"].startswith("receive-window: 0.35 Gbit/s sits at")
+    assert cells[("far", "a1")]["binding_limit"] == "send-buffer"
+    assert cells[("a1", "a2")]["binding_limit"] == "network-capacity"
+    assert cells[("a1", "a2")]["efficiency"] == pytest.approx(1.0)
+
+    only = _grid(client, f"&mode={mode}&binding_limit=receive-window&binding_limit=send-buffer")
+    assert set(only) == {(n, "far") for n in ("a1", "a2", "b1")} | {("far", n) for n in ("a1", "a2", "b1")}
+    same = [k for k in into if k != "age_seconds"]  # the age moves on between the two requests
+    assert [only[("a1", "far")][k] for k in same] == [into[k] for k in same]  # the filtered grid's cell: the same
+    assert _grid(client, "&binding_limit=storage") == {}
+    bad = client.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=builtin&binding_limit=window")
+    assert bad.status_code == 400 and "binding_limit: 'window' is not one of" in bad.json()["detail"], bad.content
+    portable = selectors.grid(Benchmark.objects.get(), "builtin", mode=mode)["cells"]  # rows, or Python's cells
+    assert {(c["source"], c["destination"]): c["binding_limit"] for c in portable}[("a1", "far")] == "receive-window"
+
+    # a newer measurement of the cell, not analysed yet: its cell is not diagnosed until it is
+    newer = _mesh(datetime.now(UTC) - timedelta(minutes=5), 3_000_000, 0.35, 2.8)
+    newer = [m for m in newer if (m["source"], m["destination"], m["protocol"]) == ("a1", "far", "builtin")]
+    monkeypatch.setattr(analysis, "schedule", lambda: None)
+    ingest(client, write_key, newer, "g2")
+    assert PairLatest.objects.get(source__name="a1", destination__name="far", protocol="builtin").diagnosis
+    fresh = _grid(client, "")[("a1", "far")]
+    assert (fresh["binding_limit"], fresh["efficiency"], fresh["evidence"], fresh["fix"]) == ("", None, None, None)

@@ -31,15 +31,15 @@ def _extra(streams) -> list[str]:
 
 # each builder's order, from the definition
 def database_json_latest(streams) -> list[str]:
-    return [*gridcell.PER_REQUEST_NAMES, *_extra(streams), *gridcell.STORED_NAMES]
+    return [*gridcell.PER_REQUEST_NAMES, *_extra(streams), *gridcell.STORED_NAMES, *gridcell.DIAGNOSIS_NAMES]
 
 
 def database_rows(streams) -> list[str]:
-    return [*gridcell.NAMES, *_extra(streams)]
+    return [*gridcell.NAMES, *_extra(streams), *gridcell.DIAGNOSIS_NAMES]
 
 
 def python_cells(streams) -> list[str]:
-    return [*gridcell.STORED_NAMES, *_extra(streams), *gridcell.PER_REQUEST_NAMES]
+    return [*gridcell.STORED_NAMES, *_extra(streams), *gridcell.PER_REQUEST_NAMES, *gridcell.DIAGNOSIS_NAMES]
 
 
 def _ingest(body):

@@ -86,9 +86,25 @@ def _parses(value) -> datetime | None:
     return t if t.tzinfo is not None else None
 
 
+def keep_efficiency_rule(bounds) -> None:
+    """thresholds.efficiency: warning above critical with the defaults filled in (values of a wrong type or out of
+    (0, 1] are left for the negative cases)."""
+    if not isinstance(bounds, dict):
+        return
+    given = {k: v for k, v in bounds.items() if k in thresholds.EFFICIENCY_DEFAULTS
+             and isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1}
+    if len(given) < len([k for k in bounds if k in thresholds.EFFICIENCY_DEFAULTS]):
+        return
+    effective = {**thresholds.EFFICIENCY_DEFAULTS, **given}
+    if effective["warning"] <= effective["critical"]:
+        high, low = max(effective.values()), min(effective.values())
+        bounds["warning"], bounds["critical"] = high, (low if low < high else high / 2)
+
+
 def keep_cross_field_rules(body):
     """The ingest rules JSON Schema cannot state (they relate two fields, or a batch to what is stored):
     finished_at not before started_at, destination not the source, goodGbps >= warnGbps and goodRttMs <= warnRttMs,
+    efficiency.warning > efficiency.critical,
     node names unique across clusters. Generated batches are made to
     follow them, so a 400 for them is not read as a valid batch refused; the server's own checks of these rules
     are tested in test_api.py."""
@@ -124,6 +140,7 @@ def keep_cross_field_rules(body):
                 continue  # a value of a wrong type: a negative case, left as generated
             if effective[high] < effective[low]:  # with the defaults filled in, as the server reads them
                 limits[high], limits[low] = effective[low], effective[high]
+        keep_efficiency_rule(limits.get("efficiency"))
     return body
 
 

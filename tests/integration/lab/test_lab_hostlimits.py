@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from results.diagnosis import cells
 from results.diagnosis.limits import Host, Measurement, diagnose
 from tpcmesh_lab.hostlimits import cpu_unavailable_reason
 from tpcmesh_lab.mesh import Certificates, start_agents
@@ -109,7 +110,7 @@ def test_an_agent_under_a_cpu_quota_is_slower(tmp_path):
         throttled_before = group.throttled()
         ctx = ssl.create_default_context(cafile=str(certs.ca_file))
         control = DEFAULT_PORTS["control"]
-        rates = {}
+        rates, cpus, ends = {}, {}, {}
         with httpx.Client(verify=ctx, timeout=120, headers={"Authorization": f"Bearer {token}"}) as client:
             client.post(f"https://{lab.node('src').address}:{control}/api/v1/filesets", json=files
                         ).raise_for_status()
@@ -128,6 +129,8 @@ def test_an_agent_under_a_cpu_quota_is_slower(tmp_path):
                         time.sleep(0.2)
                     assert rec["status"] == "succeeded", rec.get("error")
                     rates[(protocol, dst)] = rec["aggregate_gbps"]
+                    ends[(protocol, dst)] = (rec.get("host") or {}).get("destination") or {}
+                    cpus[(protocol, dst)] = ends[(protocol, dst)].get("cpu") or {}
         throttled = group.throttled() - throttled_before
     print(f"from src (0.2 ms RTT, 1 stream) into free / into starved ({QUOTA} cores): " + ", ".join(
         f"{p} {rates[(p, 'free')]:.3f} / {rates[(p, 'starved')]:.3f} Gbit/s" for p in ("iperf3", "builtin"))
@@ -135,6 +138,26 @@ def test_an_agent_under_a_cpu_quota_is_slower(tmp_path):
     assert throttled > 0
     for protocol in ("iperf3", "builtin"):
         assert rates[(protocol, "starved")] * 2 <= rates[(protocol, "free")], rates
+    # the agents' own telemetry: the starved agent read its group's quota and how often it ran out; every lab
+    # node's cores are the machine's, so none of them is taken as the node's own (host_cpu_shared). At 0.01 cores
+    # the starved agent's own sampler falls behind, so a short test (iperf3's 2 s) may get no summary at all
+    print({k: v.get("quota") for k, v in cpus.items()})
+    for p in ("iperf3", "builtin"):
+        assert cpus[(p, "free")]["shared"] is True and cpus[(p, "free")]["quota"] is None
+    starved = [cpus[(p, "starved")] for p in ("iperf3", "builtin") if cpus[(p, "starved")]]
+    assert starved, "no summary of the starved agent's host"
+    for cpu in starved:
+        assert cpu["shared"] is True
+        assert cpu["quota"]["cores"] == pytest.approx(QUOTA)
+        assert cpu["quota"]["throttled_pct"] >= 50, cpu["quota"]
+    # and the limit model, fed the starved end's telemetry as the dashboard feeds it, names that end's CPU
+    for protocol in ("iperf3", "builtin"):
+        if not cpus[(protocol, "starved")]:
+            continue
+        end = cells.host_end(ends[(protocol, "starved")], "starved", None)
+        d = diagnose(Measurement(gbps=rates[(protocol, "starved")], protocol=protocol, rtt_ms=0.2,
+                                 source=Host(name="src"), destination=end))
+        assert d.limit == "destination-cpu" and "starved's CPU quota ran out" in d.fix, d.reason
 
 
 def cpu_seconds(pid: int) -> float:

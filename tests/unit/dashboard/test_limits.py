@@ -165,6 +165,29 @@ def test_a_used_up_cpu_quota_names_its_end():
     assert d.limit == "destination-cpu" and "98 % of their CPU quota" in d.fix
 
 
+def test_a_quota_that_ran_out_names_its_end():
+    """cgroup v1 gives no usage of the group, only its throttled periods: those are the evidence."""
+    src = replace(SITE_A, **BIG, busiest_core_percent=20.0, cpu_throttled_percent=88.0)
+    d = diagnose(replace(far(0.9), source=src, destination=replace(SITE_C, **BIG)))
+    assert d.limit == "source-cpu" and "quota ran out in 88 % of its periods" in d.fix
+    assert d.binding.evidence == {"cpu_throttled_percent": 88.0}
+
+
+def test_a_quota_rarely_throttled_is_no_evidence():
+    src = replace(SITE_A, **BIG, busiest_core_percent=20.0, cpu_throttled_percent=10.0)
+    d = diagnose(replace(far(0.9), source=src, destination=replace(SITE_C, **BIG)))
+    assert d.limit != "source-cpu"
+
+
+def test_a_busy_core_shared_with_other_nodes_is_not_the_nodes():
+    """The WAN lab runs every node on one machine's cores: a core 100 % busy there is the machine's, and the model
+    says the figure it lacks instead of blaming the node."""
+    src = replace(SITE_A, **BIG, busiest_core_percent=100.0, cores_shared=True)
+    d = diagnose(replace(far(0.9), source=src, destination=replace(SITE_C, **BIG)))
+    assert d.limit != "source-cpu"
+    assert any("the busiest core of site-a-1 (its cores are shared with other nodes)" in m for m in d.missing)
+
+
 def test_a_low_loopback_ceiling_names_its_end():
     src = replace(SITE_A, **BIG, loopback_gbps=1.0)
     d = diagnose(replace(far(0.95), source=src, destination=replace(SITE_C, **BIG)))

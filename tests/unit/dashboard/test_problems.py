@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from results.problems import Cell, find
 
@@ -115,7 +116,30 @@ def test_the_node_itself_when_its_own_evidence_says_so_with_the_limits_named():
     assert f.key == "node:b1" and "their limits: destination-cpu" in f.summary
 
 
-def test_a_send_buffer_limit_does_not_clear_the_receiving_side():
-    """Only the side's own window explains it: tests to b1 held by the senders' buffers still point at b1."""
-    (f,) = find(diagnosed("send-buffer"), SITES, {})
-    assert f.kind == "node"
+def test_a_far_node_whose_senders_buffers_bind_is_their_tuning_not_the_node():
+    """Every test to b1 held by the senders' send buffers (b1 is far: their windows are fine on shorter paths):
+    one tuning problem naming the senders' setting, not b1's NIC."""
+    fix = "raise net.ipv4.tcp_wmem max on a1 to at least 2 × BDP = 47.7 MB"
+    (f,) = find(diagnosed("send-buffer", fix), SITES, {})
+    assert (f.kind, f.key, f.severity) == ("tuning", "tuning:b1:peers-send-buffer", "warning")
+    assert "at the senders' end" in f.summary and fix in f.summary and "NIC" not in f.summary
+
+
+def test_a_healthy_far_node_with_mixed_diagnoses_raises_no_node_problem():
+    """The demo's far node: its slow cells are the protocol's, a window, or unexplained; none is its own CPU,
+    loopback or loss, so it is not sent to look at its NIC."""
+    limits = itertools.cycle(["protocol", "send-buffer", "unknown", "protocol"])
+    cells = [replace(c, limit=next(limits)) if c.destination == "b1" else c for c in diagnosed("x")]
+    assert [f for f in find(cells, SITES, {}) if f.kind == "node"] == []
+
+
+def test_its_own_evidence_on_half_the_cells_still_names_the_node():
+    limits = itertools.cycle(["destination-cpu", "unknown"])
+    cells = [replace(c, limit=next(limits)) if c.destination == "b1" else c for c in diagnosed("x")]
+    (f,) = find(cells, SITES, {})
+    assert f.key == "node:b1" and "destination-cpu" in f.summary
+
+
+def test_undiagnosed_cells_keep_the_node_rule():
+    (f,) = find(diagnosed(""), SITES, {})
+    assert f.key == "node:b1"

@@ -67,3 +67,33 @@ def test_classify():
     assert thresholds.classify(5, "succeeded", "latency", lat) == "ok"
     assert thresholds.classify(80, "succeeded", "latency", lat) == "warning"
     assert thresholds.classify(81, "succeeded", "latency", lat) == "critical"
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "words"),
+    [
+        ({"efficiency": 0.8}, "efficiency", "must be an object {warning, critical}, not float"),
+        ({"efficiency": {"warning": 0}}, "efficiency.warning", "must be in (0, 1]"),
+        ({"efficiency": {"critical": 1.2}}, "efficiency.critical", "must be in (0, 1]"),
+        ({"efficiency": {"warning": "high"}}, "efficiency.warning", "must be a number, not str"),
+        ({"efficiency": {"warning": 0.5, "critical": 0.5}}, "efficiency.warning", "warning (0.5) must be above"),
+        ({"efficiency": {"critical": 0.9}}, "efficiency.critical", "above critical (0.9) with the defaults filled"),
+    ],
+)
+def test_efficiency_errors_name_the_key(raw, key, words):
+    problems = thresholds.errors(raw)
+    assert list(problems) == [key] and words in problems[key], problems
+
+
+def test_efficiency_bounds_and_state():
+    assert thresholds.errors({"efficiency": {"warning": 1, "critical": 0.2}}) == {}
+    assert thresholds.unknown({"efficiency": {}}) == []
+    assert thresholds.errors({"efficiency": {"ok": "x", "warning": 0.9}}) == {}  # unknown keys: ignored
+    assert thresholds.known_efficiency({"ok": "x", "warning": 0.9}) == {"warning": 0.9}
+    assert thresholds.effective_efficiency({}) == {"warning": 0.8, "critical": 0.5}
+    assert thresholds.effective_efficiency({"efficiency": {"warning": 0.95}}) == {"warning": 0.95, "critical": 0.5}
+    assert thresholds.effective_efficiency({"efficiency": {"warning": 0.1}}) == {"warning": 0.8, "critical": 0.5}
+    b = {"warning": 0.8, "critical": 0.5}
+    assert [thresholds.classify_efficiency(e, "succeeded", b) for e in (0.8, 0.79, 0.5, 0.49, None)] == [
+        "ok", "warning", "warning", "critical", "none"]
+    assert thresholds.classify_efficiency(0.9, "failed", b) == "failed"

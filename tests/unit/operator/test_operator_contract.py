@@ -120,7 +120,7 @@ def test_failed_and_rtt_rows_validate() -> None:
 
 
 def test_ingest_batch_validates() -> None:
-    spec = parse_spec({"thresholds": {"goodGbps": 5, "warnGbps": 1}})
+    spec = parse_spec({"thresholds": {"goodGbps": 5, "warnGbps": 1, "efficiency": {"warning": 0.9}}})
     agents = [Agent("a", "127.0.1.1", labels={"tpcmesh.io/site": "X", "tpcmesh.io/nic-speed-gbps": "100"}),
               Agent("b", "127.0.1.2")]
     ex = RunExecutor(spec, RunInfo("default", "bench", "bench-1", str(uuid.uuid4())), StaticDirectory(agents),
@@ -133,7 +133,8 @@ def test_ingest_batch_validates() -> None:
     assert [m["source"] for m in batch["measurements"]] == ["a"]  # a loopback result is no measurement ...
     assert [n.get("loopback_gbps") for n in batch["nodes"]] == [None, 41.5]  # ... but its node's figure
     assert batch["nodes"][0]["site"] == "X" and batch["nodes"][0]["nic_speed_gbps"] == 100.0
-    assert batch["benchmark"]["thresholds"] == {"goodGbps": 5, "warnGbps": 1, "goodRttMs": 20, "warnRttMs": 80}
+    assert batch["benchmark"]["thresholds"] == {"goodGbps": 5, "warnGbps": 1, "goodRttMs": 20, "warnRttMs": 80,
+                                                "efficiency": {"warning": 0.9, "critical": 0.5}}
 
 
 def test_ingest_batch_carries_the_runs_cluster() -> None:

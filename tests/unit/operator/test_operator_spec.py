@@ -89,6 +89,13 @@ def test_optimize_bounds_default_to_the_file_set_and_round_trip() -> None:
     ({"thresholds": {"warnRttMs": "fast"}}, "spec.thresholds.warnRttMs"),
     ({"thresholds": {"goodGbps": True}}, "spec.thresholds.goodGbps"),
     ({"thresholds": {"good": 5}}, "spec.thresholds.good"),
+    ({"thresholds": {"efficiency": {"warning": 0}}}, "spec.thresholds.efficiency.warning"),
+    ({"thresholds": {"efficiency": {"critical": 1.5}}}, "spec.thresholds.efficiency.critical"),
+    ({"thresholds": {"efficiency": {"warning": 0.5, "critical": 0.7}}}, "spec.thresholds.efficiency.warning"),
+    ({"thresholds": {"efficiency": {"critical": 0.9}}}, "spec.thresholds.efficiency.critical"),  # default warning
+    ({"thresholds": {"efficiency": {"warning": "high"}}}, "spec.thresholds.efficiency.warning"),
+    ({"thresholds": {"efficiency": {"ok": 0.9}}}, "spec.thresholds.efficiency.ok"),
+    ({"thresholds": {"efficiency": 0.8}}, "spec.thresholds.efficiency"),
     ({"loopback": {"protocol": "gridftp"}}, "spec.loopback.protocol"),
     ({"loopback": {"enabled": "yes"}}, "spec.loopback.enabled"),
     ({"loopback": True}, "spec.loopback"),
@@ -123,6 +130,20 @@ def test_thresholds_keep_the_numbers_given_and_fill_the_rest() -> None:
     s = parse_spec({"thresholds": {"goodGbps": 12.5, "warnGbps": 0, "warnRttMs": 150}})
     assert s.thresholds == {"goodGbps": 12.5, "warnGbps": 0, "goodRttMs": 20, "warnRttMs": 150}
     assert to_dict(s)["thresholds"] == s.thresholds and parse_spec(to_dict(s)) == s
+
+
+def test_efficiency_thresholds_are_passed_on_only_when_given_with_the_other_bound_filled_in() -> None:
+    s = parse_spec({"thresholds": {"efficiency": {"warning": 0.9}}})
+    assert s.thresholds["efficiency"] == {"warning": 0.9, "critical": 0.5}
+    assert parse_spec(to_dict(s)) == s and "efficiency" not in parse_spec({}).thresholds
+
+
+def test_efficiency_errors_say_what_is_wrong() -> None:
+    with pytest.raises(SpecError, match=r"spec.thresholds.efficiency.warning must be above "
+                                        r"spec.thresholds.efficiency.critical \(0.5 <= 0.7\)"):
+        parse_spec({"thresholds": {"efficiency": {"warning": 0.5, "critical": 0.7}}})
+    with pytest.raises(SpecError, match=r"must be above 0 and at most 1 .*got 1.5"):
+        parse_spec({"thresholds": {"efficiency": {"critical": 1.5}}})
 
 
 def test_examples_parse() -> None:

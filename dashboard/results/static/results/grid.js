@@ -22,7 +22,22 @@
     const files = concurrency ? " × " + concurrency + (concurrency === 1 ? " file" : " files") : "";
     return streams ? " ×" + streams + (files ? " streams" + files : "") : files;
   }
+  // The efficiency and why views: a half is an object {value, t, status, error, limit, efficiency, evidence, fix}
+  // (and streams, concurrency in the newest pick): the limit the measurement ran into, with its figures and fix.
+  function why(h, src, dst, streams) {
+    const own = h.streams !== undefined;
+    const v = h.value === null ? "–" : (+h.value).toFixed(2) + " " + data.unit;
+    let s = src + " → " + dst + (own ? setting(h.streams, h.concurrency) : setting(streams, null)) + ": " + v +
+      "  " + when(h.t);
+    if (h.status) s += "\n  " + h.status + (h.error ? ": " + h.error : "");
+    const eff = h.efficiency === null ? "" : ", efficiency " + Math.round(h.efficiency * 100) + " % of the path";
+    s += "\n  limit: " + (h.limit || "not diagnosed") + eff;
+    if (h.evidence) s += "\n  why: " + h.evidence;
+    if (h.fix) s += "\n  fix: " + h.fix;
+    return s;
+  }
   function half(h, src, dst, streams) {
+    if (h && !Array.isArray(h)) return why(h, src, dst, streams);
     const own = h && h.length > 4;
     const label = src + " → " + dst + (own ? setting(h[4], h[5]) : setting(streams, null)) + ": ";
     if (!h) return label + "no data";

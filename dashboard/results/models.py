@@ -278,6 +278,7 @@ class DailyRollup(CellSettings):
     p90 = models.FloatField(null=True, blank=True)
     last_at = models.DateTimeField(help_text="when the day's newest measurement finished")
     last_status = models.CharField(max_length=12, help_text="that measurement's status")
+    rolled_at = models.DateTimeField(help_text="when it was computed: a measurement delivered later is not in it")
 
     class Meta:
         constraints = [

@@ -16,7 +16,22 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Min, QuerySet
+from django.db.models import (
+    CharField,
+    DateTimeField,
+    Exists,
+    Expression,
+    ExpressionWrapper,
+    Field,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+)
+from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from results import rollups, selectors
@@ -64,6 +79,7 @@ class Report:
     measurements: int = 0
     files: int = 0
     kept: int = 0  # past the age but still shown by a grid cell or pointed at by a change
+    late: int = 0  # past the age, delivered after their day was rolled up: kept raw, not in the rollups
     pruned_days: list[date] = field(default_factory=list)  # rolled up, then their raw rows removed
     completed_days: list[date] = field(default_factory=list)  # rolled up, raw rows kept (newly completed days)
     removed: dict[str, int] = field(default_factory=dict)  # per model label, as Django's delete counts them
@@ -97,11 +113,35 @@ def protected() -> tuple[QuerySet, QuerySet]:
     return (PairLatest.objects.values("measurement_id"), Change.objects.values("measurement_id"))
 
 
-def removable(cutoff: datetime) -> QuerySet[Measurement]:
+LATE_MARGIN = timedelta(minutes=10)  # an ingest committing while its day was rolled up counts as late: kept
+
+
+def rolled_up() -> Exists:
+    """A measurement's cell-day was rolled up after it arrived (LATE_MARGIN later): the rollup holds it. One
+    delivered later than that (finished before the horizon, delivered after its day was rolled up) is not in it."""
+    def outer(name: str, field: Field, default: object = None) -> Expression:
+        ref = ExpressionWrapper(OuterRef(name), output_field=field)  # a typed reference, for the functions
+        return ref if default is None else Coalesce(ref, Value(default), output_field=field)
+
+    return Exists(DailyRollup.objects.filter(
+        benchmark=OuterRef("benchmark"), protocol=OuterRef("protocol"),
+        streams=outer("streams", IntegerField(), 0), address_family=OuterRef("address_family"),
+        congestion_control=outer("congestion_control", CharField(), ""), auth=outer("auth", CharField(), ""),
+        source=OuterRef("source"), destination=OuterRef("destination"),
+        day=TruncDate(outer("finished_at", DateTimeField()), tzinfo=UTC),
+        rolled_at__gt=ExpressionWrapper(OuterRef("ingested_at") + Value(LATE_MARGIN), output_field=DateTimeField())))
+
+
+def _unprotected(cutoff: datetime) -> QuerySet[Measurement]:
     qs = Measurement.objects.filter(finished_at__lt=cutoff)
     for ids in protected():
         qs = qs.exclude(id__in=ids)
     return qs
+
+
+def removable(cutoff: datetime) -> QuerySet[Measurement]:
+    """Measurements past the cutoff that may go: not protected, and in their day's rollup."""
+    return _unprotected(cutoff).filter(rolled_up())
 
 
 def old_files(cutoff: datetime) -> QuerySet[FileTransfer]:
@@ -141,12 +181,15 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
     report = Report(raw_cutoff=policy.raw_cutoff(now), file_cutoff=policy.file_cutoff(now))
     raw_since = horizon() or EPOCH
     report.pruned_days = list(raw_days(raw_since, report.raw_cutoff))
-    report.kept = Measurement.objects.filter(finished_at__lt=report.raw_cutoff).count() - removable(
+    report.kept = Measurement.objects.filter(finished_at__lt=report.raw_cutoff).count() - _unprotected(
         report.raw_cutoff).count()
     if dry_run:
         report.completed_days = list(raw_days(_completed_start(max(raw_since, report.raw_cutoff)), day_start(now)))
         report.files = old_files(report.file_cutoff).count()
-        report.measurements = removable(report.raw_cutoff).count()
+        # the days from the horizon on are rolled up first; below it, only what their rollups hold goes
+        pending = _unprotected(report.raw_cutoff).filter(Q(finished_at__gte=raw_since) | Q(rolled_up()))
+        report.measurements = pending.count()
+        report.late = _unprotected(report.raw_cutoff).count() - report.measurements
         return report
     for day in report.pruned_days:
         with transaction.atomic():
@@ -157,6 +200,7 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
         _set_horizon(report.raw_cutoff)
     report.files = _delete_in_batches(lambda: old_files(report.file_cutoff), batch, report, log)
     report.measurements = _delete_in_batches(lambda: removable(report.raw_cutoff), batch, report, log)
+    report.late = _unprotected(report.raw_cutoff).count()
     raw_since = horizon() or EPOCH
     for day in raw_days(_completed_start(raw_since), day_start(now)):
         rollups.roll_up(day, day)

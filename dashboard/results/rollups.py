@@ -11,6 +11,7 @@ from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from results.models import DailyRollup, Measurement
 from results.protocols import PROTOCOLS
@@ -38,14 +39,14 @@ def _roll_up_sql(start: datetime, end: datetime) -> int:
     ok = "m.status = 'succeeded' AND v.value IS NOT NULL"
     figures = ", ".join(f"percentile_cont({q}) WITHIN GROUP (ORDER BY v.value) FILTER (WHERE {ok})"
                         for q in QUANTILES.values())
-    columns = ", ".join(("day", *KEY, *FIGURES[:4], *QUANTILES, *FIGURES[-2:]))
+    columns = ", ".join(("day", *KEY, *FIGURES[:4], *QUANTILES, *FIGURES[-2:], "rolled_at"))
     sql = f"""
         INSERT INTO {DailyRollup._meta.db_table} ({columns})
         SELECT (m.finished_at AT TIME ZONE 'UTC')::date, m.benchmark_id, m.protocol, coalesce(m.streams, 0),
                m.address_family, coalesce(m.congestion_control, ''), coalesce(m.auth, ''), m.source_id,
                m.destination_id, count(*), count(*) FILTER (WHERE m.status <> 'succeeded'),
                count(*) FILTER (WHERE {ok}), avg(v.value) FILTER (WHERE {ok}), {figures},
-               max(m.finished_at), (array_agg(m.status ORDER BY m.finished_at DESC))[1]
+               max(m.finished_at), (array_agg(m.status ORDER BY m.finished_at DESC))[1], now()
         FROM {Measurement._meta.db_table} m CROSS JOIN LATERAL (SELECT {_value_sql()} AS value) v
         WHERE m.finished_at >= %(start)s AND m.finished_at < %(end)s
         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
@@ -65,8 +66,9 @@ def _roll_up_python(start: datetime, end: datetime) -> int:
         day = finished.astimezone(UTC).date()
         groups[(day, bench, protocol, streams or 0, family, cc or "", auth or "", src, dst)].append(
             (finished, value, status))
+    now = timezone.now()
     DailyRollup.objects.bulk_create(
-        [DailyRollup(day=k[0], **dict(zip(KEY, k[1:], strict=True)), **summarise(items))
+        [DailyRollup(day=k[0], **dict(zip(KEY, k[1:], strict=True)), **summarise(items), rolled_at=now)
          for k, items in groups.items()], batch_size=2000)
     return len(groups)
 

@@ -38,6 +38,7 @@ class Migration(migrations.Migration):
                 ('p90', models.FloatField(blank=True, null=True)),
                 ('last_at', models.DateTimeField(help_text="when the day's newest measurement finished")),
                 ('last_status', models.CharField(help_text="that measurement's status", max_length=12)),
+                ('rolled_at', models.DateTimeField(help_text='when it was computed: a measurement delivered later is not in it')),
                 ('benchmark', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='results.benchmark')),
                 ('destination', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='results.node')),
                 ('source', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='results.node')),

@@ -20,10 +20,15 @@ RAW_CUTOFF = datetime(2026, 6, 5, tzinfo=UTC)  # rawDays=10: the start of the da
 FILE_CUTOFF = datetime(2026, 6, 12, tzinfo=UTC)  # fileDays=3
 
 
-def ingest(client, key, ms):
+def ingest(client, key, ms, delivered_when_measured=True):
+    from django.db.models import F
+    from results.models import Measurement
+
     r = client.post("/api/v1/ingest/", json.dumps(batch(ms)), content_type="application/json",
                     HTTP_AUTHORIZATION=f"Token {key}")
     assert r.status_code == 200, r.content
+    if delivered_when_measured:  # as an archive's old rows were; a late delivery is a case of its own
+        Measurement.objects.filter(id__in=[m["id"] for m in ms]).update(ingested_at=F("finished_at"))
 
 
 def seed(client, key):
@@ -111,3 +116,26 @@ def test_a_measurement_a_change_points_at_stays(client, write_key):
     assert (report.measurements, report.kept) == (1, 1)
     assert set(Measurement.objects.values_list("id", flat=True).filter(finished_at__lt=RAW_CUTOFF)) == {first.id}
     assert Change.objects.get().measurement_id == first.id
+
+
+def test_a_measurement_delivered_after_its_day_was_rolled_up_stays(client, write_key, settings):
+    from results import retention
+    from results.models import DailyRollup, Measurement
+
+    day = RAW_CUTOFF - timedelta(days=3)
+    ingest(client, write_key, [measurement("a", "b", finished=day), measurement("a", "b", finished=NOW)])
+    policy = retention.Policy(raw_days=10, file_days=3)
+    assert retention.prune(NOW, policy).measurements == 1
+    rolled = list(DailyRollup.objects.filter(day=day.date()).values("count", "rolled_at"))
+    # the operator's outbox delivers one more from that day only now: no rollup holds it, so it is kept raw
+    late = measurement("a", "b", finished=day + timedelta(hours=1))
+    ingest(client, write_key, [late], delivered_when_measured=False)
+    assert retention.prune(NOW, policy, dry_run=True).late == 1
+    report = retention.prune(NOW, policy)
+    assert (report.measurements, report.late) == (0, 1)
+    assert Measurement.objects.filter(id=late["id"]).exists()
+    assert list(DailyRollup.objects.filter(day=day.date()).values("count", "rolled_at")) == rolled
+    settings.RETENTION_RAW_DAYS = 100  # the command's clock is today's: that day is past this age too
+    out = StringIO()
+    call_command("prune_archive", stdout=out)
+    assert "Kept 1 older measurement(s) delivered after their day was rolled up" in out.getvalue()

@@ -32,3 +32,6 @@ class Command(BaseCommand):
         if report.removed:
             self.stdout.write("Rows removed: " + ", ".join(f"{k}: {v}" for k, v in sorted(report.removed.items())))
         self.stdout.write(f"Kept {report.kept} older measurement(s): a grid cell's newest or a change's.")
+        if report.late:
+            self.stdout.write(f"Kept {report.late} older measurement(s) delivered after their day was rolled up: "
+                              "raw, not in the rollups, not read by the grid or the pair history.")

@@ -7,7 +7,8 @@ and 11 files at once and 1 and 8 streams per file. Gbit/s are SI (1e9 bit/s) and
 moved / (last byte in - start). Median of 3 repeats (``--quick``: small files, one repeat); cp is timed at the start
 and at the end of every repeat. Then the authorization rows (movers_auth.py): XRootD HTTP-TPC with tokens vs with
 X509 host certificates vs with no authentication, driven by the agent and sent by hand with curl, in a section of
-their own (``--only movers|auth`` runs one of the two).
+their own, and the disk rows (movers_disk.py: the built-in mover disk->disk beside each disk's fio ceilings;
+``--only movers|auth|disk`` runs one of the three).
 """
 
 from __future__ import annotations
@@ -366,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=None, help="file size in bytes (default 1e9; quick 1e8)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md")
-    ap.add_argument("--only", choices=("movers", "auth"), default=None,
-                    help="only the movers table, or only the authorization rows (token vs x509 vs none, agent vs "
-                         "curl)")
+    ap.add_argument("--only", choices=("movers", "auth", "disk"), default=None,
+                    help="only the movers table, the authorization rows (token vs x509 vs none, agent vs curl), or "
+                         "the disk rows (built-in disk->disk vs the fio ceilings)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the agents and free their memory on kill
     wanted = args.size or (10**8 if args.quick else GB)
@@ -410,9 +411,13 @@ def main(argv: list[str] | None = None) -> int:
         agents[0].file_set(count=11, size=size, mesh=[dst.name])
         return dst
 
-    if args.only != "auth":
+    if args.only in (None, "movers"):
         run_movers(args, agents, start, stop, new_destination, size, wanted, repeats, log)
-    if args.only != "movers":
+    if args.only in (None, "disk"):
+        from movers_disk import run_disk  # beside this script (agent/bench is not a package)
+
+        run_disk(args, test_pki, agents, stop, wanted, repeats, log)
+    if args.only in (None, "auth"):
         # two source sets, and 8 streams x 11 files must fit beside them (XRootD buffers about a file per stream)
         run_auth(args, test_pki, agents, stop, min(pick_size(wanted, 22), AUTH_MAX_SIZE), repeats, log)
     shutil.rmtree(work, ignore_errors=True)

@@ -53,6 +53,12 @@ class Settings:
     budget_bytes: int = field(default=40 * 10**9,
                               metadata={"help": "most bytes the test files may use (sets + one set received); "
                                                 "accepts 40G, 8GiB"})
+    disk_dir: Path | None = field(default=None, metadata={
+        "help": "disk mode: a directory on real storage (not tmpfs) for test files (sets/, incoming/) of tests that "
+                "ask for storage disk; refused when missing, not writable or memory-backed; empty: no disk mode"})
+    disk_reserve_bytes: int = field(default=10**9, metadata={
+        "help": "bytes a disk test must leave free on disk_dir's filesystem (refused before writing otherwise); "
+                "accepts 1G, 512MiB"})
     token_file: Path | None = field(default=None, metadata={"help": "file holding the control API bearer token"})
     tls_cert: Path | None = field(default=None, metadata={"help": "host certificate (PEM)"})
     tls_key: Path | None = field(default=None, metadata={"help": "host key (PEM)"})
@@ -134,6 +140,14 @@ class Settings:
     @property
     def incoming_dir(self) -> Path:
         return self.data_dir / "incoming"
+
+    def storage_dir(self, storage: str) -> Path:
+        """The directory holding ``storage``'s files (sets/, incoming/): data_dir, or disk_dir for disk."""
+        if storage == "disk":
+            if self.disk_dir is None:
+                raise SettingsError("disk_dir is not set (flag --disk-dir or TPCMESH_AGENT_DISK_DIR)")
+            return self.disk_dir
+        return self.data_dir
 
     @property
     def loss_outbox_file(self) -> Path:
@@ -243,6 +257,8 @@ class Settings:
         if self.gridftp_security not in GRIDFTP_SECURITY:
             raise SettingsError(f"gridftp_security {self.gridftp_security!r} must be one of "
                                 f"{', '.join(GRIDFTP_SECURITY)}")
+        if self.disk_reserve_bytes < 0:
+            raise SettingsError(f"disk_reserve_bytes {self.disk_reserve_bytes} must be >= 0")
         if self.budget_bytes <= 0:
             raise SettingsError(f"budget_bytes {self.budget_bytes} must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -281,7 +297,7 @@ class Settings:
 def _convert(f: dataclasses.Field, raw: str):
     t = str(f.type)
     try:
-        if f.name == "budget_bytes":
+        if f.name.endswith("_bytes"):
             return _parse_size(raw)
         if t.startswith("Path"):
             return Path(raw) if raw else None

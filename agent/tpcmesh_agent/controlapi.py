@@ -20,6 +20,7 @@ from aiohttp import web
 
 from . import __version__, congestion, hosttelemetry, versions
 from .cadir import write_ca_dir
+from .ceilings import MAX_CONCURRENCY, MAX_RUNTIME, MAX_SIZE, CeilingError, FioPlan, measure
 from .config import ALL_PROTOCOLS, MIN_TOKEN_LENGTH, Settings
 from .daemons.gridmap import GridftpAccess, MeshError
 from .files import FileSetError, FileSets, spec_from_request, validate_name
@@ -27,7 +28,8 @@ from .metrics import CONTENT_TYPE, AgentMetrics
 from .movers import load_movers
 from .movers.base import url_host
 from .probes import tcp_connect_rtt
-from .runner import ApiError, TransferRunner
+from .runner import ApiError, TransferRunner, _int
+from .storage import STORAGES, disk_problem, space_problem
 from .tracepath import trace_path
 from .twamp.outbox import MAX_BATCH
 from .twamp.service import ConfigError, LossProbe
@@ -129,6 +131,10 @@ class Agent:
         self.data_server6: Any | None = None  # dual stack: the built-in data server on address6
         self.movers, self.problems = load_movers(settings)
         self.filesets = FileSets(settings.sets_dir, settings.budget_bytes)
+        # disk mode: the sets on the disk path, bounded by its free space less the reserve, always left cold
+        self.disk_filesets = (FileSets(settings.disk_dir / "sets", 2**63, settings.disk_reserve_bytes, cold=True)
+                              if settings.disk_dir is not None else None)
+        self._ceilings_lock = asyncio.Lock()
         self.gridftp_access = GridftpAccess(settings)  # the mesh's members GridFTP admits
         self.metrics = AgentMetrics(self.servers_status, lambda: self.loss)
         self.host = hosttelemetry.Sampler(settings.host_sample_interval, settings.addresses,
@@ -190,6 +196,14 @@ class Agent:
         if s.incoming_dir.exists():
             await asyncio.to_thread(__import__("shutil").rmtree, s.incoming_dir, True)
         s.incoming_dir.mkdir(parents=True, exist_ok=True)
+        if s.disk_dir is not None:
+            why = disk_problem(s.node_name, s.disk_dir)
+            if why:  # the agent runs without disk mode; disk requests get this reason
+                log.warning("Disk mode is unavailable: %s", why)
+            else:  # what an earlier run left in incoming/ is ours to remove; disk_dir itself is never created
+                await asyncio.to_thread(__import__("shutil").rmtree, s.disk_dir / "incoming", True)
+                (s.disk_dir / "sets").mkdir(exist_ok=True)
+                (s.disk_dir / "incoming").mkdir(exist_ok=True)
         self.runner.versions = await asyncio.to_thread(versions.local_versions)
         log.info("Found the implementations' versions: %s", ", ".join(
             f"{name} {version or 'unknown'}" for name, version in self.runner.versions.items()))
@@ -315,9 +329,31 @@ class Agent:
             "servers": self.servers_status(),
             "budget_bytes": self.settings.budget_bytes,
             "file_sets": self.filesets.list(),
+            "disk": self.disk_info(),
             "mesh": self.gridftp_access.members(),
             "running_test_id": running.job.test_id if running else None,
         })
+
+    def disk_info(self) -> dict | None:
+        """The disk path, whether it can be used (or why not) and its disk sets; None without one."""
+        disk_dir = self.settings.disk_dir
+        if disk_dir is None or self.disk_filesets is None:
+            return None
+        why = disk_problem(self.settings.node_name, disk_dir)
+        return {"path": str(disk_dir), "available": why is None, "message": why,
+                "reserve_bytes": self.settings.disk_reserve_bytes,
+                "file_sets": self.disk_filesets.list() if why is None else []}
+
+    def _filesets_of(self, storage: object) -> FileSets:
+        """The sets of ``storage`` (memory or disk); 422 naming the node and path when disk cannot be used."""
+        if storage not in STORAGES:
+            raise ApiError(422, f"storage must be one of {', '.join(STORAGES)}, got {storage!r}")
+        if storage == "memory":
+            return self.filesets
+        why = disk_problem(self.settings.node_name, self.settings.disk_dir)
+        if why or self.disk_filesets is None:
+            raise ApiError(422, why or f"node {self.settings.node_name} has no disk path")
+        return self.disk_filesets
 
     async def post_fileset(self, request: web.Request) -> web.Response:
         body = await self._json(request)
@@ -325,25 +361,28 @@ class Agent:
             raise ApiError(400, "the request body must be a JSON object: {count, size} or {dataset}")
         verify = body.pop("verify", False)
         mesh = body.pop("mesh", None)
+        storage = body.pop("storage", "memory")
+        filesets = self._filesets_of(storage)
         try:
             spec = spec_from_request(body)
             if mesh is not None:  # the run's agents: who may read the set over GridFTP (daemons/gridmap.py)
                 await asyncio.to_thread(self.gridftp_access.set_members, mesh)
         except (FileSetError, MeshError) as e:
             raise ApiError(422, str(e)) from e
-        lock = self._set_locks.setdefault(spec.name, asyncio.Lock())
+        lock = self._set_locks.setdefault(f"{storage}/{spec.name}", asyncio.Lock())
         async with lock:
             try:
-                entries = await asyncio.to_thread(self.filesets.ensure, spec, bool(verify))
+                entries = await asyncio.to_thread(filesets.ensure, spec, bool(verify))
             except FileSetError as e:
                 raise ApiError(422, str(e)) from e
             except OSError as e:
                 raise ApiError(507, f"writing file set {spec.name} failed: {e.strerror or e}") from e
-        return web.json_response({"name": spec.name, "total_bytes": spec.total_bytes,
+        return web.json_response({"name": spec.name, "total_bytes": spec.total_bytes, "storage": storage,
                                   "files": [e.as_dict() for e in entries]})
 
     async def list_filesets(self, request: web.Request) -> web.Response:
-        return web.json_response({"file_sets": self.filesets.list()})
+        storage = request.query.get("storage", "memory")
+        return web.json_response({"file_sets": self._filesets_of(storage).list()})
 
     async def delete_fileset(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -351,8 +390,9 @@ class Agent:
             validate_name(name, "set name")
         except FileSetError as e:
             raise ApiError(422, str(e)) from e
-        if not await asyncio.to_thread(self.filesets.remove, name):
-            raise ApiError(404, f"no file set {name} on this agent")
+        storage = request.query.get("storage", "memory")
+        if not await asyncio.to_thread(self._filesets_of(storage).remove, name):
+            raise ApiError(404, f"no {storage} file set {name} on this agent")
         return web.json_response({"deleted": name})
 
     async def post_transfer(self, request: web.Request) -> web.Response:
@@ -365,6 +405,32 @@ class Agent:
 
     async def delete_transfer(self, request: web.Request) -> web.Response:
         return web.json_response(await self.runner.cancel(request.match_info["id"]))
+
+    async def storage_ceilings(self, request: web.Request) -> web.Response:
+        """The disk path's local write and read rates (ceilings.py: fio, sequential 1 MiB, O_DIRECT) at
+        ``concurrency`` jobs of ``size`` bytes each; 409 while a transfer or another measurement runs."""
+        body = await self._json(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object {concurrency, size, runtime_seconds}")
+        disk_dir = self.settings.disk_dir
+        self._filesets_of("disk")  # refuses a missing, unwritable or memory-backed path
+        assert disk_dir is not None
+        concurrency = _int(body, "concurrency", 1, 1, MAX_CONCURRENCY)
+        size = _int(body, "size", 64 * 2**20, 2**20, MAX_SIZE)
+        runtime = _int(body, "runtime_seconds", 60, 1, MAX_RUNTIME)
+        short = space_problem(self.settings.node_name, disk_dir, concurrency * size, self.settings.disk_reserve_bytes)
+        if short:
+            raise ApiError(422, short)
+        if self.runner.running is not None or self._ceilings_lock.locked():
+            raise ApiError(409, "a transfer or a storage measurement is running; measure the ceilings alone")
+        async with self._ceilings_lock:
+            try:
+                result = await asyncio.to_thread(measure, FioPlan(disk_dir / "fio", concurrency, size, runtime))
+            except CeilingError as e:
+                raise ApiError(503, f"node {self.settings.node_name}: measuring {disk_dir} failed: {e}") from e
+        log.info("Measured the storage ceilings of %s: write %.0f MB/s, read %.0f MB/s (concurrency %d)", disk_dir,
+                 result["write_bps"] / 1e6, result["read_bps"] / 1e6, concurrency)
+        return web.json_response({"node": self.settings.node_name, "path": str(disk_dir), **result})
 
     async def rtt(self, request: web.Request) -> web.Response:
         body = await self._json(request)
@@ -461,6 +527,7 @@ class Agent:
             web.post("/api/v1/transfers", self.post_transfer),
             web.get("/api/v1/transfers/{id}", self.get_transfer),
             web.delete("/api/v1/transfers/{id}", self.delete_transfer),
+            web.post("/api/v1/storage/ceilings", self.storage_ceilings),
             web.post("/api/v1/probes/rtt", self.rtt),
             web.post("/api/v1/probes/path", self.path),
             web.get("/api/v1/loss", self.loss_status),

@@ -22,6 +22,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .storage import drop_cache
+
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 DATASETS: dict[str, tuple[int, ...]] = {
     "small": tuple(2**k for k in range(13, 23)),  # 8 KiB .. 4 MiB
@@ -182,9 +184,11 @@ class FileSets:
     Thread-safe for different sets (one lock covers every budget check, and a set being written counts in full
     from its check on); the caller serialises requests for the same set."""
 
-    def __init__(self, sets_dir: Path, budget_bytes: int) -> None:
+    def __init__(self, sets_dir: Path, budget_bytes: int, reserve_bytes: int = 0, cold: bool = False) -> None:
         self.sets_dir = sets_dir
         self.budget_bytes = budget_bytes
+        self.reserve_bytes = reserve_bytes  # bytes the filesystem keeps free (disk mode)
+        self.cold = cold  # disk mode: every ensure() ends with the files flushed and out of the page cache
         self._lock = threading.RLock()  # check_budget (under it) asks held_bytes (which takes it too)
         self._writing: dict[str, int] = {}  # set name -> its total bytes, from its budget check to its manifest
         self._verified: set[str] = set()  # sets whose checksums were checked (or written) by this process
@@ -239,10 +243,11 @@ class FileSets:
         existing = dir_bytes(self.path(spec.name))  # a damaged copy about to be replaced
         unwritten = sum(total - dir_bytes(self.path(n)) for n, total in self._writing.items() if n != spec.name)
         free = shutil.disk_usage(probe).free + existing - max(unwritten, 0)
-        if 2 * spec.total_bytes > free:
+        if 2 * spec.total_bytes + self.reserve_bytes > free:
+            reserve = f" and {self.reserve_bytes} bytes must stay free (reserve)" if self.reserve_bytes else ""
             raise BudgetExceeded(
                 f"file set {spec.name} needs {spec.total_bytes} bytes plus {spec.total_bytes} to receive one set, "
-                f"but only {free} bytes are free on the filesystem of {self.sets_dir}"
+                f"but only {free} bytes are free on the filesystem of {self.sets_dir}{reserve}"
             )
 
     def ensure(self, spec: SetSpec, verify_checksums: bool = False) -> list[FileEntry]:
@@ -253,6 +258,7 @@ class FileSets:
         if self._matches(spec, entries, verify):
             assert entries is not None
             self._verified.add(spec.name)
+            self._cool(spec)
             return entries
         with self._lock:  # one budget check at a time, whatever the set: two sets cannot both take the last room
             self.check_budget(spec)
@@ -265,10 +271,16 @@ class FileSets:
             entries = [FileEntry(n, s, write_file(d / n, spec.name, n, s)) for n, s in spec.files]
             (d / MANIFEST).write_text(json.dumps({"name": spec.name, "files": [e.as_dict() for e in entries]}))
             self._verified.add(spec.name)
+            self._cool(spec)
             return entries
         finally:
             with self._lock:
                 self._writing.pop(spec.name, None)
+
+    def _cool(self, spec: SetSpec) -> None:
+        """Disk mode: the set's files on the device and out of the page cache, so the next test reads them cold."""
+        if self.cold:
+            drop_cache(self.path(spec.name) / n for n, _ in spec.files)
 
     def remove(self, set_name: str) -> bool:
         d = self.path(set_name)

@@ -202,4 +202,9 @@ def build_record(
         record["implementation"] = implementation
     if host is not None:
         record["host"] = host
+    if job.storage.disk:  # disk mode: where each end kept the files, and whether the writes bypassed the cache
+        fallbacks = sorted({r.write_fallback for r in results if r.write_fallback})
+        record["storage"] = {**job.storage.as_dict(),
+                             "direct_write": not fallbacks if job.storage.destination == "disk" else None,
+                             "fallback": "; ".join(fallbacks) or None}
     return record

@@ -34,6 +34,7 @@ from .movers.base import (
     X509Credential,
 )
 from .ssview import PeerSockets
+from .storage import DISK_PROTOCOLS, Storage, disk_problem, parse_storage, space_problem
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,17 @@ class TransferRunner:
             raise ApiError(422, f"destination must be 'store' or 'sink', got {destination!r}")
         if protocol == "iperf3":  # moves no file: nothing is stored, so no budget or memory for a file set
             destination = "sink"
-        dest_dir = self.settings.incoming_dir / test_id if destination == "store" and remote is None else None
-        if dest_dir is not None:
+        storage = self._storage(body.get("storage"), protocol, destination, remote is not None or
+                                source_path != "/sets")
+        incoming = self.settings.storage_dir(storage.destination) / "incoming"
+        dest_dir = incoming / test_id if destination == "store" and remote is None else None
+        if dest_dir is not None and storage.destination == "disk":
+            assert self.settings.disk_dir is not None
+            short = space_problem(self.settings.node_name, self.settings.disk_dir, sum(f.size for f in files),
+                                  self.settings.disk_reserve_bytes)
+            if short:
+                raise ApiError(422, short)
+        elif dest_dir is not None:
             total = sum(f.size for f in files)
             used = self.filesets.held_bytes()
             if used + total > self.settings.budget_bytes:
@@ -214,7 +224,29 @@ class TransferRunner:
                            tokens=tokens,
                            congestion=_congestion(body.get("congestion_control"), protocol),
                            remote=remote,
-                           x509=_x509(body.get("x509"), protocol, remote is not None or source_path != "/sets"))
+                           x509=_x509(body.get("x509"), protocol, remote is not None or source_path != "/sets"),
+                           storage=storage)
+
+    def _storage(self, given: Any, protocol: str, destination: str, external: bool) -> Storage:
+        """``storage`` (storage.py), refused with the reason where this agent or this test cannot do disk mode."""
+        try:
+            storage = parse_storage(given)
+        except ValueError as e:
+            raise ApiError(422, str(e)) from e
+        if not storage.disk:
+            return storage
+        if protocol not in DISK_PROTOCOLS:
+            raise ApiError(422, f"storage disk is not built for {protocol} yet (disk mode: "
+                                f"{', '.join(DISK_PROTOCOLS)})")
+        if external:
+            raise ApiError(422, "storage disk applies between agents only (no source.path or remote_destination)")
+        if storage.destination == "disk":
+            if destination != "store":
+                raise ApiError(422, "storage.destination disk needs destination 'store' (a sink writes nothing)")
+            why = disk_problem(self.settings.node_name, self.settings.disk_dir)
+            if why:
+                raise ApiError(422, why)
+        return storage
 
     def _files(self, given: Any, spec: Any) -> tuple[FileSpec, ...]:
         if given is None:
@@ -261,7 +293,8 @@ class TransferRunner:
             why = f"availability check failed: {type(e).__name__}: {e}"
         if why:
             raise ApiError(422, f"protocol {job.protocol} is unavailable on this agent: {why}")
-        short = memory_shortfall(job, mover, self.settings.incoming_dir)
+        short = memory_shortfall(job, mover, job.destination_dir.parent if job.destination_dir is not None
+                                 else self.settings.incoming_dir)
         if short:
             raise ApiError(422, short)
         run = Run(job=job, started_at=datetime.now(UTC))
@@ -271,9 +304,9 @@ class TransferRunner:
             self.runs.popitem(last=False)
         self.running = run
         run.task = asyncio.create_task(self._execute(run, mover), name=f"transfer-{job.test_id}")
-        log.info("Started transfer %s: %s from %s, %d files, streams %d, concurrency %d, %s", job.test_id,
-                 job.protocol, job.source.hostport(), len(job.files), job.streams, job.concurrency,
-                 "sink" if job.destination_dir is None else "store")
+        log.info("Started transfer %s: %s from %s, %d files, streams %d, concurrency %d, %s, %s to %s",
+                 job.test_id, job.protocol, job.source.hostport(), len(job.files), job.streams, job.concurrency,
+                 "sink" if job.destination_dir is None else "store", job.storage.source, job.storage.destination)
         return 202, run.view()
 
     def get(self, test_id: str) -> dict:

@@ -13,6 +13,9 @@ TPCMESH_DASHBOARD_* variables:
                  "inline" (inside the ingest request), "off" (only `manage.py analyse`); "auto" (default):
                  background on PostgreSQL, inline on SQLite (one writer at a time: a thread would meet "locked")
   CSV_MAX_ROWS   most rows one ?format=csv export streams (default 100 000); a last "# truncated" line says so
+  RETENTION_RAW_DAYS   days raw measurements are kept (default 180) before `manage.py prune_archive` removes
+                 them, whole UTC days at a time, after rolling them up into daily per-cell summaries (kept for good)
+  RETENTION_FILE_DAYS  days per-file transfer rows are kept (default 30); at most RETENTION_RAW_DAYS in effect
 DATABASE_URL: any dj-database-url URL (postgres://...); a SQLite file dashboard/db.sqlite3 when unset.
 """
 
@@ -45,6 +48,18 @@ ANALYSIS = _env("ANALYSIS", "auto")
 if ANALYSIS not in ("auto", "background", "inline", "off"):
     raise ValueError(f"TPCMESH_DASHBOARD_ANALYSIS must be 'auto', 'background', 'inline' or 'off', not {ANALYSIS!r}")
 CSV_MAX_ROWS = int(_env("CSV_MAX_ROWS", "100000"))
+
+
+def _days(name: str, default: int) -> int:
+    """A retention age in whole days (1 or more); a clear error naming the variable otherwise."""
+    value = _env(name, str(default))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"TPCMESH_DASHBOARD_{name} must be a whole number of days, 1 or more, not {value!r}")
+    return int(value)
+
+
+RETENTION_RAW_DAYS = _days("RETENTION_RAW_DAYS", 180)
+RETENTION_FILE_DAYS = _days("RETENTION_FILE_DAYS", 30)
 # The whole ingest body is read at once; Django's own limit must not refuse it before our 413 does.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES
 

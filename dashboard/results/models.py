@@ -258,6 +258,48 @@ class PairLatest(CellSettings):
         ]
 
 
+class DailyRollup(CellSettings):
+    """One grid cell's measurements of one UTC day, summarised (results.rollups): kept for years after the raw
+    rows are pruned (results.retention). The figures are of the day's succeeded measurements with a value, in the
+    protocol's metric (Gbit/s; ms for rtt); percentiles as PostgreSQL's percentile_cont interpolates them."""
+
+    day = models.DateField(help_text="the UTC day")
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
+    protocol = models.CharField(max_length=20)
+    streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurements have no stream count")
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    count = models.PositiveIntegerField(help_text="measurements of the day")
+    failures = models.PositiveIntegerField(help_text="of them, those that did not succeed (failed or cancelled)")
+    succeeded = models.PositiveIntegerField(help_text="succeeded ones with a value: what the figures are of")
+    mean = models.FloatField(null=True, blank=True)
+    median = models.FloatField(null=True, blank=True)
+    p10 = models.FloatField(null=True, blank=True)
+    p90 = models.FloatField(null=True, blank=True)
+    last_at = models.DateTimeField(help_text="when the day's newest measurement finished")
+    last_status = models.CharField(max_length=12, help_text="that measurement's status")
+    rolled_at = models.DateTimeField(help_text="when it was computed: a measurement delivered later is not in it")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["benchmark", "protocol", "auth", "streams", "address_family", "congestion_control",
+                        "source", "destination", "day"], name="rollup_cell_day"),
+        ]
+        indexes = [
+            models.Index(fields=["source", "destination", "day"], name="rollup_pair_day"),
+            models.Index(fields=["day"], name="rollup_day"),
+        ]
+
+
+class ArchiveHorizon(models.Model):
+    """Where the raw archive begins (results.retention): the days before ``raw_since`` are read from DailyRollup,
+    not from raw rows (a grid cell's newest may still be there, below it). One row; none before the first prune."""
+
+    raw_since = models.DateTimeField()
+    updated = models.DateTimeField(auto_now=True)
+
+
 class AnalysisMark(models.Model):
     """How far change detection has seen a grid cell. A table of its own, not a PairLatest column: analysis
     writes one bulk upsert per batch here and never touches the rows ingest upserts (no row lock, no row version

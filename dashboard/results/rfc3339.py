@@ -26,6 +26,11 @@ def parse(value: str) -> datetime:
         raise ValueError(f"{value!r} is outside the years 1 to 9999 in UTC") from None
 
 
+def format_utc(t: datetime) -> str:
+    """RFC 3339 UTC with microseconds, as PostgreSQL's to_char in selectors.grid_cells_json writes it."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 # The contract's and the schema's guard against that (a time on the first day with a positive offset, or on the
 # last day with a negative one): JSON Schema cannot compute the UTC time, a pattern can name those two days.
 IN_RANGE_PATTERN = r"^(?!0001-01-01[Tt][^+]*\+|9999-12-31[Tt].*-\d\d:\d\d$)"

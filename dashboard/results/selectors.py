@@ -6,19 +6,23 @@ import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
-from django.db.models import Avg, Count, F, Max, Q
+from django.db.models import Aggregate, Avg, Count, F, FloatField, Max, Q
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from results import celljson, gridcell, maintenance, params, thresholds
+from results import celljson, gridcell, maintenance, params, rfc3339, thresholds
 from results.models import (
     AUTH_MODES,
+    ArchiveHorizon,
     Benchmark,
     CellDiagnosis,
+    DailyRollup,
     FileTransfer,
     Measurement,
     Node,
@@ -27,6 +31,7 @@ from results.models import (
     Run,
 )
 from results.protocols import TOKEN_PROTOCOLS, TPC_PROTOCOLS
+from results.stats import daily
 from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
@@ -131,6 +136,18 @@ def metric_for(protocol: str) -> str:
 
 def kind_for(protocol: str) -> str:
     return "latency" if protocol == "rtt" else "throughput"
+
+
+def raw_horizon() -> datetime | None:
+    """Where the raw archive begins (results.retention moves it): the days before it are read from the daily
+    rollups (DailyRollup), never from raw rows; None before the first prune."""
+    return ArchiveHorizon.objects.order_by("pk").values_list("raw_since", flat=True).first()
+
+
+def _reaches_rollups(since: datetime | None) -> datetime | None:
+    """The raw horizon when a span starting at ``since`` (None: the beginning) reaches before it, else None."""
+    horizon = raw_horizon()
+    return horizon if horizon is not None and (since is None or since < horizon) else None
 
 
 def get_benchmark(ref: str, cluster: str | None = None) -> Benchmark:
@@ -240,7 +257,12 @@ def grid(
     names = {n.id: n.name for n in nodes}
     pick = Pick(streams, address_family, congestion_control, auth)
     cells: list[dict[str, Any]] = []
-    if cells_json:
+    # a window that reaches before the raw horizon: its older days from the rollups (both databases, in Python)
+    horizon = _reaches_rollups(now - window) if mode != "latest" and with_cells else None
+    if horizon is not None:
+        cells = _cells_in_python(bench, protocol, pick, now, bounds, mode, window, names, cover, horizon)
+        cells_text = json.dumps([{**c, "finished_at": rfc3339.format_utc(c["finished_at"])} for c in cells])
+    elif cells_json:
         cells_text = grid_cells_json(bench, protocol, pick, now, bounds, mode, window, cover) if with_cells else "[]"
     elif not with_cells:
         pass  # the page's latest grid: its cells come from drawn_cells
@@ -281,8 +303,11 @@ def grid(
 
 def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
                      mode: str, window: timedelta, names: dict[int, str],
-                     cover: maintenance.Overlay) -> list[dict[str, Any]]:
-    """The cells without PostgreSQL (SQLite, the zero-setup default): the same fields as _cells_sql's rows."""
+                     cover: maintenance.Overlay, horizon: datetime | None = None) -> list[dict[str, Any]]:
+    """The cells without PostgreSQL (SQLite, the zero-setup default): the same fields as _cells_sql's rows.
+    ``horizon``: a window reaching before the raw horizon, whose days before it come from the rollups (from the
+    start of its first day) and are combined with the raw ones day by day (stats.daily: count and mean exact, the
+    median the weighted median of the days' medians)."""
     metric, kind = metric_for(protocol), kind_for(protocol)
     cells: list[dict[str, Any]] = []
     diagnoses = cell_diagnoses(bench, protocol, names)
@@ -301,23 +326,25 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
             cells.append(cell)
     else:
         qs = pick.filter_measurements(
-            Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=now - window))
+            Measurement.objects.filter(benchmark=bench, protocol=protocol, finished_at__gte=horizon or now - window))
         groups: dict[tuple, list] = defaultdict(list)
-        for src, dst, st, family, cc, auth, finished, value, status in qs.values_list(
-            "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "finished_at",
-            metric, "status"
-        ).iterator(chunk_size=20000):
-            groups[(src, dst, st or 0, family, cc or "", auth or "")].append((finished, value, status))
-        for (src, dst, st, family, cc, auth), items in groups.items():
-            values = [v for _, v, s in items if s == "succeeded" and v is not None]
-            last = max(items, key=lambda x: x[0])
-            value = None
-            if values:
-                value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
+        if horizon is not None and connection.vendor == "postgresql":
+            # up to the raw retention's days of rows: summarised per cell and day by the database, not here
+            raw_days = _raw_days_sql(qs, metric)
+        else:
+            for src, dst, st, family, cc, auth, finished, value, status in qs.values_list(
+                "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
+                "finished_at", metric, "status"
+            ).iterator(chunk_size=20000):
+                groups[(src, dst, st or 0, family, cc or "", auth or "")].append((finished, value, status))
+            raw_days = _summarised_days(groups) if horizon is not None else {}
+        spans = (_window_spans(groups, mode) if horizon is None
+                 else _combined_days(raw_days, _rollup_days(bench, protocol, pick, now - window, horizon), mode))
+        for (src, dst, st, family, cc, auth), (value, count, finished_at, status) in spans.items():
             cell = gridcell.stored_cell(source=names.get(src), destination=names.get(dst), streams=st,
                                         address_family=family, congestion_control=cc, auth=auth, value=value,
-                                        finished_at=last[0], status="succeeded" if values else last[2], error=None,
-                                        count=len(items), low=None, high=None)
+                                        finished_at=finished_at, status=status, error=None,
+                                        count=count, low=None, high=None)
             cell["maintenance"] = cover.covers(src, dst)
             if pick.newest:
                 cell["concurrency"] = None
@@ -334,6 +361,88 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
                                                                                  kind, bounds)
         cell.update(diagnoses.get(_cell_key(cell), gridcell.NOT_DIAGNOSED))
     return cells
+
+
+Span = tuple[float | None, int, datetime, str]  # a window cell's value, count, newest finished_at, status
+
+
+def _window_spans(groups: dict[tuple, list], mode: str) -> dict[tuple, Span]:
+    """Each cell's window from its raw (finished_at, value, status) rows: exact mean or median."""
+    out = {}
+    for key, items in groups.items():
+        values = [v for _, v, s in items if s == "succeeded" and v is not None]
+        last = max(items, key=lambda x: x[0])
+        value = None
+        if values:
+            value = statistics.fmean(values) if mode == "mean" else statistics.median(values)
+        out[key] = (value, len(items), last[0], "succeeded" if values else last[2])
+    return out
+
+
+def _rollup_days(bench: Benchmark, protocol: str, pick: Pick, since: datetime,
+                 horizon: datetime) -> dict[tuple, list[dict[str, Any]]]:
+    """Each cell's daily figures from the rollups, from the day ``since`` falls on to before the horizon."""
+    qs = pick.filter_latest(DailyRollup.objects.filter(benchmark=bench, protocol=protocol,
+                                                       day__gte=since.astimezone(UTC).date(),
+                                                       day__lt=horizon.astimezone(UTC).date()))
+    out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in qs.values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
+                         *daily.FIGURES):
+        key = tuple(row.pop(k) for k in ("source_id", "destination_id", "streams", "address_family",
+                                          "congestion_control", "auth"))
+        out[key].append(row)
+    return out
+
+
+def _summarised_days(groups: dict[tuple, list]) -> dict[tuple, list[dict[str, Any]]]:
+    """Each cell's raw (finished_at, value, status) rows summarised per UTC day (stats.daily)."""
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    for key, items in groups.items():
+        by_day: dict[Any, list] = defaultdict(list)
+        for item in items:
+            by_day[item[0].astimezone(UTC).date()].append(item)
+        out[key] = [daily.summarise(day) for day in by_day.values()]
+    return out
+
+
+class _PercentileCont(Aggregate):
+    """PostgreSQL's percentile_cont(q) over an expression (rollups write the same figure)."""
+
+    template = "percentile_cont(%(q)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: str, q: float, **extra: Any) -> None:
+        super().__init__(expression, q=float(q), **extra)
+
+
+def _raw_days_sql(qs: Any, metric: str) -> dict[tuple, list[dict[str, Any]]]:
+    """PostgreSQL: the figures (stats.daily.FIGURES) of each cell's raw days in ``qs``, aggregated by the
+    database (one row per cell and day)."""
+    ok = Q(status="succeeded", **{f"{metric}__isnull": False})
+    rows = (qs.order_by().annotate(day=TruncDate("finished_at", tzinfo=UTC))
+            .values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "day")
+            .annotate(count=Count("id"), failures=Count("id", filter=~Q(status="succeeded")),
+                      succeeded=Count("id", filter=ok), mean=Avg(metric, filter=ok),
+                      median=_PercentileCont(metric, 0.5, filter=ok), last_at=Max("finished_at"),
+                      statuses=ArrayAgg("status", order_by="-finished_at")))
+    out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        key = (r["source_id"], r["destination_id"], r["streams"] or 0, r["address_family"],
+               r["congestion_control"] or "", r["auth"] or "")
+        out[key].append({**{k: r[k] for k in ("count", "failures", "succeeded", "mean", "median", "last_at")},
+                         "last_status": r["statuses"][0]})
+    return out
+
+
+def _combined_days(raw: dict[tuple, list[dict[str, Any]]], rolled: dict[tuple, list[dict[str, Any]]],
+                   mode: str) -> dict[tuple, Span]:
+    """Each cell's window from its rollup days and its raw days, combined (stats.daily)."""
+    out = {}
+    for key in raw.keys() | rolled.keys():
+        span = daily.combine([*rolled.get(key, ()), *raw.get(key, ())])
+        value = span["mean"] if mode == "mean" else span["median"]
+        out[key] = (value, span["count"], span["last_at"], "succeeded" if span["succeeded"] else span["last_status"])
+    return out
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple:
@@ -629,14 +738,17 @@ def _pair_q(a: Node, b: Node) -> Q:
 def pair_history(
     a: Node, b: Node, bench: Benchmark | None = None, since: datetime | None = None
 ) -> list[dict[str, Any]]:
-    """Every measurement between two nodes (both directions, every protocol and stream setting), oldest first."""
+    """Every measurement between two nodes (both directions, every protocol and stream setting), oldest first.
+    Before the raw horizon (results.retention), one point per cell and day from the rollups (``day``: its count,
+    failures, p10 and p90; the value its median, finished_at its newest measurement's; id null)."""
+    horizon = _reaches_rollups(since)
     qs = Measurement.objects.filter(_pair_q(a, b))
     if bench is not None:
         qs = qs.filter(benchmark=bench)
-    if since is not None:
-        qs = qs.filter(finished_at__gte=since)
+    if since is not None or horizon is not None:
+        qs = qs.filter(finished_at__gte=horizon or since)
     names = {a.id: a.name, b.id: b.name}
-    out = []
+    out = _pair_days(a, b, bench, since, horizon, names) if horizon is not None else []
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
         "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "auth", "status", "error",
@@ -644,7 +756,33 @@ def pair_history(
     ):
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]
+        row["day"] = None
         out.append(row)
+    return out
+
+
+def _pair_days(a: Node, b: Node, bench: Benchmark | None, since: datetime | None, horizon: datetime,
+               names: dict[int, str]) -> list[dict[str, Any]]:
+    """pair_history's points before the raw horizon: a cell's day each, from the rollups (from since's day)."""
+    qs = DailyRollup.objects.filter(_pair_q(a, b), day__lt=horizon.astimezone(UTC).date())
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    if since is not None:
+        qs = qs.filter(day__gte=since.astimezone(UTC).date())
+    out = []
+    for r in qs.order_by("last_at").values("source_id", "destination_id", "protocol", "streams", "address_family",
+                                            "congestion_control", "auth", *daily.FIGURES):
+        metric = metric_for(r["protocol"])
+        out.append({
+            "id": None, "source": names[r["source_id"]], "destination": names[r["destination_id"]],
+            "protocol": r["protocol"], "streams": r["streams"] or None, "concurrency": None,
+            "throughput_gbps": r["median"] if metric == "throughput_gbps" else None, "aggregate_gbps": None,
+            "rtt_ms": r["median"] if metric == "rtt_ms" else None, "retransmits": None,
+            "congestion_control": r["congestion_control"] or None, "address_family": r["address_family"],
+            "auth": r["auth"] or None, "status": "succeeded" if r["succeeded"] else r["last_status"], "error": None,
+            "finished_at": r["last_at"], "implementation": None,
+            "day": {k: r[k] for k in ("count", "failures", "p10", "p90")},
+        })
     return out
 
 

@@ -103,11 +103,7 @@ class CpuGroup:
         h = hierarchy or cpu_hierarchy()
         if h is None:
             raise LimitError(f"cannot give {name} a CPU quota: {cpu_unavailable_reason()}")
-        path = h.root / name
-        try:
-            path.mkdir()
-        except OSError as exc:
-            raise LimitError(f"creating the cgroup {path} failed: {exc.strerror}") from exc
+        path = make_group(h.root / name)
         group = cls(path, h, cores)
         try:
             group.set_quota(cores)
@@ -130,14 +126,7 @@ class CpuGroup:
         self.cores = cores
 
     def join(self) -> Callable[[], None]:
-        """A ``preexec_fn`` step: the child moves itself into the group before it execs."""
-        procs = str(self.path / "cgroup.procs")
-
-        def preexec() -> None:
-            with open(procs, "w") as fh:
-                fh.write(str(os.getpid()))
-
-        return preexec
+        return joiner(self.path)
 
     def pids(self) -> list[int]:
         with contextlib.suppress(OSError):
@@ -151,6 +140,25 @@ class CpuGroup:
 
     def remove(self) -> None:
         remove_group(self.path)
+
+
+def make_group(path: Path) -> Path:
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise LimitError(f"creating the cgroup {path} failed: {exc.strerror}") from exc
+    return path
+
+
+def joiner(group: Path) -> Callable[[], None]:
+    """A ``preexec_fn`` step: the child moves itself into the cgroup ``group`` before it execs."""
+    procs = str(group / "cgroup.procs")
+
+    def preexec() -> None:
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+
+    return preexec
 
 
 def remove_group(path: Path) -> None:
@@ -173,9 +181,9 @@ def remove_group(path: Path) -> None:
 
 
 def lab_groups(prefix: str, root: Path = CGROUP_ROOT) -> list[Path]:
-    """The lab's cgroups in every hierarchy that can hold a quota."""
+    """The lab's cgroups in every hierarchy that can hold a quota or a disk throttle."""
     found: list[Path] = []
-    for parent in (root, root / "unified", root / "cpu"):
+    for parent in (root, root / "unified", root / "cpu", root / "blkio"):  # blkio: disk throttles (diskpath.py)
         with contextlib.suppress(OSError):
             found += [p for p in parent.iterdir() if p.is_dir() and p.name.startswith(prefix)]
     return found

@@ -104,6 +104,9 @@ class LocalAgent:
         return [p for p, v in (self.info.get("protocols") or {}).items() if v.get("available")]
 
 
+DISK_RESERVE = 8 * 2**20  # a lab disk is small: keep only what the filesystem needs to stay healthy
+
+
 def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budget_bytes: int,
                  protocols: tuple[str, ...] = ALL_PROTOCOLS, wait: float = 60.0,
                  token_issuer: str = "", family: str = "ipv4",
@@ -136,6 +139,9 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
         }
         if address6:
             settings["address6"] = address6
+        if node.disk is not None:  # the profile's diskBytes: disk mode on the node's loop disk
+            settings["disk_dir"] = node.disk.mount
+            settings["disk_reserve_bytes"] = DISK_RESERVE
         if lab.cgroup_root is not None:
             settings["cgroup_root"] = lab.cgroup_root
         if token_issuer:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import hostlimits
+from . import diskpath, hostlimits
 from .profile import WanProfile
 
 log = logging.getLogger("tpcmesh.local.lab")
@@ -68,6 +68,8 @@ class Node:
     address6: str | None = None  # netns mode: its IPv6 address (the delay line carries both families)
     cpu_group: hostlimits.CpuGroup | None = None  # the profile's cpuQuota: every process started here joins it
     sysctls: dict[str, list[int]] = field(default_factory=dict)  # the profile's buffer maxima, as written
+    disk: diskpath.LoopDisk | None = None  # the profile's diskBytes: the agent's disk_dir is its mount
+    io_group: diskpath.IoThrottle | None = None  # diskWriteMBps/diskReadMBps: every process started here joins it
 
 
 @dataclass
@@ -224,12 +226,24 @@ class Lab:
                     node.sysctls[name] = hostlimits.set_buffer_max(node.netns, name, maximum)
                 if spec.cpu_quota is not None:
                     node.cpu_group = hostlimits.CpuGroup.create(node.netns, spec.cpu_quota)
+                if spec.disk_bytes is not None:
+                    node.disk = diskpath.LoopDisk.create(node.netns[len(PREFIX):], spec.disk_bytes, diskpath.DISK_DIR,
+                                                         spec.disk_filesystem)
+                if spec.disk_write_mbps is not None or spec.disk_read_mbps is not None:
+                    assert node.disk is not None
+                    node.io_group = diskpath.IoThrottle.create(
+                        f"{node.netns}-io", node.disk.majmin, round((spec.disk_read_mbps or 0) * 1e6),
+                        round((spec.disk_write_mbps or 0) * 1e6))
             except hostlimits.LimitError as exc:
                 raise LabError(f"the limits of node {node.name} (the profile's hosts): {exc}") from exc
-            if node.sysctls or node.cpu_group:
+            if node.sysctls or node.cpu_group or node.disk:
                 log.info("Limited node %s: %s.", node.name, ", ".join(
                     [f"{k} {' '.join(map(str, v))}" for k, v in node.sysctls.items()]
                     + ([f"{spec.cpu_quota:g} cores ({node.cpu_group.hierarchy.describe()})"] if node.cpu_group else [])
+                    + ([f"a {spec.disk_filesystem} disk of {spec.disk_bytes} bytes on {node.disk.device} at "
+                        f"{node.disk.mount}"] if node.disk else [])
+                    + ([f"disk write {spec.disk_write_mbps or '-'} MB/s, read {spec.disk_read_mbps or '-'} MB/s "
+                        f"(cgroup v{node.io_group.hierarchy.version})"] if node.io_group else [])
                     + ([f"{spec.cpu_hogs} busy processes beside it"] if spec.cpu_hogs else [])))
             if node.cpu_group is not None and self.cgroup_root is None:
                 self.cgroup_root, remove = hostlimits.cgroup_view(node.cpu_group.hierarchy)
@@ -323,19 +337,21 @@ class Lab:
 
     def run(self, node: Node | str, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
         n = self.node(node) if isinstance(node, str) else node
-        if n.cpu_group is not None:
+        if n.cpu_group is not None or n.io_group is not None:
             kwargs["preexec_fn"] = self._preexec(n, kwargs.get("preexec_fn"))
         return subprocess.run(self.command(node, argv), **kwargs)
 
     @staticmethod
     def _preexec(node: Node | None, then: Callable[[], None] | None) -> Callable[[], None] | None:
-        """``then``, after joining the node's CPU group when it has one."""
-        if node is None or node.cpu_group is None:
+        """``then``, after joining the node's CPU group and disk throttle when it has them."""
+        groups = [g for g in (node.cpu_group, node.io_group) if g is not None] if node is not None else []
+        if not groups:
             return then
-        join = node.cpu_group.join()
+        joins = [g.join() for g in groups]
 
         def preexec() -> None:
-            join()
+            for join in joins:
+                join()
             if then is not None:
                 then()
 
@@ -374,6 +390,10 @@ class Lab:
                 remove_namespace(node.netns)
             if node.cpu_group is not None:
                 node.cpu_group.remove()
+            if node.io_group is not None:
+                node.io_group.remove()
+            if node.disk is not None:  # after its agent stopped: nothing holds the mount
+                node.disk.remove()
         for fn in reversed(self._cleanups):
             try:
                 fn()
@@ -520,6 +540,7 @@ def remove_leftovers(*, all_owners: bool = False) -> list[str]:
         if owner_gone(group.name[len(PREFIX):]):
             hostlimits.remove_group(group)
             removed.append(str(group))
+    removed += diskpath.clean_leftovers(owner_gone)  # loop disks: after the namespaces whose agents used them
     with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
         for link in json.loads(_ip("-j", "link", "show") or "[]"):
             name = link.get("ifname", "")

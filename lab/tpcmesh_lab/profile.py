@@ -20,6 +20,10 @@ A profile is a small YAML file (see ``profiles/default.yaml``)::
         tcpWmemMaxBytes: 2097152         # net.ipv4.tcp_wmem's maximum in the node's namespace
         cpuQuota: 0.25                   # CPU for everything the node runs, in cores (a cgroup's quota)
         cpuHogs: 1                       # busy processes beside the agent, inside that quota (needs cpuQuota)
+        diskBytes: 268435456             # a disk path for disk mode: a loop device of this size on the real disk
+        diskFilesystem: ext4             # ext4 (default) or xfs
+        diskWriteMBps: 20                # a slow disk: the node's writes to it capped (cgroup io.max/blkio)
+        diskReadMBps: 50                 # and its reads (both need diskBytes)
 
 tcp_rmem and tcp_wmem are per network namespace, so a node's buffers change nothing outside it. net.core.rmem_max
 and wmem_max are not set: on the kernels seen here they are visible in a namespace but read-only (host-wide), and
@@ -40,7 +44,12 @@ DEFAULT_PROFILE = PROFILES_DIR / "default.yaml"
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 LINK_KEYS = {"between", "from", "to", "delayMs", "rateMbit", "lossPercent"}
 UPLINK_KEYS = {"name", "nodes", "rateMbit"}
-HOST_KEYS = {"node", "tcpRmemMaxBytes", "tcpWmemMaxBytes", "cpuQuota", "cpuHogs"}
+HOST_KEYS = {"node", "tcpRmemMaxBytes", "tcpWmemMaxBytes", "cpuQuota", "cpuHogs", "diskBytes", "diskFilesystem",
+             "diskWriteMBps", "diskReadMBps"}
+DISK_BYTES = (16 * 2**20, 2**40)  # ext4 and xfs both format 16 MiB; 1 TiB is a sparse file's sane top
+DISK_FILESYSTEMS = ("ext4", "xfs")
+XFS_MIN_BYTES = 300 * 10**6  # mkfs.xfs refuses less
+DISK_MBPS = (1, 100_000)
 BUFFER_BYTES = (4096, 2**31 - 1)  # the kernel's int; 4096 is tcp_rmem's smallest minimum
 CPU_QUOTA_CORES = (0.01, 1024.0)  # cgroup cpu.max: at least 1 ms of every 100 ms period
 CPU_HOGS = (0, 64)
@@ -80,6 +89,10 @@ class HostSpec:
     tcp_wmem_max: int | None = None
     cpu_quota: float | None = None  # cores
     cpu_hogs: int = 0
+    disk_bytes: int | None = None  # a loop disk of this size as the agent's disk_dir (lab/diskpath.py)
+    disk_filesystem: str = "ext4"
+    disk_write_mbps: float | None = None  # MB/s (SI) the node may write to its disk; None: no cap
+    disk_read_mbps: float | None = None
 
     @property
     def sysctls(self) -> dict[str, int]:
@@ -236,8 +249,19 @@ def _hosts(raw: object, nodes: list[str], source: str) -> dict[str, HostSpec]:
         if hogs and quota is None:
             raise ProfileError(f"{where}.cpuHogs: needs cpuQuota, so the busy processes share the node's quota and "
                                "not the machine's other cores")
+        disk = _number(h, "diskBytes", where, *DISK_BYTES, integer=True)
+        fs = h.get("diskFilesystem", "ext4")
+        if fs not in DISK_FILESYSTEMS:
+            raise ProfileError(f"{where}.diskFilesystem: {fs!r} is not one of {', '.join(DISK_FILESYSTEMS)}")
+        if fs == "xfs" and disk is not None and disk < XFS_MIN_BYTES:
+            raise ProfileError(f"{where}.diskBytes: xfs needs at least {XFS_MIN_BYTES} bytes, got {disk}")
+        rates = {k: _number(h, k, where, *DISK_MBPS, integer=False) for k in ("diskWriteMBps", "diskReadMBps")}
+        for k, v in rates.items():
+            if v is not None and disk is None:
+                raise ProfileError(f"{where}.{k}: needs diskBytes (the loop disk it throttles)")
         out[node] = HostSpec(None if rmem is None else int(rmem), None if wmem is None else int(wmem),
-                             None if quota is None else float(quota), int(hogs))
+                             None if quota is None else float(quota), int(hogs),
+                             None if disk is None else int(disk), fs, rates["diskWriteMBps"], rates["diskReadMBps"])
     return out
 
 

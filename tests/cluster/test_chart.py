@@ -82,6 +82,32 @@ def test_benchmarks_without_results_deliver_to_the_releases_dashboard(tmp_path):
     assert _operator_env(render(elsewhere, "mesh"))["TPCMESH_OPERATOR_RESULTS_URL"] == "https://grid.example.org"
 
 
+def test_the_prune_cronjob_runs_prune_archive_with_the_retention_values(tmp_path):
+    def cronjobs(values: str | None) -> list[dict]:
+        path = None
+        if values is not None:
+            path = tmp_path / "values.yaml"
+            path.write_text(values)
+        return [d for d in render(path, "mesh") if d["kind"] == "CronJob"]
+
+    (job,) = cronjobs(None)
+    assert job["spec"]["schedule"] == "17 3 * * *" and job["spec"]["concurrencyPolicy"] == "Forbid"
+    # its pod is no endpoint of the dashboard's Service
+    pod_labels = job["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    service = next(d for d in render(None, "mesh") if d["kind"] == "Service" and d["metadata"]["name"].endswith(
+        "-dashboard"))
+    assert not service["spec"]["selector"].items() <= pod_labels.items()
+    container = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python3", "manage.py", "prune_archive"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["TPCMESH_DASHBOARD_RETENTION_RAW_DAYS"], env["TPCMESH_DASHBOARD_RETENTION_FILE_DAYS"]) == ("180", "30")
+    (job,) = cronjobs("dashboard: {retention: {rawDays: 400, fileDays: 7}}\n")
+    env = {e["name"]: e.get("value")
+           for e in job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["TPCMESH_DASHBOARD_RETENTION_RAW_DAYS"], env["TPCMESH_DASHBOARD_RETENTION_FILE_DAYS"]) == ("400", "7")
+    assert cronjobs("dashboard: {retention: {enabled: false}}\n") == []
+
+
 def test_defaults_render_the_agent_daemonset_as_specified():
     docs = render(None, "tpcmesh")
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
@@ -93,7 +119,7 @@ def test_defaults_render_the_agent_daemonset_as_specified():
     ports = {p["name"]: (p["containerPort"], p["protocol"]) for p in agent["ports"]}
     assert ports == {"api": (9443, "TCP"), "metrics": (9464, "TCP"), "builtin": (9080, "TCP"),
                      "xrootd-root": (1094, "TCP"), "xrootd-https": (8444, "TCP"), "gridftp": (2811, "TCP"),
-                     "iperf3": (5201, "TCP"), "loss-probe": (863, "UDP")}
+                     "iperf3": (5201, "TCP"), "loss-probe": (8863, "UDP")}
     data = next(v for v in pod["volumes"] if v["name"] == "data")
     # 2 x 11 x 1 GB + 1 GB headroom; the memory limit must hold the memory-backed volume.
     assert data["emptyDir"] == {"medium": "Memory", "sizeLimit": "23000000000"}

@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..storage import Storage
+
 
 @dataclass(frozen=True)
 class FileSpec:
@@ -98,6 +100,7 @@ class TransferJob:
     congestion: str | None = None  # TCP congestion control the sender uses (builtin, iperf3); None: the default
     remote: RemoteDestination | None = None  # push into an external endpoint instead of pulling into this agent
     x509: X509Credential | None = None  # the external endpoint's credential (gridftp), None: this agent's own
+    storage: Storage = Storage()  # where the source reads and this destination writes (disk mode: storage.py)
 
 
 @dataclass
@@ -113,6 +116,8 @@ class FileResult:
     # the kernel's view of the file's connections: {"sender": summary, "receiver": summary} (tcpinfo.py), either
     # side None when unknown; None when the mover has no TCP view
     tcp: dict[str, Any] | None = None
+    # disk mode: why the file was written through the page cache instead of O_DIRECT (None: direct, or memory)
+    write_fallback: str | None = None
 
 
 @dataclass

@@ -220,6 +220,10 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.dashboard.readAccess | quote }}
 - name: TPCMESH_DASHBOARD_ALLOWED_HOSTS
   value: "*"
+- name: TPCMESH_DASHBOARD_RETENTION_RAW_DAYS
+  value: {{ .Values.dashboard.retention.rawDays | quote }}
+- name: TPCMESH_DASHBOARD_RETENTION_FILE_DAYS
+  value: {{ .Values.dashboard.retention.fileDays | quote }}
 {{- if eq .Values.database.mode "external" }}
 - name: DATABASE_URL
   valueFrom:

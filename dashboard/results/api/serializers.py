@@ -389,8 +389,15 @@ class GridSerializer(serializers.Serializer):
     cells = GridCellSerializer(many=True)
 
 
+class HistoryDaySerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="measurements of the day")
+    failures = serializers.IntegerField(help_text="of them, those that did not succeed")
+    p10 = serializers.FloatField(allow_null=True)
+    p90 = serializers.FloatField(allow_null=True)
+
+
 class HistoryPointSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
+    id = serializers.UUIDField(allow_null=True, help_text="null: a day's rollup (see day)")
     source = serializers.CharField()
     destination = serializers.CharField()
     protocol = serializers.CharField()
@@ -405,6 +412,9 @@ class HistoryPointSerializer(serializers.Serializer):
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     finished_at = serializers.DateTimeField()
+    day = HistoryDaySerializer(allow_null=True, help_text=(
+        "null: a measurement. Older than the raw retention (README \"Retention\"): a cell's day from the daily "
+        "rollups, its value the day's median and finished_at its newest measurement's"))
 
 
 # A chart point's cell settings beside its streams (results.selectors.Pick), after the subclass's own fields (a

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -19,7 +19,7 @@ from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from results import analysis, federation, filters, metrics, params, scope, selectors, services
+from results import analysis, federation, filters, metrics, params, rfc3339, scope, selectors, services
 from results.api import serializers
 from results.api.errors import flatten_errors
 from results.api.pagination import LARGEST
@@ -274,9 +274,7 @@ class GridView(APIView):
         return Response(grid_json(data))
 
 
-def _iso(t) -> str:
-    """RFC 3339 UTC with microseconds, as PostgreSQL's to_char in selectors.grid_cells_json writes it."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+_iso = rfc3339.format_utc
 
 
 def grid_json(data: dict) -> dict:

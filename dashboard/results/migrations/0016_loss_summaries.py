@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('results', '0015_cell_diagnosis'),
+        ('results', '0017_rollups'),
     ]
 
     operations = [

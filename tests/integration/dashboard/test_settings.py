@@ -70,3 +70,12 @@ def test_commands_that_sign_nothing_run_without_a_key(tmp_path):
     r = subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "--dry-run"], cwd=DASHBOARD,
                        env=dashboard_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "six months"])
+def test_a_bad_retention_age_is_refused_naming_the_variable(tmp_path, value):
+    r = subprocess.run([sys.executable, "manage.py", "prune_archive", "--dry-run"], cwd=DASHBOARD,
+                       env=dashboard_env(tmp_path, TPCMESH_DASHBOARD_RETENTION_RAW_DAYS=value),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert f"TPCMESH_DASHBOARD_RETENTION_RAW_DAYS must be a whole number of days, 1 or more, not {value!r}" in r.stderr

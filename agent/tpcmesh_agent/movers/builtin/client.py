@@ -8,6 +8,7 @@ import errno
 import fcntl
 import logging
 import os
+import queue
 import re
 import socket
 import ssl
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ... import congestion
+from ...directio import ALIGN, DirectFile, aligned_buffer
 from ...tcpsampler import SAMPLER
 from ..base import Progress, url_host
 
@@ -210,12 +212,13 @@ def fetch(
     want_digest: bool = False,
     auth: str | None = None,
     telemetry: TcpTelemetry | None = None,
+    direct: DirectFile | None = None,
 ) -> int:
     """GET ``path`` (bytes [start, end) when ``end`` is given) into ``fd`` at offset ``start``, or discard it when
     ``fd`` is None, sending ``auth`` as the Authorization header. Returns the bytes received; raises PullError when
     short, refused or wrong (with the source's reason phrase, where the built-in endpoint says which token check
     failed). For HEAD, returns the Content-Length. With ``telemetry``, the connection's TCP_INFO is sampled and its
-    summary kept there."""
+    summary kept there. With ``direct`` (disk mode), the body goes into that O_DIRECT file instead of ``fd``."""
     sock = _connect(host, port, registry, ssl_ctx, idle_timeout)
     watch = SAMPLER.watch(sock) if telemetry is not None and method != "HEAD" else None
     what = f"{'https' if ssl_ctx else 'http'}://{url_host(host)}:{port}{path}"
@@ -258,6 +261,9 @@ def fetch(
         want = (end - start) if end is not None else expect_total
         if want is not None and length != want:
             raise PullError(f"{what} announced {length} bytes, expected {want}")
+        if direct is not None:
+            return _receive_direct(sock, direct, start, length, rest, counter, registry, host, port, idle_timeout,
+                                   what)
         return _receive(sock, fd, start, length, rest, counter, registry, host, port, idle_timeout, what)
     finally:
         if watch is not None and telemetry is not None and (summary := watch.finish()) is not None:
@@ -326,28 +332,97 @@ def _receive(sock: socket.socket, fd: int | None, offset: int, length: int, rest
     return got
 
 
-def split_ranges(size: int, streams: int) -> list[tuple[int, int]]:
+def _receive_direct(sock: socket.socket, out: DirectFile, offset: int, length: int, rest: bytes, counter: Counter,
+                    registry: SocketRegistry, host: str, port: int, idle_timeout: float, what: str) -> int:
+    """Disk mode: the body into aligned buffers (no splice: O_DIRECT wants aligned user memory), each full chunk
+    written to ``out`` by a writer thread while the next one is received (two buffers: receiving and writing
+    overlap, as splice's page cache let them). Writes stay aligned (the range starts aligned: split_ranges(align=))."""
+    bufs = [aligned_buffer(CHUNK) for _ in range(2)]
+    views = [memoryview(b) for b in bufs]
+    full: queue.Queue[tuple[int, int, int] | None] = queue.Queue(maxsize=1)
+    free: queue.Queue[int] = queue.Queue()
+    failed: list[Exception] = []
+
+    def writer() -> None:
+        while (item := full.get()) is not None:
+            i, n, at = item
+            try:
+                if not failed:
+                    out.write_at(at, views[i][:n])
+            except Exception as e:  # raised to the receiving thread at its next chunk (never a stuck writer)
+                failed.append(e)
+            free.put(i)
+
+    thread = threading.Thread(target=writer, name="direct-writer", daemon=True)
+    thread.start()
+    rest = rest[:length]
+    i, fill, got, pos = 0, len(rest), len(rest), offset
+    free.put(1)
+    views[0][:fill] = rest
+    counter.add(len(rest))
+    try:
+        while True:
+            if fill and (fill == CHUNK or got >= length):
+                full.put((i, fill, pos))
+                pos += fill
+                fill = 0
+                i = free.get()
+                if failed:
+                    raise failed[0]
+            if got >= length:
+                break
+            try:
+                n = sock.recv_into(views[i][fill:], min(CHUNK - fill, length - got))
+            except OSError as e:
+                _raise_blocking(e, host, port, idle_timeout, registry)
+            if n == 0:
+                if fill:
+                    full.put((i, fill, pos))
+                break
+            fill += n
+            got += n
+            counter.add(n)
+    finally:
+        full.put(None)
+        thread.join()
+        for v, b in zip(views, bufs, strict=True):
+            v.release()
+            b.close()
+    if failed:
+        raise failed[0]
+    if got < length:
+        if registry.cancelled:
+            raise Cancelled(registry.reason)
+        raise PullError(f"{what}: connection closed after {got} of {length} bytes")
+    return got
+
+
+def split_ranges(size: int, streams: int, align: int = 1) -> list[tuple[int, int]]:
+    """``streams`` ranges covering ``size`` bytes; each starts at a multiple of ``align`` (O_DIRECT: ALIGN)."""
     n = max(1, min(streams, size)) if size else 1
     step = -(-size // n) if size else 0
+    step = -(-step // align) * align
     return [(i * step, min(size, (i + 1) * step)) for i in range(n) if i * step < size] or [(0, 0)]
 
 
 def pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
          registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None = None,
          idle_timeout: float = IDLE_TIMEOUT, meta: dict[str, str] | None = None, auth: str | None = None,
-         telemetry: TcpTelemetry | None = None) -> int:
+         telemetry: TcpTelemetry | None = None, direct: list[str | None] | None = None) -> int:
     """Pull one file with ``streams`` parallel ranges into ``dest`` (None: discard). Blocking; returns bytes.
     With ``meta``, asks for an adler32 ``Digest`` (asking again without when the source refuses, as XRootD
     without a checksum configured does) and fills ``meta`` with the first response's lower-cased headers.
-    With ``telemetry``, each data connection's TCP view is kept there (TcpTelemetry)."""
+    With ``telemetry``, each data connection's TCP view is kept there (TcpTelemetry). With ``direct`` (disk mode, a
+    list), ``dest`` is written with O_DIRECT and fsynced before this returns; the list gets why the filesystem
+    refused O_DIRECT (None when it did not)."""
     if meta is not None:
         try:
             return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, meta, auth,
-                         telemetry)
+                         telemetry, direct)
         except DigestRefused:
             log.debug("Source %s:%d refused Want-Digest; pulling without", host, port)
     return _pull(host, port, path, size, dest, streams, registry, counter, ssl_ctx, idle_timeout, None, auth,
-                 telemetry)
+                 telemetry, direct)
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -366,7 +441,20 @@ def _preallocate(fd: int, size: int) -> None:
 def _pull(host: str, port: int, path: str, size: int | None, dest: Path | None, streams: int,
           registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None,
           idle_timeout: float, meta: dict[str, str] | None, auth: str | None,
-          telemetry: TcpTelemetry | None) -> int:
+          telemetry: TcpTelemetry | None, direct: list[str | None] | None = None) -> int:
+    if dest is not None and direct is not None:
+        if size is None or (streams > 1 and meta is not None):  # aligned ranges need the size; a HEAD the digest
+            size = fetch(host, port, path, None, registry, counter, ssl_ctx=ssl_ctx, method="HEAD",
+                         idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None, auth=auth)
+        out = DirectFile(dest, size)
+        direct.append(out.fallback)
+        try:
+            got = _pull_ranges(host, port, path, size, None, streams, registry, counter, ssl_ctx, idle_timeout,
+                               meta, auth, telemetry, out)
+            out.sync()  # the bytes are on the device before the file's end time is taken
+            return got
+        finally:
+            out.close()
     if streams > 1 and (size is None or meta is not None):
         # a HEAD learns the size (and the digest) before any byte moves, so a refused Want-Digest costs nothing
         size = fetch(host, port, path, None, registry, counter, ssl_ctx=ssl_ctx, method="HEAD",
@@ -375,32 +463,42 @@ def _pull(host: str, port: int, path: str, size: int | None, dest: Path | None, 
     try:
         if size is not None and fd is not None:
             _preallocate(fd, size)
-        if streams <= 1 or not size:
-            return fetch(host, port, path, fd, registry, counter, expect_total=size, ssl_ctx=ssl_ctx,
-                         idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None, auth=auth,
-                         telemetry=telemetry)
-        ranges = split_ranges(size, streams)
-        results: list[int | BaseException] = [0] * len(ranges)
-
-        def one(i: int, a: int, b: int) -> None:
-            try:
-                results[i] = fetch(host, port, path, fd, registry, counter, start=a, end=b, expect_total=size,
-                                   ssl_ctx=ssl_ctx, idle_timeout=idle_timeout, auth=auth, telemetry=telemetry)
-            except BaseException as e:  # reported below
-                results[i] = e
-
-        threads = [threading.Thread(target=one, args=(i, a, b), daemon=True) for i, (a, b) in enumerate(ranges)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise next((e for e in errors if isinstance(e, PullError) and not isinstance(e, Cancelled)), errors[0])
-        return sum(r for r in results if isinstance(r, int))
+        return _pull_ranges(host, port, path, size, fd, streams, registry, counter, ssl_ctx, idle_timeout, meta,
+                            auth, telemetry, None)
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _pull_ranges(host: str, port: int, path: str, size: int | None, fd: int | None, streams: int,
+                 registry: SocketRegistry, counter: Counter, ssl_ctx: ssl.SSLContext | None, idle_timeout: float,
+                 meta: dict[str, str] | None, auth: str | None, telemetry: TcpTelemetry | None,
+                 direct: DirectFile | None) -> int:
+    """One GET, or ``streams`` parallel Range GETs in threads, into ``fd`` (or ``direct``)."""
+    if streams <= 1 or not size:
+        return fetch(host, port, path, fd, registry, counter, expect_total=size, ssl_ctx=ssl_ctx,
+                     idle_timeout=idle_timeout, meta=meta, want_digest=meta is not None, auth=auth,
+                     telemetry=telemetry, direct=direct)
+    ranges = split_ranges(size, streams, ALIGN if direct is not None else 1)
+    results: list[int | BaseException] = [0] * len(ranges)
+
+    def one(i: int, a: int, b: int) -> None:
+        try:
+            results[i] = fetch(host, port, path, fd, registry, counter, start=a, end=b, expect_total=size,
+                               ssl_ctx=ssl_ctx, idle_timeout=idle_timeout, auth=auth, telemetry=telemetry,
+                               direct=direct)
+        except BaseException as e:  # reported below
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i, a, b), daemon=True) for i, (a, b) in enumerate(ranges)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise next((e for e in errors if isinstance(e, PullError) and not isinstance(e, Cancelled)), errors[0])
+    return sum(r for r in results if isinstance(r, int))
 
 
 def digest_checksum(header: str | None) -> str | None:

@@ -47,21 +47,23 @@ class DataServer(ThreadingHTTPServer):
         self._manifests: dict[str, tuple[int, dict[str, tuple[int, str | None]]]] = {}
         self.sender_views = SenderViews()  # the TCP view of files sent to pulling agents that asked for it
 
-    def checksum(self, set_name: str, name: str, size: int) -> str | None:
-        """The published checksum of a set's file, from the set's manifest (cached by its mtime); a received
-        file's from ``landed``."""
+    def checksum(self, set_name: str, name: str, size: int, disk: bool = False) -> str | None:
+        """The published checksum of a set's file, from the set's manifest (cached by its mtime; ``disk``: the disk
+        copy's); a received file's from ``landed``."""
         if set_name == "incoming":
             try:
                 return self.landed.checksum(self.settings.incoming_dir / name)
             except OSError:
                 return None
-        path = self.settings.sets_dir / set_name / MANIFEST
+        sets = self.settings.disk_dir / "sets" if disk and self.settings.disk_dir else self.settings.sets_dir
+        path = sets / set_name / MANIFEST
+        key = f"disk/{set_name}" if disk else set_name
         try:
             mtime = path.stat().st_mtime_ns
         except OSError:
             return None
         with self._manifest_lock:
-            cached = self._manifests.get(set_name)
+            cached = self._manifests.get(key)
             if cached is None or cached[0] != mtime:
                 try:
                     entries = {f["name"]: (int(f["size"]), f.get("checksum"))
@@ -69,7 +71,7 @@ class DataServer(ThreadingHTTPServer):
                 except (OSError, ValueError, KeyError, TypeError):
                     return None
                 cached = (mtime, entries)
-                self._manifests[set_name] = cached
+                self._manifests[key] = cached
         entry = cached[1].get(name)
         return entry[1] if entry and entry[0] == size else None
 

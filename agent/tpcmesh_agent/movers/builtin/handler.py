@@ -1,4 +1,5 @@
-"""The data server's requests on files: ``GET|HEAD /files/<set>/<file>`` (and ``/files/incoming/<file>`` with the
+"""The data server's requests on files: ``GET|HEAD /files/<set>/<file>`` (``/disk/<set>/<file>``: the disk copy,
+read with O_DIRECT; and ``/files/incoming/<file>`` with the
 agent's API token; ``Range: bytes=a-b`` gives 206; the body goes out with ``os.sendfile`` on plain TCP) and
 ``DELETE /files/incoming/<name>``; ``GET /tcp-info/<test id>`` hands over the sender-side TCP view of a test's
 files (telemetry.py). A connection idle for ``idle_timeout`` seconds is closed.
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ... import congestion
+from ...directio import open_direct, read_range
 from ...files import FileSetError, validate_name
 from ...tcpsampler import SAMPLER, wait_drained
 from ...token_check import TokenRefused, TokenValidator, bearer
@@ -46,7 +48,7 @@ class FileServer(Protocol):
     sender_views: SenderViews
     landed: LandedChecksums  # received files' checksums (the COPY handler's)
 
-    def checksum(self, set_name: str, name: str, size: int) -> str | None: ...
+    def checksum(self, set_name: str, name: str, size: int, disk: bool = False) -> str | None: ...
 
 
 class FilesHandler(BaseHTTPRequestHandler):
@@ -82,10 +84,11 @@ class FilesHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _resolve(self) -> tuple[Path, str, str] | None:
+    def _resolve(self) -> tuple[Path, str, str, bool] | None:
+        """(path, set name, file name, disk): /files/<set>/<file> in memory, /disk/<set>/<file> on the disk path."""
         parts = urllib.parse.urlsplit(self.path).path.split("/")
-        if len(parts) != 4 or parts[0] != "" or parts[1] != "files":
-            self._error(404, f"no such resource {self.path!r}: use /files/<set>/<file>")
+        if len(parts) != 4 or parts[0] != "" or parts[1] not in ("files", "disk"):
+            self._error(404, f"no such resource {self.path!r}: use /files/<set>/<file> or /disk/<set>/<file>")
             return None
         try:
             set_name = validate_name(urllib.parse.unquote(parts[2]), "set name")
@@ -93,8 +96,15 @@ class FilesHandler(BaseHTTPRequestHandler):
         except FileSetError as e:
             self._error(400, str(e))
             return None
-        base = self.server.settings.incoming_dir if set_name == "incoming" else self.server.settings.sets_dir / set_name
-        return base / name, set_name, name
+        settings = self.server.settings
+        if parts[1] == "disk":
+            if set_name == "incoming" or settings.disk_dir is None:
+                self._error(404, f"no disk set {set_name} on this agent" + (" (it has no disk path)"
+                                                                             if settings.disk_dir is None else ""))
+                return None
+            return settings.disk_dir / "sets" / set_name / name, set_name, name, True
+        base = settings.incoming_dir if set_name == "incoming" else settings.sets_dir / set_name
+        return base / name, set_name, name, False
 
     def _agent_token(self) -> bool:
         got = self.headers.get("Authorization", "")
@@ -139,9 +149,15 @@ class FilesHandler(BaseHTTPRequestHandler):
         incoming = r[1] == "incoming"  # what peers sent here is not for everyone to read
         if not self._allowed("read", f"/incoming/{r[2]}" if incoming else f"/sets/{r[1]}/{r[2]}", incoming):
             return
-        path = r[0]
+        path, disk = r[0], r[3]
+        fallback = None
         try:
-            fd = os.open(path, os.O_RDONLY)
+            if disk:  # cold reads: O_DIRECT bypasses the page cache (buffered where the filesystem refuses it)
+                fd, fallback = open_direct(path, os.O_RDONLY)
+                if fallback:
+                    log.warning("Built-in GET %s: reading buffered: %s", self.path, fallback)
+            else:
+                fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             self._error(404, f"{r[1]}/{r[2]} does not exist on this agent")
             return
@@ -174,28 +190,29 @@ class FilesHandler(BaseHTTPRequestHandler):
             if code == 206:
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
             if "adler32" in self.headers.get("Want-Digest", "").lower():
-                ck = self.server.checksum(r[1], r[2], size)
+                ck = self.server.checksum(r[1], r[2], size, disk)
                 if ck:
                     self.send_header("Digest", "adler32=" + ck.split(":", 1)[1])
             self.end_headers()
             if self.command == "HEAD":
                 return
             self.wfile.flush()
-            self._send_body_watched(fd, start, end - start)
+            self._send_body_watched(fd, start, end - start, disk and fallback is None)
         finally:
             os.close(fd)
 
-    def _send_body_watched(self, fd: int, offset: int, count: int) -> None:
+    def _send_body_watched(self, fd: int, offset: int, count: int, direct: bool = False) -> None:
         """_send_body; when the client asked for telemetry, with the connection's TCP view kept for it."""
         key = parse_key(self.headers.get(TELEMETRY_HEADER))
+        send = self._send_direct if direct else self._send_body
         if key is None:
-            self._send_body(fd, offset, count)
+            send(fd, offset, count)
             return
         views = self.server.sender_views
         views.begin(key[0])
         watch = SAMPLER.watch(self.connection)
         try:
-            self._send_body(fd, offset, count)
+            send(fd, offset, count)
             # the last bytes' retransmits belong to the file too: summarise once they are acknowledged
             if not wait_drained(self.connection, min(DRAIN_TIMEOUT, self.server.settings.idle_timeout)):
                 log.debug("builtin %s: %s/%s not acknowledged in time; its TCP view may miss the last retransmits",
@@ -231,6 +248,22 @@ class FilesHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+    def _send_direct(self, fd: int, offset: int, count: int) -> None:
+        """Disk mode: the body read with O_DIRECT into an aligned buffer and sent from it (sendfile would read
+        through the page cache), paced to builtin_max_rate like _send_body."""
+        rate = self.server.settings.builtin_max_rate
+        t0, sent = time.monotonic(), 0
+
+        def out(piece: memoryview) -> None:
+            nonlocal sent
+            self.connection.sendall(piece)
+            sent += len(piece)
+            if rate and (ahead := sent / rate - (time.monotonic() - t0)) > 0:
+                time.sleep(ahead)
+
+        if read_range(fd, offset, count, out) < count:
+            raise OSError("file shrank while being sent")
 
     def _send_body(self, fd: int, offset: int, count: int) -> None:
         rate = self.server.settings.builtin_max_rate

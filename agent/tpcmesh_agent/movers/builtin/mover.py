@@ -60,16 +60,21 @@ class BuiltinMover(Mover):
         want_digest = dest is not None and job.verify_checksums and not spec.checksum
         auth = f"Bearer {job.tokens.read}" if job.tokens is not None else None
         telemetry = TcpTelemetry(key=f"{job.test_id}/{spec.name}", congestion=job.congestion)
+        # disk mode: the source serves its disk copy under /disk/ (read with O_DIRECT), and this end writes with
+        # O_DIRECT and fsyncs before the file's end time
+        root = "disk" if job.storage.source == "disk" else "files"
+        direct: list[str | None] | None = [] if job.storage.destination == "disk" else None
         try:
-            pull(job.source.host, job.source.port, f"/files/{job.file_set}/{spec.name}", spec.size, dest,
+            pull(job.source.host, job.source.port, f"/{root}/{job.file_set}/{spec.name}", spec.size, dest,
                  job.streams, registry, counter, ssl_ctx, self.idle_timeout, meta if want_digest else None, auth,
-                 telemetry=telemetry)
+                 telemetry=telemetry, direct=direct)
         except PullError as e:
             res.error = f"read token: {e}" if auth and "token refused" in str(e) else str(e)
         except OSError as e:
             res.error = f"{spec.name}: {e.strerror or e}"
         res.bytes = counter.value
         res.finished_at = _now()
+        res.write_fallback = next((why for why in direct or [] if why), None)
         res.tcp = {"sender": None, "receiver": tcpinfo.combine(telemetry.receiver)}
         expected = spec.checksum or digest_checksum(meta.get("digest"))
         if res.error is None and dest is not None and job.verify_checksums and expected:

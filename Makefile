@@ -79,6 +79,11 @@ K8S_BIN = $$(tests/cluster/build-control-plane.sh)
 IMAGE_REGISTRY ?= ghcr.io/tpcmesh
 IMAGE_TAG ?= $$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml)
 
+.PHONY: version
+version: ## Print the one version (the chart's appVersion); VERSION=x.y.z writes it into the chart and the packages
+	@if [ -n "$(VERSION)" ]; then python3 hack/version.py set "$(VERSION)" && python3 hack/version.py check; \
+	  else python3 hack/version.py; fi
+
 .PHONY: protocols
 protocols: setup ## Write every protocol list (CRD, schemas, chart, each package's protocols.py) from manifests/protocols.yaml
 	$(PY) hack/protocols.py

@@ -33,6 +33,10 @@ LOAD ?= 2
 test-repeat: setup ## Find flakes: the modules that start real servers, N rounds (N=3) beside LOAD busy processes (LOAD=2); MODULES="..." to choose
 	$(PY) hack/test_repeat.py --times $(N) --load $(LOAD) $(MODULES)
 
+.PHONY: test-upgrade
+test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; apart from `make test`: ~15 min)
+	TPCMESH_TEST_UPGRADE=1 $(PYTEST) tests/cluster/test_real_cluster_upgrade.py
+
 .PHONY: test-unit
 test-diagnosis: setup ## The WAN lab's injected causes, each labelled by the limit model (root; runs apart from `make test`: CPU quotas need a quiet machine)
 	TPCMESH_TEST_DIAGNOSIS=1 $(PYTEST) tests/integration/lab/test_lab_diagnosis.py

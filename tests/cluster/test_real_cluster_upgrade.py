@@ -13,6 +13,7 @@ install, two runs and the rolling upgrade to the package's cluster (see the modu
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -27,7 +28,15 @@ from tests.cluster.test_real_cluster_e2e import database, fetch_json, wait_for  
 from tests.support import oldrelease
 from tests.support.paths import REPO
 
-pytestmark = [pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(2400)]
+pytestmark = [
+    pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(2400),
+    # about 9 minutes beside the package's cluster (the old images imported into 3 nodes: 170 s; the install, two
+    # runs and the rolling upgrade: about 6 minutes), which `make test` (CI's 40 minutes) cannot spare: it runs on
+    # its own, `make test-upgrade`. The suite proves the parts: test_crds_hook.py (the hook's command as its account
+    # on an older CRD) and tests/integration/dashboard/test_migrate_lock.py (two migrates, one lock).
+    pytest.mark.skipif(not os.environ.get("TPCMESH_TEST_UPGRADE"),
+                       reason="the upgrade from an earlier commit runs apart from the suite: make test-upgrade"),
+]
 
 # Merge of wt-trixie (2026-11-27): the chart's layout and the Debian 13 images of today, but before dashboard
 # migrations 0013-0014, the TransferRun's Healthy column, the CRD hook Job and the migration lock.
@@ -140,9 +149,13 @@ def test_helm_upgrade_from_an_earlier_commit_while_a_run_is_in_flight(real_clust
         out = real_cluster.helm("upgrade", RELEASE, str(clusterinstall.CHART), "--namespace", NS,
                                 *clusterinstall.install_values(), *VALUES, "--wait", "--timeout", "900s",
                                 check=False, timeout=1000)
+        assert out.returncode == 0, out.stderr
+        # helm's --wait lets a DaemonSet be maxUnavailable short: watch on until every agent is new and Ready
+        new_tag = yaml.safe_load((clusterinstall.CHART / "Chart.yaml").read_text())["appVersion"]
+        wait_for("every agent Ready on the new image", lambda: watch.samples[-1][1] == [new_tag] * len(nodes),
+                 timeout=300, detail=lambda: real_cluster.describe_pods(NS))
         watch.stop.set()
         watch.join()
-        assert out.returncode == 0, out.stderr
         timings["upgrade"] = time.monotonic() - t0
         phase_after = _status(objs, second_name).get("phase")
 
@@ -165,8 +178,7 @@ def test_helm_upgrade_from_an_earlier_commit_while_a_run_is_in_flight(real_clust
         assert sorted(rows) == sorted(f"{m}|1" for m in NEW_MIGRATIONS), rows
         dashboards = [p for p in core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/component="
                                                                               "dashboard").items
-                      if p.spec.containers[0].image.endswith(":" + yaml.safe_load(
-                          (clusterinstall.CHART / "Chart.yaml").read_text())["appVersion"])]
+                      if p.spec.containers[0].image.endswith(f":{new_tag}")]
         logs = [core.read_namespaced_pod_log(p.metadata.name, NS, container="migrate") for p in dashboards]
         assert sum("Applying results.0013_host... OK" in log for log in logs) <= 1, logs
 
@@ -176,8 +188,7 @@ def test_helm_upgrade_from_an_earlier_commit_while_a_run_is_in_flight(real_clust
         counts = [len(s) for _, s in watch.samples if isinstance(s, list)]
         assert counts and min(counts) >= len(nodes) - 1, counts
         tags = [s for _, s in watch.samples if isinstance(s, list)]
-        assert tags[0] == [OLD] * len(nodes) and tags[-1] == [ds.spec.template.spec.containers[0].image.rsplit(
-            ":", 1)[1]] * len(nodes), (tags[0], tags[-1])
+        assert tags[0] == [OLD] * len(nodes) and tags[-1] == [new_tag] * len(nodes), (tags[0], tags[-1])
 
         # The in-flight run ends: every planned transfer measured or its failure recorded, none twice
         status = wait_for(f"run {second_name} to finish and deliver", lambda: (s := _status(objs, second_name)).get(

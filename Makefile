@@ -34,7 +34,7 @@ test-repeat: setup ## Find flakes: the modules that start real servers, N rounds
 	$(PY) hack/test_repeat.py --times $(N) --load $(LOAD) $(MODULES)
 
 .PHONY: test-upgrade
-test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; apart from `make test`: ~15 min)
+test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; apart from `make test`: ~9 min, +4 on a cold cache)
 	TPCMESH_TEST_UPGRADE=1 $(PYTEST) tests/cluster/test_real_cluster_upgrade.py
 
 .PHONY: test-unit

@@ -33,6 +33,10 @@ LOAD ?= 2
 test-repeat: setup ## Find flakes: the modules that start real servers, N rounds (N=3) beside LOAD busy processes (LOAD=2); MODULES="..." to choose
 	$(PY) hack/test_repeat.py --times $(N) --load $(LOAD) $(MODULES)
 
+.PHONY: test-upgrade
+test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; apart from `make test`: ~9 min, +4 on a cold cache)
+	TPCMESH_TEST_UPGRADE=1 $(PYTEST) tests/cluster/test_real_cluster_upgrade.py
+
 .PHONY: test-unit
 test-diagnosis: setup ## The WAN lab's injected causes, each labelled by the limit model (root; runs apart from `make test`: CPU quotas need a quiet machine)
 	TPCMESH_TEST_DIAGNOSIS=1 $(PYTEST) tests/integration/lab/test_lab_diagnosis.py
@@ -82,6 +86,11 @@ local-cleanup: ## Remove network namespaces and devices left behind by killed lo
 K8S_BIN = $$(tests/cluster/build-control-plane.sh)
 IMAGE_REGISTRY ?= ghcr.io/tpcmesh
 IMAGE_TAG ?= $$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml)
+
+.PHONY: version
+version: ## Print the one version (the chart's appVersion); VERSION=x.y.z writes it into the chart and the packages
+	@if [ -n "$(VERSION)" ]; then python3 hack/version.py set "$(VERSION)" && python3 hack/version.py check; \
+	  else python3 hack/version.py; fi
 
 .PHONY: protocols
 protocols: setup ## Write every protocol list (CRD, schemas, chart, each package's protocols.py) from manifests/protocols.yaml

@@ -21,6 +21,10 @@ RUN set -eux; \
 ARG PIP_CERT
 COPY agent /src/agent
 RUN python3 -m venv /opt/tpcmesh && /opt/tpcmesh/bin/pip install --no-cache-dir /src/agent && rm -rf /src
+# The chart's appVersion (hack/version.py: one version for the chart, the images and the packages), passed by
+# hack/build-images.sh and the release workflow.
+ARG TPCMESH_VERSION=unknown
+LABEL org.opencontainers.image.version="${TPCMESH_VERSION}" org.opencontainers.image.title="tpcmesh-agent"
 ENV PATH=/opt/tpcmesh/bin:$PATH \
     PYTHONUNBUFFERED=1
 # Every port is above 1023 and xrootd refuses root anyway: the agent and its servers run unprivileged.

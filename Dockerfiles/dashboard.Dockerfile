@@ -38,6 +38,10 @@ RUN python3 -m venv /opt/tpcmesh && /opt/tpcmesh/bin/pip install --no-cache-dir 
 COPY dashboard /app/dashboard
 COPY manifests/schemas /app/manifests/schemas
 COPY --from=assets /src/dashboard/results/static/vendor /app/dashboard/results/static/vendor
+# The chart's appVersion (hack/version.py: one version for the chart, the images and the packages), passed by
+# hack/build-images.sh and the release workflow.
+ARG TPCMESH_VERSION=unknown
+LABEL org.opencontainers.image.version="${TPCMESH_VERSION}" org.opencontainers.image.title="tpcmesh-dashboard"
 ENV PATH=/opt/tpcmesh/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     DJANGO_SETTINGS_MODULE=config.settings

@@ -19,6 +19,10 @@ RUN set -eux; \
 ARG PIP_CERT
 COPY operator /src/operator
 RUN python3 -m venv /opt/tpcmesh && /opt/tpcmesh/bin/pip install --no-cache-dir /src/operator && rm -rf /src
+# The chart's appVersion (hack/version.py: one version for the chart, the images and the packages), passed by
+# hack/build-images.sh and the release workflow.
+ARG TPCMESH_VERSION=unknown
+LABEL org.opencontainers.image.version="${TPCMESH_VERSION}" org.opencontainers.image.title="tpcmesh-operator"
 ENV PATH=/opt/tpcmesh/bin:$PATH \
     PYTHONUNBUFFERED=1
 RUN groupadd --system --gid 10001 tpcmesh && useradd --system --uid 10001 --gid 10001 --no-create-home tpcmesh

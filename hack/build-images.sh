@@ -24,7 +24,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REGISTRY="${IMAGE_REGISTRY:-ghcr.io/tpcmesh}"
-TAG="${IMAGE_TAG:-$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml)}"
+# The one version (hack/version.py): the chart's appVersion; the tag unless IMAGE_TAG names another, and the
+# images' org.opencontainers.image.version label always.
+VERSION="$(sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/tpcmesh/Chart.yaml)"
+TAG="${IMAGE_TAG:-$VERSION}"
 CACHE="${TPCMESH_CACHE:-$HOME/.cache/tpcmesh}"
 DEBIAN_RELEASE=trixie
 OUT="$CACHE/images/$DEBIAN_RELEASE"
@@ -46,7 +49,7 @@ fi
 if [ "$builder" = docker ]; then
   for c in "${components[@]}"; do
     log "Building $REGISTRY/tpcmesh-$c:$TAG (docker)"
-    docker build -f "Dockerfiles/$c.Dockerfile" -t "$REGISTRY/tpcmesh-$c:$TAG" \
+    docker build -f "Dockerfiles/$c.Dockerfile" -t "$REGISTRY/tpcmesh-$c:$TAG" --build-arg TPCMESH_VERSION="$VERSION" \
       ${TPCMESH_DEBIAN_MIRROR:+--build-arg DEBIAN_MIRROR="$TPCMESH_DEBIAN_MIRROR"} .
   done
   exit 0
@@ -101,7 +104,7 @@ inputs_hash() {
   local srcs
   srcs="$(awk '/^COPY / && !/--from=/ {for (i = 2; i < NF; i++) print $i}' "$df")"
   {
-    echo "$DEBIAN_RELEASE $base_id $mirror"
+    echo "$DEBIAN_RELEASE $base_id $mirror $VERSION $REGISTRY $TAG"  # the tag: it is the archive's image name
     sha256sum "$df"
     # shellcheck disable=SC2086
     git ls-files -co --exclude-standard -- $srcs | grep -v -e '/node_modules/' -e '/static/vendor/' | sort \
@@ -137,7 +140,8 @@ for c in "${components[@]}"; do
   # the archive is made from the image this build made (its id), not from $ref: a checkout of another release
   # building at the same time tags the same ref
   buildah bud --quiet --layers=false --network host "${trust[@]}" -f "Dockerfiles/$c.Dockerfile" -t "$ref" \
-    --iidfile "$OUT/tpcmesh-$c.iid" --build-arg DEBIAN_IMAGE="$base" --build-arg DEBIAN_MIRROR="$mirror" . >/dev/null
+    --iidfile "$OUT/tpcmesh-$c.iid" --build-arg DEBIAN_IMAGE="$base" --build-arg DEBIAN_MIRROR="$mirror" \
+    --build-arg TPCMESH_VERSION="$VERSION" . >/dev/null
   iid="$(cat "$OUT/tpcmesh-$c.iid")"; rm -f "$OUT/tpcmesh-$c.iid"
   rm -f "$archive" "$archive.key" "$OUT/tpcmesh-$c.packages"
   buildah push --quiet "$iid" "oci-archive:$archive.tmp:$ref" >/dev/null

@@ -323,6 +323,15 @@ class Cluster:
         self._spawn(node, "containerd", ["containerd", "--config", str(d / "containerd.toml")])
         _wait_for(lambda: node.socket.exists(), 30, f"containerd on {node.name} to open {node.socket}",
                   lambda: _tail(d / "containerd.log"))
+        self._import(node, images)
+        self._spawn(node, "kubelet", [
+            str(binary("kubelet")), f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={node_pki.kubeconfig}",
+            f"--hostname-override={node.name}", f"--node-ip={','.join(node.addresses)}",
+            f"--root-dir={d / 'kubelet'}",
+            f"--cert-dir={d / 'pki'}", "--v=1"])
+        self._spawn(node, "kube-proxy", [str(binary("kube-proxy")), f"--config={d / 'kube-proxy.yaml'}", "--v=1"])
+
+    def _import(self, node: ClusterNode, images: Iterable[Path]) -> None:
         for archive in images:
             log.info("Importing %s into %s", archive.name, node.name)
             r = subprocess.run(["ctr", "--address", str(node.socket), "-n", "k8s.io", "images", "import",
@@ -330,12 +339,12 @@ class Cluster:
                                capture_output=True, text=True, timeout=900)
             if r.returncode != 0:
                 raise ClusterError(f"node {node.name}: importing {archive} failed: {r.stderr.strip()[-800:]}")
-        self._spawn(node, "kubelet", [
-            str(binary("kubelet")), f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={node_pki.kubeconfig}",
-            f"--hostname-override={node.name}", f"--node-ip={','.join(node.addresses)}",
-            f"--root-dir={d / 'kubelet'}",
-            f"--cert-dir={d / 'pki'}", "--v=1"])
-        self._spawn(node, "kube-proxy", [str(binary("kube-proxy")), f"--config={d / 'kube-proxy.yaml'}", "--v=1"])
+
+    def import_images(self, images: Iterable[Path]) -> None:
+        """Import more OCI archives into every running node's containerd (e.g. another release's images)."""
+        archives = list(images)
+        for node in self.nodes:
+            self._import(node, archives)
 
     def _node_hosts(self) -> list[tuple[str, str]]:
         """(name, address) of every node address: a dual-stack node's name resolves to both (GridFTP on the IPv6

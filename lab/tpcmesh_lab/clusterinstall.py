@@ -13,7 +13,7 @@ operator delivers to the release's dashboard.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,14 @@ class InstallError(RuntimeError):
     pass
 
 
-def install(cluster: Cluster, database_url: str, namespace: str = NAMESPACE, release: str = RELEASE) -> None:
-    """Create the namespace and the database Secret, label every node as a DTN, `helm install` the chart."""
+def install(cluster: Cluster, database_url: str, namespace: str = NAMESPACE, release: str = RELEASE,
+            chart: Path = CHART, values: Sequence[str] = ()) -> None:
+    """Create the namespace and the database Secret, label every node as a DTN, `helm install` the chart (another
+    checkout's with ``chart``, more ``--set`` options with ``values``)."""
     from kubernetes import client
 
-    if not (CHART / "Chart.yaml").exists():
-        raise InstallError(f"the chart is not at {CHART}: run from a checkout of the tpcmesh repository")
+    if not (chart / "Chart.yaml").exists():
+        raise InstallError(f"the chart is not at {chart}: run from a checkout of the tpcmesh repository")
     api = cluster.client()
     core = client.CoreV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
@@ -49,13 +51,18 @@ def install(cluster: Cluster, database_url: str, namespace: str = NAMESPACE, rel
         metadata=client.V1ObjectMeta(name=DATABASE_SECRET), string_data={"DATABASE_URL": database_url}))
     for node in cluster.nodes:
         core.patch_node(node.name, {"metadata": {"labels": {FAST_NETWORK_LABEL: "true"}}})
-    out = cluster.helm("install", release, str(CHART), "--namespace", namespace,
-                       "--set", "image.pullPolicy=Never", "--set", "database.mode=external",
-                       "--set", f"database.external.existingSecret={DATABASE_SECRET}",
-                       "--set", "agent.hostCpuShared=true",  # every lab node runs on this machine's cores
-                       check=False)
+    # every lab node runs on this machine's cores (this checkout's chart only: an older one may refuse the value)
+    shared = ["--set", "agent.hostCpuShared=true"] if chart == CHART else []
+    out = cluster.helm("install", release, str(chart), "--namespace", namespace, *install_values(), *values,
+                       *shared, check=False)
     if out.returncode != 0:
         raise InstallError(f"helm install failed: {out.stderr.strip()}")
+
+
+def install_values() -> list[str]:
+    """The `--set` options this machine's cluster needs (see the module's docstring); an upgrade passes them again."""
+    return ["--set", "image.pullPolicy=Never", "--set", "database.mode=external",
+            "--set", f"database.external.existingSecret={DATABASE_SECRET}"]
 
 
 def ready_pods(cluster: Cluster, component: str, namespace: str = NAMESPACE) -> list[Any]:

@@ -158,7 +158,9 @@ def test_agents_apart_each_namespace_at_its_level(control_plane, monkeypatch, tm
     _namespace(control_plane, mesh, "restricted")
     _namespace(control_plane, agents, "privileged")
     values = tmp_path / "values.yaml"
-    values.write_text(f"agent: {{namespace: {agents}}}\nimage: {{registry: example.invalid/tpcmesh}}\n")
+    # no kubelet runs the CRD hook Job (helm would wait for it); its pod is admitted below with the others
+    values.write_text(f"agent: {{namespace: {agents}}}\nimage: {{registry: example.invalid/tpcmesh}}\n"
+                      "crds: {upgradeJob: false}\n")
     control_plane.start_controller_manager()
     control_plane.start_scheduler()
     control_plane.create_node("psa-dtn", "127.0.21.1", {"tpcmesh.io/fast-network": "true"})

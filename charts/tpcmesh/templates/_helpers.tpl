@@ -266,3 +266,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "tpcmesh.tokens.tlsSecretName" -}}
 {{- include "tpcmesh.componentName" (dict "ctx" . "component" "token-issuer-tls") }}
 {{- end }}
+
+{{/* The names of the CRDs in crds/ (the hook Job's ClusterRole may touch these only), comma-separated. */}}
+{{- define "tpcmesh.crdNames" -}}
+{{- $names := list }}
+{{- range $path, $_ := .Files.Glob "crds/*.yaml" }}
+{{- $names = append $names ($.Files.Get $path | fromYaml).metadata.name }}
+{{- end }}
+{{- join "," $names }}
+{{- end }}
+
+{{/* Annotations of the CRD hook's objects: before install and upgrade, made before the Job (weight), deleted once
+it succeeded or before the next attempt (a failed one stays to be read). */}}
+{{- define "tpcmesh.crds.hook" -}}
+helm.sh/hook: pre-install,pre-upgrade
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}

@@ -283,3 +283,11 @@ helm.sh/hook: pre-install,pre-upgrade
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
+
+{{/*
+The CRD hook Job and its objects: only where this release runs the operator (an archive-only release, the
+dashboard alone, has no TransferBenchmarks to upgrade and gets no cluster-scoped RBAC for them).
+*/}}
+{{- define "tpcmesh.crdsUpgradeJob" -}}
+{{- if and .Values.crds.upgradeJob .Values.operator.enabled -}}true{{- end -}}
+{{- end }}

@@ -12,6 +12,8 @@ import json
 import logging
 import signal
 import ssl
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,18 @@ from .twamp.outbox import MAX_BATCH
 from .twamp.service import ConfigError, LossProbe
 
 log = logging.getLogger(__name__)
+IO_THREADS = 8  # the agent's blocking work at once (file sets, host summaries, port checks, version probes)
+
+
+async def start_io_threads(n: int) -> None:
+    """The loop's default executor with all ``n`` workers started now: one started on demand (when two blocking
+    calls overlap) stays idle for the agent's life, so its thread count would creep with load, and the tests count
+    threads to find pulls that did not end."""
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent-io")
+    loop.set_default_executor(pool)
+    barrier = threading.Barrier(n, timeout=30)  # each worker waits until all n exist
+    await asyncio.gather(*(loop.run_in_executor(pool, barrier.wait) for _ in range(n)))
 
 
 def _when(value: str | None, name: str) -> float:
@@ -192,6 +206,7 @@ class Agent:
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        await start_io_threads(IO_THREADS)
         s.sets_dir.mkdir(parents=True, exist_ok=True)
         if s.incoming_dir.exists():
             await asyncio.to_thread(__import__("shutil").rmtree, s.incoming_dir, True)

@@ -329,6 +329,26 @@ def write_section(text: str, start: str = START, end: str = END) -> None:
     path.write_text(current)
 
 
+def start_archive():
+    """PostgreSQL tuned for a bulk load (started here), Django set up on it and migrated: (server, its directory).
+    The caller stops the server."""
+    server, base_dir = start_postgres({"shared_buffers": "512MB", "maintenance_work_mem": "512MB",
+                                       "max_wal_size": "4GB", "work_mem": "64MB", "autovacuum": "off"})
+    try:
+        os.environ["DATABASE_URL"] = server.url
+        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+    except BaseException:
+        server.stop()
+        raise
+    return server, base_dir
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the 90 days to generate (default 1)")
@@ -344,20 +364,12 @@ def main() -> int:
         ap.error("--clusters needs --baseline '' (the baseline predates federation)")
     days = max(1, round(90 * args.scale))
 
-    server, base_dir = start_postgres({"shared_buffers": "512MB", "maintenance_work_mem": "512MB",
-                                       "max_wal_size": "4GB", "work_mem": "64MB", "autovacuum": "off"})
+    server, base_dir = start_archive()
     servers: list[subprocess.Popen] = []
     old_tree = None
     try:
-        os.environ["DATABASE_URL"] = server.url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
         from results import services
 
-        call_command("migrate", verbosity=0)
         log(f"Generating {days} days × 2 runs × {len(SETTINGS)} settings × {NODES * (NODES - 1)} pairs")
         t0 = time.perf_counter()
         count = generate(days, args.clusters)

@@ -25,8 +25,7 @@ from datetime import UTC, datetime, timedelta
 from section import publish  # first: it puts the repository on the path
 
 # isort: split
-from bench_dashboard import DASHBOARD, SERVER_PIDS, get, start_gunicorn, timings, tree_cpu_seconds
-from tpcmesh_lab.postgres import start_postgres
+from bench_dashboard import DASHBOARD, SERVER_PIDS, get, start_archive, start_gunicorn, timings, tree_cpu_seconds
 
 NODES = 100
 GRID_GOAL_MS = 100.0
@@ -122,21 +121,13 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args()
 
-    server, base_dir = start_postgres({"shared_buffers": "512MB", "maintenance_work_mem": "512MB",
-                                       "max_wal_size": "4GB", "work_mem": "64MB", "autovacuum": "off"})
+    server, base_dir = start_archive()
     gunicorn = None
     try:
-        os.environ["DATABASE_URL"] = server.url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
         from django.utils import timezone
         from results import analysis, services
         from results.models import Benchmark
 
-        call_command("migrate", verbosity=0)
         end = datetime.now(UTC).replace(second=0, microsecond=0)
         t0 = time.perf_counter()
         count = generate(args.hours, end)

@@ -50,7 +50,7 @@ lint: setup ## ruff and mypy
 	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator lab/tpcmesh_lab
 
 .PHONY: bench
-bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss bench-loss-archive ## Run every benchmark; results go to BENCHMARKS.md
+bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss ## Run every benchmark; results go to BENCHMARKS.md
 
 # ---- lab (lab/, tpcmesh-local): the WAN lab, the local mode, benches ----
 .PHONY: bench-planner
@@ -58,11 +58,7 @@ bench-planner: setup ## Mesh planner: planning time and rounds vs the lower boun
 	$(PY) -m tpcmesh_lab.bench planner --output BENCHMARKS.md
 
 .PHONY: bench-loss
-bench-loss: setup ## Loss mesh: an agent's TWAMP-light probe CPU (and wall) time at 10 and 100 peers simulated on loopback
-	$(PY) -m tpcmesh_lab.lossbench cpu --output BENCHMARKS.md
-
-.PHONY: bench-loss-archive
-bench-loss-archive: setup ## Loss mesh archive: summary ingest rate (and server CPU), the 100 × 100 loss grid p95 on PostgreSQL
+bench-loss: setup ## Loss mesh at 100 agents, one run: an agent's probe CPU at 10 and 100 peers on loopback, then the archive's summary ingest rate (and server CPU) and the 100 × 100 loss grid p95 on PostgreSQL
 	$(PY) dashboard/bench/bench_loss.py
 
 LOSS ?= 0.01

@@ -1,19 +1,22 @@
 #!/usr/bin/env python
-"""make bench-loss-archive: the loss mesh's archive at 100 agents, on a PostgreSQL this script starts itself.
+"""make bench-loss: the loss mesh's scale figures at 100 agents, in one run.
 
+First an agent's probe CPU at 10 and 100 peers simulated on loopback (tpcmesh_lab.lossbench.measure), before the
+archive starts, so nothing else of the bench runs beside it. Then the archive, on a PostgreSQL this script starts:
 100 nodes (9 900 directed pairs) of one benchmark, HOURS of one-minute TWAMP-light summaries per pair generated in
 the database (INSERT ... SELECT over generate_series; 0.3 % of pairs lose 1 %, a few periods are untrusted). Served
 by gunicorn (2 workers) on loopback, timed over HTTP: POST /api/v1/loss/ingest/ in batches of 1 000 (the agents'
 ~165 summaries/s at 100 agents, 10 packets/s, a 1-minute period) with 1 and 2 clients, by wall time and per second
 of server CPU (gunicorn + PostgreSQL); the loss grid API and its page at 100 × 100 over the default 15 minutes
 (goal p95 < 100 ms); the loss problem rules over the benchmark. Writes BENCHMARKS.md between
-<!-- bench-loss-archive:start --> and <!-- bench-loss-archive:end -->."""
+<!-- bench-loss:start --> and <!-- bench-loss:end -->."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
 import secrets
 import shutil
 import subprocess
@@ -31,7 +34,7 @@ NODES = 100
 GRID_GOAL_MS = 100.0
 RATE_GOAL = 165.0  # summaries/s of 100 agents
 BATCH = 1000
-SECTION = "bench-loss-archive"
+SECTION = "bench-loss"
 DEFAULT_GRID = "loss grid API, 100 × 100, default (15 minutes, kept at ingest)"
 
 
@@ -118,8 +121,17 @@ def main() -> int:
     ap.add_argument("--hours", type=int, default=3, help="hours of summaries per pair to generate (default 3)")
     ap.add_argument("--requests", type=int, default=60, help="timed requests per read")
     ap.add_argument("--batches", type=int, default=12, help="ingest batches of 1 000 per client setting")
+    ap.add_argument("--peers", default="10,100", help="the agent's CPU: comma-separated simulated peer counts")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args()
+
+    from tpcmesh_lab import lossbench
+    probe_rows = []
+    for peers in map(int, args.peers.split(",")):
+        probe_rows.append(lossbench.measure(peers, rate=10.0, period=20.0, periods=3))
+        log(f"Agent probe at {peers} peers: {100 * probe_rows[-1]['cpu_s'] / probe_rows[-1]['wall_s']:.1f} % of a "
+            "core")
+    load_probe = os.getloadavg()[0]
 
     server, base_dir = start_archive()
     gunicorn = None
@@ -180,10 +192,17 @@ def main() -> int:
     ok = grid_p95 < GRID_GOAL_MS and min(rate1, rate2) >= RATE_GOAL
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
-        "## Loss mesh: archive (`make bench-loss-archive`)",
+        "## Loss mesh: scale at 100 agents (`make bench-loss`)",
         "",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at {rev}, {os.cpu_count()} cores shared with other work: "
-        f"PostgreSQL started by the script, gunicorn with 2 workers on loopback, timed over HTTP. 100 nodes, "
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at {rev}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}: the three scale figures of one run, the agent's first, then the archive's.",
+        "",
+        "**An agent's CPU.** " + lossbench.CPU_METHOD + f". 1-minute load average after it {load_probe:.1f}.",
+        "",
+        *lossbench.cpu_table(probe_rows),
+        "",
+        "**The archive.** PostgreSQL started by the script, gunicorn with 2 workers on loopback, timed over HTTP. "
+        "100 nodes, "
         f"{NODES * (NODES - 1):,} directed pairs, {args.hours} h of one-minute summaries each = **{count:,} "
         f"summaries** in the archive before the ingest (generated in the database). Goals: the loss grid at "
         f"100 × 100 p95 < {GRID_GOAL_MS:.0f} ms; ingest ≥ {RATE_GOAL:.0f} summaries/s (100 agents at 10 packets/s "
@@ -210,8 +229,8 @@ def main() -> int:
         f"once a minute per dashboard process.",
         "",
         f"Goals: loss grid p95 {grid_p95:.0f} ms ({'met' if grid_p95 < GRID_GOAL_MS else 'MISSED'}; "
-        f"{results[DEFAULT_GRID]['cpu']:.0f} ms of server CPU per request, the rest of the wall time is the "
-        f"client's read of {grid_bytes / 1e6:.1f} MB and waiting for a core at a load average of {load_reads:.1f} on "
+        f"{results[DEFAULT_GRID]['cpu']:.0f} ms of server CPU per request, gunicorn and PostgreSQL together; "
+        f"the client reads {grid_bytes / 1e6:.1f} MB; load average {load_reads:.1f} on "
         f"{os.cpu_count()} cores); ingest {min(rate1, rate2):,.0f} summaries/s "
         f"({'met' if min(rate1, rate2) >= RATE_GOAL else 'MISSED'}, {min(rate1, rate2) / RATE_GOAL:.1f} × the "
         "100 agents' rate).",

@@ -1,5 +1,6 @@
-"""`python -m tpcmesh_lab.lossbench`: an agent's loss-probe CPU at 10, 100 (and more) peers (``cpu``), and the
-loss a probe reports over a long window on one lossy link of the WAN lab (``window``), into BENCHMARKS.md.
+"""`python -m tpcmesh_lab.lossbench`: an agent's loss-probe CPU at 10, 100 (and more) peers (``cpu``: printed;
+`make bench-loss` puts it into BENCHMARKS.md beside the archive's figures, dashboard/bench/bench_loss.py), and the
+loss a probe reports over a long window on one lossy link of the WAN lab (``window``, into BENCHMARKS.md).
 
 The agent under test is the agent's own probe (``python -m tpcmesh_agent.twamp``: the reflector and the sender the
 agent runs) on one loopback address; the peers are simulated on further loopback addresses 127.0.x.y, all in one
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -24,7 +24,6 @@ from .bench import write_section
 from .netns import Lab
 from .profile import parse_profile
 
-SECTION = "bench-loss"
 WINDOW_SECTION = "bench-loss-window"
 PORT = 18863  # not the well-known 863, so the bench also runs without root
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -101,18 +100,9 @@ def measure(peers: int, rate: float, period: float, periods: int) -> dict:
     }
 
 
-def render(rows: list[dict]) -> str:
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+def cpu_table(rows: list[dict]) -> list[str]:
+    """The agent's CPU rows of `measure` as a Markdown table (BENCHMARKS.md's loss mesh section)."""
     lines = [
-        "## Loss mesh: an agent's CPU at 100 peers (`make bench-loss`)",
-        "",
-        f"The agent's TWAMP-light probe (`python -m tpcmesh_agent.twamp`: reflector + sender, one asyncio loop) on "
-        f"one loopback address; the peers simulated on 127.0.x.y in a second process, each probing the agent and "
-        f"reflecting its packets, so the agent sends and reflects 2 × peers × rate packets/s each way, as in a full "
-        f"mesh. CPU time (user + system, /proc) over whole periods after a warm-up period. {when}, "
-        f"Python {platform.python_version()}, {os.cpu_count()} cores (shared: the peers' process and the rest of "
-        f"the machine run beside it).",
-        "",
         "| peers | packets/s per peer | packets/s out + in | wall time | CPU time | CPU (one core) | summaries "
         "| sent | lost | RTT p95 (worst peer) |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -122,7 +112,15 @@ def render(rows: list[dict]) -> str:
         lines.append(f"| {r['peers']} | {r['rate']:g} | {pps:,.0f} | {r['wall_s']:.1f} s | {r['cpu_s']:.2f} s | "
                      f"{100 * r['cpu_s'] / r['wall_s']:.1f} % | {r['summaries']} | {r['sent']:,} | {r['lost']} | "
                      f"{r['rtt_p95_ms']:.2f} ms |")
-    return "\n".join(lines)
+    return lines
+
+
+CPU_METHOD = (
+    "The agent's TWAMP-light probe (`python -m tpcmesh_agent.twamp`: reflector + sender, one asyncio loop) on one "
+    "loopback address; the peers simulated on 127.0.x.y in a second process, each probing the agent and reflecting "
+    "its packets, so the agent sends and reflects 2 × peers × rate packets/s each way, as in a full mesh. CPU time "
+    "(user + system, /proc) over whole periods after a warm-up period"
+)
 
 
 def measure_window(loss_percent: float, delay_ms: float, rate: float, period: float, periods: int) -> dict:
@@ -193,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="measured periods (cpu: 3 after a warm-up period; window: 115, 1 h 55 min)")
     ap.add_argument("--loss", default="0.01", help="window: comma-separated loss rates, percent")
     ap.add_argument("--delay", type=float, default=10.0, help="window: one-way delay, ms")
-    ap.add_argument("--output", type=Path, default=None, help="BENCHMARKS.md to update")
+    ap.add_argument("--output", type=Path, default=None, help="window: BENCHMARKS.md to update")
     args = ap.parse_args(argv)
     if args.what == "window":
         rows = [measure_window(float(p), args.delay, args.rate, args.period or 60.0, args.periods or 115)
@@ -201,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         body, section = render_window(rows), WINDOW_SECTION
     else:
         rows = [measure(int(n), args.rate, args.period or 20.0, args.periods or 3) for n in args.peers.split(",")]
-        body, section = render(rows), SECTION
+        print("\n".join(cpu_table(rows)))
+        return
     print(body)
     if args.output:
         write_section(args.output, section, body)

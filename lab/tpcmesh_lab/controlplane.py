@@ -197,6 +197,17 @@ def write_kubeconfig(path: Path, config: dict) -> Path:
 # --- processes ------------------------------------------------------------------------------------------------
 
 
+def stop_process(popen: subprocess.Popen, grace: float = 10) -> None:
+    """SIGTERM, ``grace`` seconds to exit, then SIGKILL; the process is reaped either way."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)
+
+
 @dataclass
 class Proc:
     name: str
@@ -204,13 +215,7 @@ class Proc:
     log: Path
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        stop_process(self.popen)
 
     def tail(self, n: int = 30) -> str:
         try:

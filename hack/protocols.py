@@ -39,8 +39,10 @@ class RegistryError(ValueError):
 
 @dataclass(frozen=True)
 class Protocol:
+    """One entry of the registry, as load() checked it (the YAML's fields and their types: FIELDS)."""
+
     name: str
-    kind: str
+    kind: str  # one of KINDS
     description: str
     schemes: tuple[str, ...]
     streams: bool

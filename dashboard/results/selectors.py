@@ -19,6 +19,7 @@ from django.utils import timezone
 from results import celljson, gridcell, maintenance, params, rfc3339, thresholds
 from results.models import (
     AUTH_MODES,
+    STORAGE_SETTINGS,
     ArchiveHorizon,
     Benchmark,
     CellDiagnosis,
@@ -37,14 +38,14 @@ from results.stats.advice import Observation
 GRID_MODES = ("latest", "mean", "median")
 # The streams pick of a tuned benchmark (spec.optimize): per link, the newest cell whatever its stream count.
 NEWEST = params.NEWEST_STREAMS
-NEWEST_ORDER = ("source_id", "destination_id", "address_family", "congestion_control", "auth")
+NEWEST_ORDER = ("source_id", "destination_id", "address_family", "congestion_control", "auth", "storage_setting")
 
 
 @dataclass(frozen=True)
 class Pick:
     """Which settings of a protocol a grid shows; None: every one. Like streams, the address family, the
-    congestion control ("" = the nodes' default) and the auth mode ("" = a protocol without modes) are settings of
-    their own: each is a cell of its own.
+    congestion control ("" = the nodes' default), the auth mode ("" = a protocol without modes) and the storage
+    (models.STORAGE_SETTINGS) are settings of their own: each is a cell of its own.
 
     ``streams=NEWEST`` ("newest"): for a benchmark with spec.optimize, whose links each run the streams × files the
     optimizer chose for them, so that one stream count shows part of the mesh only. Each link (source →
@@ -58,6 +59,7 @@ class Pick:
     address_family: str | None = None
     congestion_control: str | None = None
     auth: str | None = None
+    storage: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.streams, str) and self.streams != NEWEST:
@@ -77,11 +79,12 @@ class Pick:
         return (f"(%(streams)s::int IS NULL OR {alias}.streams = %(streams)s::int)"
                 f" AND (%(family)s::text IS NULL OR {alias}.address_family = %(family)s::text)"
                 f" AND (%(cc)s::text IS NULL OR {alias}.congestion_control = %(cc)s::text)"
-                f" AND (%(auth)s::text IS NULL OR {alias}.auth = %(auth)s::text)")
+                f" AND (%(auth)s::text IS NULL OR {alias}.auth = %(auth)s::text)"
+                f" AND (%(storage)s::text IS NULL OR {alias}.storage_setting = %(storage)s::text)")
 
     def args(self) -> dict[str, Any]:
         return {"streams": self.stream_count, "family": self.address_family, "cc": self.congestion_control,
-                "auth": self.auth}
+                "auth": self.auth, "storage": self.storage}
 
     def filter_latest(self, qs: Any) -> Any:
         if self.stream_count is not None:
@@ -92,6 +95,8 @@ class Pick:
             qs = qs.filter(congestion_control=self.congestion_control)
         if self.auth is not None:
             qs = qs.filter(auth=self.auth)
+        if self.storage is not None:
+            qs = qs.filter(storage_setting=self.storage)
         return qs
 
     def filter_measurements(self, qs: Any) -> Any:
@@ -108,16 +113,19 @@ class Pick:
             qs = qs.filter(auth=self.auth)
         elif self.auth == "":
             qs = qs.filter(Q(auth__isnull=True) | Q(auth=""))
+        if self.storage is not None:
+            qs = qs.filter(storage_setting=self.storage)
         return qs
 
 
 def newest_per_link(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Of cells (source, destination, address_family, congestion_control, auth, finished_at, streams), each link's
+    """Of cells (source, destination, address_family, congestion_control, auth, storage, finished_at, streams), each
+    link's
     newest whatever its streams; of equally new ones the most streams (Pick's NEWEST, the portable path; the SQL
     paths' DISTINCT ON orders the same way)."""
     best: dict[tuple, dict[str, Any]] = {}
     for c in cells:
-        key = (c["source"], c["destination"], c["address_family"], c["congestion_control"], c["auth"])
+        key = (c["source"], c["destination"], c["address_family"], c["congestion_control"], c["auth"], c["storage"])
         if key not in best or (c["finished_at"], c["streams"]) > (best[key]["finished_at"], best[key]["streams"]):
             best[key] = c
     return list(best.values())
@@ -192,12 +200,13 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
 
 
 def cell_settings(bench: Benchmark, protocol: str) -> dict[str, list[str]]:
-    """The address families, congestion controls ("" = the nodes' default) and auth modes ("" = none: a protocol
-    without modes, or cells from before modes were recorded) a protocol's cells have."""
+    """The address families, congestion controls ("" = the nodes' default), auth modes ("" = none: a protocol
+    without modes, or cells from before modes were recorded) and storage settings a protocol's cells have."""
     rows = set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
-               .values_list("address_family", "congestion_control", "auth").distinct())
+               .values_list("address_family", "congestion_control", "auth", "storage_setting").distinct())
     return {"address_family": sorted({r[0] for r in rows}), "congestion_control": sorted({r[1] for r in rows}),
-            "auth": sorted({r[2] for r in rows})}
+            "auth": sorted({r[2] for r in rows}),
+            "storage": [s for s in STORAGE_SETTINGS if s in {r[3] for r in rows}]}
 
 
 def newest_auth(benches: list[Benchmark], protocol: str) -> str:
@@ -230,6 +239,7 @@ def grid(
     congestion_control: str | None = None,
     auth: str | None = None,
     binding_limits: tuple[str, ...] | None = None,
+    storage: str | None = None,
 ) -> dict[str, Any]:
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
@@ -238,7 +248,7 @@ def grid(
     (Gbit/s or ms), finished_at, age_seconds, stale, status, error, count (latest: the run's repeats the value is
     the median of), low/high (that median's 95 % interval, 3+ repeats; else null), state (ok / warning / critical /
     failed / none by the benchmark's thresholds; maintenance for a node or pair in a maintenance window).
-    `streams=None` returns every stream setting (so do address_family, congestion_control and auth);
+    `streams=None` returns every stream setting (so do address_family, congestion_control, auth and storage);
     `streams=NEWEST` each link's newest cell whatever its streams, with the concurrency it ran (Pick). `cells_json`
     (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
@@ -255,7 +265,7 @@ def grid(
     cover = maintenance.overlay(now)
     nodes = benchmark_nodes(bench)
     names = {n.id: n.name for n in nodes}
-    pick = Pick(streams, address_family, congestion_control, auth)
+    pick = Pick(streams, address_family, congestion_control, auth, storage)
     cells: list[dict[str, Any]] = []
     # a window that reaches before the raw horizon: its older days from the rollups (both databases, in Python)
     horizon = _reaches_rollups(now - window) if mode != "latest" and with_cells else None
@@ -291,7 +301,7 @@ def grid(
         "efficiency_thresholds": thresholds.effective_efficiency(bench.thresholds),
         "generated_at": now,
         "nodes": [{"name": n.name, "cluster": n.cluster.name, "site": n.site, "loopback_gbps": n.loopback_gbps,
-                   "external": n.external}
+                   "disk_read_gbps": n.disk_read_gbps, "disk_write_gbps": n.disk_write_gbps, "external": n.external}
                   for n in nodes],
         "cells": cells,
     }
@@ -332,17 +342,18 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
             # up to the raw retention's days of rows: summarised per cell and day by the database, not here
             raw_days = _raw_days_sql(qs, metric)
         else:
-            for src, dst, st, family, cc, auth, finished, value, status in qs.values_list(
+            for src, dst, st, family, cc, auth, storage, finished, value, status in qs.values_list(
                 "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
-                "finished_at", metric, "status"
+                "storage_setting", "finished_at", metric, "status"
             ).iterator(chunk_size=20000):
-                groups[(src, dst, st or 0, family, cc or "", auth or "")].append((finished, value, status))
+                groups[(src, dst, st or 0, family, cc or "", auth or "", storage)].append((finished, value, status))
             raw_days = _summarised_days(groups) if horizon is not None else {}
         spans = (_window_spans(groups, mode) if horizon is None
                  else _combined_days(raw_days, _rollup_days(bench, protocol, pick, now - window, horizon), mode))
-        for (src, dst, st, family, cc, auth), (value, count, finished_at, status) in spans.items():
+        for (src, dst, st, family, cc, auth, storage), (value, count, finished_at, status) in spans.items():
             cell = gridcell.stored_cell(source=names.get(src), destination=names.get(dst), streams=st,
-                                        address_family=family, congestion_control=cc, auth=auth, value=value,
+                                        address_family=family, congestion_control=cc, auth=auth, storage=storage,
+                                        value=value,
                                         finished_at=finished_at, status=status, error=None,
                                         count=count, low=None, high=None)
             cell["maintenance"] = cover.covers(src, dst)
@@ -387,9 +398,9 @@ def _rollup_days(bench: Benchmark, protocol: str, pick: Pick, since: datetime,
                                                        day__lt=horizon.astimezone(UTC).date()))
     out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in qs.values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
-                         *daily.FIGURES):
+                         "storage_setting", *daily.FIGURES):
         key = tuple(row.pop(k) for k in ("source_id", "destination_id", "streams", "address_family",
-                                          "congestion_control", "auth"))
+                                          "congestion_control", "auth", "storage_setting"))
         out[key].append(row)
     return out
 
@@ -420,7 +431,8 @@ def _raw_days_sql(qs: Any, metric: str) -> dict[tuple, list[dict[str, Any]]]:
     database (one row per cell and day)."""
     ok = Q(status="succeeded", **{f"{metric}__isnull": False})
     rows = (qs.order_by().annotate(day=TruncDate("finished_at", tzinfo=UTC))
-            .values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "day")
+            .values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
+                    "storage_setting", "day")
             .annotate(count=Count("id"), failures=Count("id", filter=~Q(status="succeeded")),
                       succeeded=Count("id", filter=ok), mean=Avg(metric, filter=ok),
                       median=_PercentileCont(metric, 0.5, filter=ok), last_at=Max("finished_at"),
@@ -428,7 +440,7 @@ def _raw_days_sql(qs: Any, metric: str) -> dict[tuple, list[dict[str, Any]]]:
     out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         key = (r["source_id"], r["destination_id"], r["streams"] or 0, r["address_family"],
-               r["congestion_control"] or "", r["auth"] or "")
+               r["congestion_control"] or "", r["auth"] or "", r["storage_setting"])
         out[key].append({**{k: r[k] for k in ("count", "failures", "succeeded", "mean", "median", "last_at")},
                          "last_status": r["statuses"][0]})
     return out
@@ -446,22 +458,25 @@ def _combined_days(raw: dict[tuple, list[dict[str, Any]]], rolled: dict[tuple, l
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple:
-    return tuple(cell[k] for k in ("source", "destination", "streams", "address_family", "congestion_control", "auth"))
+    return tuple(cell[k] for k in ("source", "destination", "streams", "address_family", "congestion_control", "auth",
+                                   "storage"))
 
 
 def cell_diagnoses(bench: Benchmark, protocol: str, names: dict[int, str]) -> dict[tuple, dict[str, Any]]:
     """The diagnosis fields (gridcell.DIAGNOSIS) of a protocol's cells whose newest measurement the analysis has
-    judged, by (source name, destination name, streams, address family, congestion control, auth): the portable
+    judged, by (source name, destination name, streams, address family, congestion control, auth, storage): the
+    portable
     path's join of CellDiagnosis."""
     if protocol == "rtt":  # nothing to judge: no rows, no query
         return {}
     rows = CellDiagnosis.objects.filter(cell__benchmark=bench, cell__protocol=protocol,
                                         cell__measurement_id=F("measurement_id")).values_list(
         "cell__source_id", "cell__destination_id", "cell__streams", "cell__address_family",
-        "cell__congestion_control", "cell__auth", "binding_limit", "efficiency", "evidence", "fix")
-    return {(names.get(src), names.get(dst), st, family, cc, auth):
+        "cell__congestion_control", "cell__auth", "cell__storage_setting", "binding_limit", "efficiency",
+        "evidence", "fix")
+    return {(names.get(src), names.get(dst), st, family, cc, auth, storage):
             {"binding_limit": limit, "efficiency": efficiency, "evidence": evidence or None, "fix": fix or None}
-            for src, dst, st, family, cc, auth, limit, efficiency, evidence, fix in rows}
+            for src, dst, st, family, cc, auth, storage, limit, efficiency, evidence, fix in rows}
 
 
 def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str, dict[str, Any]]:
@@ -504,7 +519,7 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         settings_ = [pick.stream_count]
     ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
     columns = gridcell.select_sql({
-        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED},
+        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED}, "storage": "w.storage_setting",
         "status": "CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END",
         "error": "NULL", "low": "NULL::float8", "high": "NULL::float8",
     }, gridcell.STORED, as_rows=True)
@@ -513,16 +528,17 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         FROM (
             SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
                    coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
-                   {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
+                   m.storage_setting, {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
                    count(*) AS count, max(m.finished_at) AS finished_at
             FROM {Measurement._meta.db_table} m
             WHERE m.benchmark_id = %(bench)s AND m.protocol = %(protocol)s AND m.finished_at >= %(since)s
               AND ({ranges})
-            GROUP BY 1, 2, 3, 4, 5, 6
+            GROUP BY 1, 2, 3, 4, 5, 6, 7
         ) w
         LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
             AND l.streams = w.streams AND l.address_family = w.address_family
             AND l.congestion_control = w.congestion_control AND l.auth = w.auth
+            AND l.storage_setting = w.storage_setting
             AND l.source_id = w.source_id AND l.destination_id = w.destination_id
         WHERE {pick.sql("w")}
     """
@@ -647,9 +663,10 @@ def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
 
 def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: str, streams: int | str | None,
                 now: datetime, address_family: str | None = None, congestion_control: str | None = None,
-                auth: str | None = None) -> dict[tuple[str, str, int | str], tuple[str, bool, str]]:
+                auth: str | None = None,
+                storage: str | None = None) -> dict[tuple[str, str, int | str], tuple[str, bool, str]]:
     """What the grid page draws per cell: (state, stale, tooltip JSON) by (source, destination, streams) of one
-    address family, congestion control and auth mode (the page picks one of each); the
+    address family, congestion control, auth mode and storage (the page picks one of each); the
     tooltip is [value to 3 decimals, finished epoch] plus [status, error] when it did not succeed. With
     ``streams=NEWEST`` the key's streams is NEWEST (one cell per link) and the tooltip is always
     [value, finished epoch, status or null, error or null, streams, concurrency or null]: the setting it ran.
@@ -670,7 +687,7 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
         return out
     metric, kind = metric_for(protocol), kind_for(protocol)
     bounds = bench.effective_thresholds()[kind]
-    pick = Pick(streams, address_family, congestion_control, auth)
+    pick = Pick(streams, address_family, congestion_control, auth, storage)
     rows, _, join = _latest_rows_sql(pick, "p")
     failure = "',' || to_json(p.status)::text || ',' || to_json(coalesce(p.error, ''))::text"
     if newest:

@@ -60,9 +60,8 @@ class Node(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     nic_speed_gbps = models.FloatField(null=True, blank=True)
     loopback_gbps = models.FloatField(null=True, blank=True, help_text="the node's own loopback ceiling, if measured")
-    disk_read_gbps = models.FloatField(null=True, blank=True, help_text="its disk path's read ceiling (fio), if measured")
-    disk_write_gbps = models.FloatField(null=True, blank=True,
-                                        help_text="its disk path's write ceiling (fio), if measured")
+    disk_read_gbps = models.FloatField(null=True, blank=True, help_text="its disk path's read ceiling (fio)")
+    disk_write_gbps = models.FloatField(null=True, blank=True, help_text="its disk path's write ceiling (fio)")
     # db_default: rows inserted by SQL alone (the contract test's seed, the bench) are agents' nodes too
     external = models.BooleanField(default=False, db_default=False,
                                    help_text="an external endpoint (another site's storage), not an agent's node")

@@ -131,11 +131,15 @@ def newest_per_link(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(best.values())
 
 
-def _newest_sql(inner: str) -> str:
-    """SQL keeping each link's newest row of ``inner`` (rows with PairLatest's key columns, finished_at and
-    streams), as newest_per_link does."""
-    return (f"SELECT DISTINCT ON ({', '.join(NEWEST_ORDER)}) * FROM ({inner}) n "
-            f"ORDER BY {', '.join(NEWEST_ORDER)}, finished_at DESC, streams DESC")
+# the same key in rows named as a cell's fields (gridcell: the storage setting's column is the field "storage")
+NEWEST_ORDER_CELLS = tuple("storage" if c == "storage_setting" else c for c in NEWEST_ORDER)
+
+
+def _newest_sql(inner: str, order: tuple[str, ...] = NEWEST_ORDER) -> str:
+    """SQL keeping each link's newest row of ``inner`` (rows with PairLatest's key columns, or ``order``'s,
+    finished_at and streams), as newest_per_link does."""
+    return (f"SELECT DISTINCT ON ({', '.join(order)}) * FROM ({inner}) n "
+            f"ORDER BY {', '.join(order)}, finished_at DESC, streams DESC")
 
 
 def metric_for(protocol: str) -> str:
@@ -543,7 +547,7 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         WHERE {pick.sql("w")}
     """
     if pick.newest:  # each link's cell of its newest measurement's streams; no one concurrency over a window
-        sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql)}) n"
+        sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql, NEWEST_ORDER_CELLS)}) n"
     return sql, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args()}
 
 

@@ -76,12 +76,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='node',
             name='disk_read_gbps',
-            field=models.FloatField(blank=True, help_text="its disk path's sequential read ceiling (fio, O_DIRECT), if measured", null=True),
+            field=models.FloatField(blank=True, help_text="its disk path's read ceiling (fio)", null=True),
         ),
         migrations.AddField(
             model_name='node',
             name='disk_write_gbps',
-            field=models.FloatField(blank=True, help_text="its disk path's sequential write ceiling (fio, O_DIRECT), if measured", null=True),
+            field=models.FloatField(blank=True, help_text="its disk path's write ceiling (fio)", null=True),
         ),
         migrations.AddField(
             model_name='pairlatest',

@@ -148,7 +148,8 @@ class Measurement(models.Model):
     # The limit model's answer (results.diagnosis), given while the measurement is its cell's newest: not the record's
     binding_limit = models.CharField(max_length=20, blank=True, db_default="", help_text=(
         "the bound the measurement sits at (results/diagnosis/limits.py): network-capacity, receive-window, "
-        "send-buffer, loss, source-cpu, destination-cpu, protocol, storage, unknown; empty: not diagnosed"))
+        "send-buffer, loss, source-cpu, destination-cpu, protocol, source-storage, destination-storage, unknown; "
+        "empty: not diagnosed"))
     efficiency = models.FloatField(null=True, blank=True, help_text="measured ÷ the pair's path capacity (iperf3)")
     diagnosis = models.JSONField(null=True, blank=True, help_text=(
         "the limit model's bounds with their evidence figures, the binding one's fix, and what was missing"))

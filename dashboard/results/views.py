@@ -86,7 +86,7 @@ def _node_title(node: dict) -> str:
 # The why view's colour of each binding limit (results/diagnosis/limits.py's LIMITS, in its order): the path is
 # green (a cell at its path is healthy), windows blues, loss red, the hosts orange and olive
 LIMIT_COLOURS = dict(zip(LIMITS, ("#2e9e44", "#1f77b4", "#17becf", "#d62728", "#ff7f0e", "#bcbd22", "#e377c2",
-                                  "#8c564b", "#7f7f7f"), strict=True))
+                                  "#8c564b", "#c49c94", "#7f7f7f"), strict=True))
 LIMIT_STYLES = "".join(f".a-{x} {{ --a: {c}; }} .b-{x} {{ --b: {c}; }} " for x, c in LIMIT_COLOURS.items())
 
 

@@ -100,5 +100,10 @@ class Migration(migrations.Migration):
             model_name='pairlatest',
             constraint=models.UniqueConstraint(fields=('benchmark', 'protocol', 'auth', 'streams', 'address_family', 'congestion_control', 'storage_setting', 'source', 'destination'), name='pairlatest_storage_cell'),
         ),
+        migrations.AlterField(
+            model_name='measurement',
+            name='binding_limit',
+            field=models.CharField(blank=True, db_default='', help_text='the bound the measurement sits at (results/diagnosis/limits.py): network-capacity, receive-window, send-buffer, loss, source-cpu, destination-cpu, protocol, source-storage, destination-storage, unknown; empty: not diagnosed', max_length=20),
+        ),
         migrations.RunPython(fill_cell_json, migrations.RunPython.noop),
     ]

@@ -16,7 +16,7 @@ from django.db.models import Aggregate, Avg, Count, F, FloatField, Max, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from results import celljson, gridcell, maintenance, params, rfc3339, thresholds
+from results import celljson, gridcell, maintenance, params, rfc3339, storage, thresholds
 from results.models import (
     AUTH_MODES,
     STORAGE_SETTINGS,
@@ -773,8 +773,9 @@ def pair_history(
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
         "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "auth", "status", "error",
-        "finished_at", "implementation",
+        "finished_at", "implementation", "storage_setting",
     ):
+        row["storage"] = row.pop("storage_setting")
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]
         row["day"] = None
@@ -792,7 +793,7 @@ def _pair_days(a: Node, b: Node, bench: Benchmark | None, since: datetime | None
         qs = qs.filter(day__gte=since.astimezone(UTC).date())
     out = []
     for r in qs.order_by("last_at").values("source_id", "destination_id", "protocol", "streams", "address_family",
-                                            "congestion_control", "auth", *daily.FIGURES):
+                                            "congestion_control", "auth", "storage_setting", *daily.FIGURES):
         metric = metric_for(r["protocol"])
         out.append({
             "id": None, "source": names[r["source_id"]], "destination": names[r["destination_id"]],
@@ -801,7 +802,7 @@ def _pair_days(a: Node, b: Node, bench: Benchmark | None, since: datetime | None
             "rtt_ms": r["median"] if metric == "rtt_ms" else None, "retransmits": None,
             "congestion_control": r["congestion_control"] or None, "address_family": r["address_family"],
             "auth": r["auth"] or None, "status": "succeeded" if r["succeeded"] else r["last_status"], "error": None,
-            "finished_at": r["last_at"], "implementation": None,
+            "finished_at": r["last_at"], "implementation": None, "storage": r["storage_setting"],
             "day": {k: r[k] for k in ("count", "failures", "p10", "p90")},
         })
     return out
@@ -854,6 +855,28 @@ def pair_repeated_cells(a: Node, b: Node, bench: Benchmark | None = None) -> lis
         "source__name", "destination__name", "protocol", "streams", "address_family", "congestion_control", "auth",
         "throughput_gbps", "low", "high", "repeats", "finished_at")
     return [{**r, "setting": setting_label(r)} for r in rows]
+
+
+def pair_storage_tax(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
+    """What each end's storage costs the pair (disk mode, #28): per direction and setting measured memory to memory
+    and in a disk mode, the newest rate of each storage setting and each end's tax (results.storage.tax)."""
+    qs = PairLatest.objects.filter(_pair_q(a, b), status="succeeded", throughput_gbps__isnull=False).exclude(
+        protocol__in=["rtt", "iperf3"])
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    rates: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for src, dst, protocol, st, family, cc, auth, store, gbps in qs.values_list(
+            "source__name", "destination__name", "protocol", "streams", "address_family", "congestion_control",
+            "auth", "storage_setting", "throughput_gbps"):
+        rates[(src, dst, protocol, st, family, cc, auth)][store] = gbps
+    out = []
+    for (src, dst, protocol, st, family, cc, auth), by_storage in sorted(rates.items()):
+        figures = storage.tax(by_storage)
+        if figures is not None:
+            row = {"protocol": protocol, "streams": st, **_variant(family, cc, auth)}
+            out.append({"source": src, "destination": dst, "setting": setting_label(row), **figures,
+                        "taxes": [figures["source_tax"], figures["destination_tax"], figures["both_tax"]]})
+    return out
 
 
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:

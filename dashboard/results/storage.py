@@ -35,6 +35,23 @@ def setting_of(record: Mapping[str, Any] | None) -> str:
     return setting((record or {}).get("source", MEMORY), (record or {}).get("destination", MEMORY))
 
 
+def tax(rates: Mapping[str, float | None]) -> dict[str, Any] | None:
+    """What each end's storage costs a pair (the pair page's "storage tax"), from one setting's rate (Gbit/s) per
+    storage setting: each end's tax is 1 − (its disk alone ÷ memory to memory), and disk to disk's is both ends'
+    at once. None without the memory-to-memory rate or any disk rate beside it."""
+    memory = rates.get(MEMORY)
+    disk = {s: rates.get(s) for s in STORAGE_SETTINGS[1:] if rates.get(s) is not None}
+    if not memory or not disk:
+        return None
+
+    def cost(s: str) -> float | None:
+        return None if s not in disk else round(1 - disk[s] / memory, 3)
+
+    return {"memory_gbps": memory, **{f"{s.replace('-', '_')}_gbps": rates.get(s) for s in STORAGE_SETTINGS[1:]},
+            "source_tax": cost(setting(DISK, MEMORY)), "destination_tax": cost(setting(MEMORY, DISK)),
+            "both_tax": cost(DISK)}
+
+
 def diagonal(node: Mapping[str, Any], storage: str) -> dict[str, float]:
     """The ceilings a node's diagonal cell shows under a storage setting, by name: its loopback in memory mode;
     the disk read ceiling where it is a disk source, the write ceiling where it is a disk destination. Only the

@@ -405,7 +405,9 @@ def pair_page(request, source: str, destination: str):
         cc = f' {p["congestion_control"]}' if p["congestion_control"] else ""
         # and so is the auth mode (#13): x509 and token runs of a pair are two series, not a step between them
         auth = f' {p["auth"]}' if p["auth"] else ""
-        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth} {direction}'
+        # and so is the storage (disk mode, #28): a disk run is not a step in the memory series
+        store = f' {p["storage"]}' if p["storage"] != "memory" else ""
+        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth}{store} {direction}'
         if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
             retransmits.setdefault(label, []).append([t, p["retransmits"]])
         newest[label] = {**p, "series": label}
@@ -448,6 +450,7 @@ def pair_page(request, source: str, destination: str):
         "newest": _with_telemetry(transfers[::-1][:NEWEST_ROWS]),
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
         "repeated": selectors.pair_repeated_cells(a, b, bench),
+        "storage_tax": selectors.pair_storage_tax(a, b, bench),
         "advice": _advice(history), "advice_terms": {"runs": LEVEL_RUNS, "min_runs": MIN_RUNS,
                                                      "margin": f"{KNEE_MARGIN:.0%}"},
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),

@@ -427,6 +427,8 @@ class HistoryPointSerializer(serializers.Serializer):
     address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
     auth = serializers.ChoiceField(choices=AUTH_MODES, allow_null=True,
                                    help_text="token, x509 or none; null: a protocol without auth modes")
+    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text=(
+        "where the ends kept the files: memory, disk, disk-to-memory or memory-to-disk (source first)"))
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     finished_at = serializers.DateTimeField()

@@ -206,16 +206,17 @@ def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
     out = []
     cells = PairLatest.objects.filter(benchmark=bench).annotate(
         fix=KeyTextTransform("fix", "measurement__diagnosis"))  # the diagnosis' fix alone, not its bounds
-    for src, dst, protocol, streams, family, cc, auth, tput, rtt, status, limit, fix in cells.values_list(
+    for src, dst, protocol, streams, family, cc, auth, store, tput, rtt, status, limit, fix in cells.values_list(
             "source_id", "destination_id", "protocol", "streams", "address_family", "congestion_control", "auth",
-            "throughput_gbps", "rtt_ms", "status", "measurement__binding_limit", "fix"):
+            "storage_setting", "throughput_gbps", "rtt_ms", "status", "measurement__binding_limit", "fix"):
         if cover.covers(src, dst):
             state = "maintenance"
         else:
             kind = kind_for(protocol)
             state = thresholds.classify(rtt if protocol == "rtt" else tput, status, kind, bounds[kind])
         if src in names and dst in names:
-            setting = " ".join(x for x in (family if family != "ipv4" else "", cc, auth) if x)
+            setting = " ".join(x for x in (family if family != "ipv4" else "", cc, auth,
+                                           store if store != "memory" else "") if x)
             out.append(problems.Cell(names[src], names[dst], protocol, streams, state, setting, limit or "",
                                      fix or ""))
     return out

@@ -834,15 +834,17 @@ def link_observations(source: Node, destination: Node, protocol: str, bench: Ben
     return [o for o in (Observation.of(*row) for row in rows) if o is not None]
 
 
-def _variant(family: str, cc: str | None, auth: str | None) -> dict[str, Any]:
+def _variant(family: str, cc: str | None, auth: str | None, store: str = "memory") -> dict[str, Any]:
     """The settings beside protocol and streams that make a cell a cell of its own: comparisons never mix them."""
-    return {"address_family": family, "congestion_control": cc or "", "auth": auth or ""}
+    return {"address_family": family, "congestion_control": cc or "", "auth": auth or "", "storage": store}
 
 
 def setting_label(row: dict[str, Any]) -> str:
-    """'xrootd-https ×8', then what else sets the row apart: ' IPv6', a congestion control, an auth mode."""
+    """'xrootd-https ×8', then what else sets the row apart: ' IPv6', a congestion control, an auth mode, a disk
+    storage."""
+    store = row.get("storage") or row.get("storage_setting") or "memory"
     extra = ["IPv6" if row.get("address_family") == "ipv6" else "", row.get("congestion_control") or "",
-             row.get("auth") or ""]
+             row.get("auth") or "", store if store != "memory" else ""]
     return " ".join([f'{row["protocol"]} ×{row.get("streams") or 1}', *filter(None, extra)])
 
 
@@ -851,9 +853,10 @@ def pair_repeated_cells(a: Node, b: Node, bench: Benchmark | None = None) -> lis
     qs = PairLatest.objects.filter(Q(source=a, destination=b) | Q(source=b, destination=a), repeats__gt=1)
     if bench is not None:
         qs = qs.filter(benchmark=bench)
-    rows = qs.order_by("protocol", "streams", "address_family", "congestion_control", "auth", "source__name").values(
+    rows = qs.order_by("protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting",
+                       "source__name").values(
         "source__name", "destination__name", "protocol", "streams", "address_family", "congestion_control", "auth",
-        "throughput_gbps", "low", "high", "repeats", "finished_at")
+        "storage_setting", "throughput_gbps", "low", "high", "repeats", "finished_at")
     return [{**r, "setting": setting_label(r)} for r in rows]
 
 
@@ -895,12 +898,12 @@ def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> d
     files = FileTransfer.objects.filter(measurement__in=qs.filter(run=run)).order_by("name").values_list(
         "measurement__source_id", "measurement__destination_id", "measurement__protocol", "measurement__streams",
         "measurement__address_family", "measurement__congestion_control", "measurement__auth",
-        "name", "seconds", "error")
-    for src, dst, protocol, streams, family, cc, auth, name, seconds, error in files:
-        key = (names[src], names[dst], protocol, streams or 0, family, cc or "", auth or "")
+        "measurement__storage_setting", "name", "seconds", "error")
+    for src, dst, protocol, streams, family, cc, auth, store, name, seconds, error in files:
+        key = (names[src], names[dst], protocol, streams or 0, family, cc or "", auth or "", store)
         if key not in groups:
             groups[key] = {"source": names[src], "destination": names[dst], "protocol": protocol, "streams": streams,
-                           **_variant(family, cc, auth), "files": [], "failed": 0}
+                           **_variant(family, cc, auth, store), "files": [], "failed": 0}
             groups[key]["setting"] = setting_label(groups[key])
         g = groups[key]
         if seconds is None or error:
@@ -952,16 +955,16 @@ def throughput_vs_rtt(bench: Benchmark) -> dict[str, list[dict[str, Any]]]:
     names = dict(Node.objects.values_list("id", "name"))
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     rows = PairLatest.objects.filter(benchmark=bench).exclude(protocol="rtt").values_list(
-        "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
-        "throughput_gbps", "rtt_ms"
+        "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting", "source_id",
+        "destination_id", "throughput_gbps", "rtt_ms"
     )
-    for protocol, st, family, cc, auth, src, dst, gbps, own_rtt in rows:
+    for protocol, st, family, cc, auth, store, src, dst, gbps, own_rtt in rows:
         # RTT is symmetric: a direction without its own probe takes the other's
         rtt = own_rtt if own_rtt is not None else rtts.get((src, dst, family), rtts.get((dst, src, family)))
         if gbps is None or rtt is None:
             continue
         out[protocol].append({"source": names[src], "destination": names[dst], "streams": st, "rtt_ms": rtt,
-                              "throughput_gbps": gbps, **_variant(family, cc, auth)})
+                              "throughput_gbps": gbps, **_variant(family, cc, auth, store)})
     return dict(out)
 
 
@@ -973,18 +976,18 @@ def streams_pairs(bench: Benchmark, protocol: str | None = None, low: int = 1, h
         qs = qs.filter(protocol=protocol)
     names = dict(Node.objects.values_list("id", "name"))
     by_key: dict[tuple, dict[int, float]] = defaultdict(dict)
-    for p, st, family, cc, auth, src, dst, gbps in qs.values_list(
-        "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
-        "throughput_gbps"
+    for p, st, family, cc, auth, store, src, dst, gbps in qs.values_list(
+        "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting", "source_id",
+        "destination_id", "throughput_gbps"
     ):
         if gbps is not None:
-            by_key[(p, family, cc or "", auth or "", src, dst)][st] = gbps
+            by_key[(p, family, cc or "", auth or "", store, src, dst)][st] = gbps
     out = []
-    for (p, family, cc, auth, src, dst), values in sorted(by_key.items()):
+    for (p, family, cc, auth, store, src, dst), values in sorted(by_key.items()):
         if low in values and high in values:
             out.append({"protocol": p, "source": names[src], "destination": names[dst],
                         "low_streams": low, "high_streams": high, "low_gbps": values[low], "high_gbps": values[high],
-                        **_variant(family, cc, auth)})
+                        **_variant(family, cc, auth, store)})
     return out
 
 
@@ -993,8 +996,9 @@ def auth_pairs(bench: Benchmark, since: datetime) -> list[dict[str, Any]]:
     each mode's mean throughput and run count, per protocol, stream setting, address family, congestion control and
     direction (grouped by the database)."""
     rows = (Measurement.objects
+            # memory to memory only: a disk's cost is the storage tax's (pair page), not the auth mode's
             .filter(benchmark=bench, protocol__in=TOKEN_PROTOCOLS, status="succeeded", auth__isnull=False,
-                    throughput_gbps__isnull=False, finished_at__gte=since)
+                    throughput_gbps__isnull=False, finished_at__gte=since, storage_setting="memory")
             .values_list("protocol", "streams", "address_family", "congestion_control", "source_id",
                          "destination_id", "auth")
             .annotate(mean=Avg("throughput_gbps"), runs=Count("id")))

@@ -443,6 +443,8 @@ class CellSettingsSerializer(serializers.Serializer):
     address_family = serializers.CharField()
     congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
     auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
+    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text="memory, disk, disk-to-memory or "
+                                                                           "memory-to-disk (disk mode)")
 
     def get_fields(self):
         fields = super().get_fields()  # DRF puts a base class's fields first

@@ -95,3 +95,22 @@ def test_the_pages_offer_the_storage_and_the_storage_tax(client, disks):
     row = table[table.index("<tr><td>"):table.index("</table>")]
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
     assert cells == ["a → b", "builtin ×1", "3.40", "1.20", "3.30", "1.10", "65 %", "3 %", "68 %"]
+
+
+def test_the_database_paths_pick_a_storage_as_the_portable_one_does(disks):
+    from results import maintenance, selectors
+    from results.models import Benchmark
+
+    bench = Benchmark.objects.get(name="disks")
+    names = {n.id: n.name for n in selectors.benchmark_nodes(bench)}
+    at = datetime.now(UTC)
+    bounds = bench.effective_thresholds()["throughput"]
+    for mode in selectors.GRID_MODES:
+        for store in (None, "disk-to-memory"):
+            pick = selectors.Pick(storage=store)
+            portable = selectors._cells_in_python(bench, "builtin", pick, at, bounds, mode, timedelta(days=1), names,
+                                                  maintenance.overlay(at))
+            fast = json.loads(selectors.grid_cells_json(bench, "builtin", pick, at, bounds, mode, timedelta(days=1)))
+            want = {s: v for s, v in RATES.items() if store in (None, s)}
+            assert {c["storage"]: c["value"] for c in portable} == want, (mode, store)
+            assert {c["storage"]: c["value"] for c in fast} == want, (mode, store)

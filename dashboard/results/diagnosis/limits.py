@@ -58,8 +58,9 @@ ambiguous; with them, the window TCP waited on is direct evidence and wins.
 Of the bounds it sits at, the lowest binds; bounds within ``TIE_BAND`` (10 %) of the lowest tie, and so does direct
 evidence (a saturated CPU, a window the kernel says TCP waited on) whatever its value; the first in ``TIE_ORDER``
 wins: receive-window, send-buffer, source-cpu, destination-cpu, source-storage, destination-storage,
-network-capacity, loss (the specific mechanism before the path, as an iperf3 path figure is itself subject to the same windows; but losses at the path's
-own capacity are a full path's congestion signal, so the path comes before loss). When the kernel's
+network-capacity, loss (the specific mechanism before the path, as an iperf3 path figure is itself subject to the
+same windows; but losses at the path's own capacity are a full path's congestion signal, so the path comes before
+loss). When the kernel's
 rwnd_limited / sndbuf_limited fractions of busy time are given they decide the window, as NDT (Web100) classes a
 flow receiver-, sender- or network-limited by where it spent most of its time: the largest of rwnd_limited,
 sndbuf_limited and the rest (cwnd: the network) names the one window limit considered (none for the network); a

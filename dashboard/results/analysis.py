@@ -76,6 +76,7 @@ def _history(cell: PairLatest) -> list[tuple]:
           else qs.filter(Q(congestion_control__isnull=True) | Q(congestion_control="")))
     # the cell's own auth mode: a benchmark switching from x509 to token is two cells, not a step
     qs = qs.filter(auth=cell.auth) if cell.auth else qs.filter(Q(auth__isnull=True) | Q(auth=""))
+    qs = qs.filter(storage_setting=cell.storage_setting)  # disk to disk is a cell of its own, not a step
     rows = list(qs.order_by("-finished_at").values_list("id", "finished_at", metric, "run_id")[: changes.WINDOW])
     return _per_run(rows)
 
@@ -87,20 +88,21 @@ def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
     value = "CASE WHEN c.p = 'rtt' THEN m.rtt_ms ELSE m.throughput_gbps END"
     sql = f"""
         SELECT c.id, h.id, h.finished_at, h.value, h.run_id
-        FROM (VALUES {", ".join(["(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s, %s::int, %s, %s, %s)"]
+        FROM (VALUES {", ".join(["(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s, %s::int, %s, %s, %s, %s)"]
                                 * len(cells))})
-             AS c(id, s, d, b, p, st, af, cc, au)
+             AS c(id, s, d, b, p, st, af, cc, au, sto)
         CROSS JOIN LATERAL (
             SELECT m.id, m.finished_at, {value} AS value, m.run_id
             FROM {Measurement._meta.db_table} m
             WHERE m.source_id = c.s AND m.destination_id = c.d AND m.benchmark_id = c.b AND m.protocol = c.p
               AND coalesce(m.streams, 0) = c.st AND m.address_family = c.af
               AND coalesce(m.congestion_control, '') = c.cc AND coalesce(m.auth, '') = c.au
+              AND m.storage_setting = c.sto
               AND m.status = 'succeeded' AND {value} > 0
             ORDER BY m.finished_at DESC LIMIT {changes.WINDOW}
         ) h"""
     args = [x for c in cells for x in (c.id, c.source_id, c.destination_id, c.benchmark_id, c.protocol, c.streams,
-                                       c.address_family, c.congestion_control, c.auth)]
+                                       c.address_family, c.congestion_control, c.auth, c.storage_setting)]
     out: dict[int, list[tuple]] = {c.id: [] for c in cells}
     with connection.cursor() as cur:
         cur.execute(sql, args)
@@ -131,7 +133,8 @@ def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None
         out.append(Change(benchmark_id=cell.benchmark_id, source_id=cell.source_id,
                           destination_id=cell.destination_id, protocol=cell.protocol, streams=cell.streams,
                           address_family=cell.address_family, congestion_control=cell.congestion_control,
-                          auth=cell.auth, metric=metric, measurement_id=mid, at=at, before=c.before, after=c.after,
+                          auth=cell.auth, storage_setting=cell.storage_setting, metric=metric, measurement_id=mid,
+                          at=at, before=c.before, after=c.after,
                           worse=(c.after < c.before) == higher_is_better, detected_at=now,
                           runs_to_detect=len(rows) - c.index))
     return out
@@ -203,16 +206,17 @@ def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
     out = []
     cells = PairLatest.objects.filter(benchmark=bench).annotate(
         fix=KeyTextTransform("fix", "measurement__diagnosis"))  # the diagnosis' fix alone, not its bounds
-    for src, dst, protocol, streams, family, cc, auth, tput, rtt, status, limit, fix in cells.values_list(
+    for src, dst, protocol, streams, family, cc, auth, store, tput, rtt, status, limit, fix in cells.values_list(
             "source_id", "destination_id", "protocol", "streams", "address_family", "congestion_control", "auth",
-            "throughput_gbps", "rtt_ms", "status", "measurement__binding_limit", "fix"):
+            "storage_setting", "throughput_gbps", "rtt_ms", "status", "measurement__binding_limit", "fix"):
         if cover.covers(src, dst):
             state = "maintenance"
         else:
             kind = kind_for(protocol)
             state = thresholds.classify(rtt if protocol == "rtt" else tput, status, kind, bounds[kind])
         if src in names and dst in names:
-            setting = " ".join(x for x in (family if family != "ipv4" else "", cc, auth) if x)
+            setting = " ".join(x for x in (family if family != "ipv4" else "", cc, auth,
+                                           store if store != "memory" else "") if x)
             out.append(problems.Cell(names[src], names[dst], protocol, streams, state, setting, limit or "",
                                      fix or ""))
     return out

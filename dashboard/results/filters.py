@@ -18,6 +18,7 @@ from results.models import (
     METRICS,
     SEVERITIES,
     STATUSES,
+    STORAGE_SETTINGS,
     ApiToken,
     Benchmark,
     Change,
@@ -167,6 +168,9 @@ class MeasurementFilterSet(OfPair):
                                             help_text="the congestion control the test asked for (cubic, bbr)")
     address_family = filters.ChoiceFilter(choices=[(f, f) for f in ADDRESS_FAMILIES],
                                           help_text="the IP version the test ran over")
+    storage_setting = filters.ChoiceFilter(choices=[(s, s) for s in STORAGE_SETTINGS],
+                                           help_text="where the ends kept the files (memory, disk, disk-to-memory, "
+                                                     "memory-to-disk)")
     retransmits_min = IntegerFilter(field_name="retransmits", lookup_expr="gte",
                                     help_text="at least this many TCP retransmits (senders' total)")
     auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],
@@ -205,6 +209,9 @@ class ChangeFilterSet(OfPair, EitherEnd):
     # a cell's other keys (results.selectors.Pick): each a setting of its own, like streams
     address_family = filters.ChoiceFilter(choices=[(f, f) for f in ADDRESS_FAMILIES],
                                           help_text="the IP version of the cell")
+    storage_setting = filters.ChoiceFilter(choices=[(s, s) for s in STORAGE_SETTINGS],
+                                           help_text="the cell's storage (memory, disk, disk-to-memory, "
+                                                     "memory-to-disk)")
     congestion_control = filters.CharFilter(field_name="congestion_control",
                                             help_text="the cell's congestion control (empty: the nodes' default)")
     auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],

@@ -60,6 +60,7 @@ FIELDS: tuple[Field, ...] = (
     Field("address_family", "row"),
     Field("congestion_control", "row"),  # "": the nodes' default
     Field("auth", "row"),  # "": a protocol without auth modes
+    Field("storage", "row", column="storage_setting"),  # memory, disk, disk-to-memory, memory-to-disk
     Field("value", "metric", json="number", nullable=True),
     Field("finished_at", "row", json="time"),
     Field("age_seconds", "request", json="number"),

@@ -20,6 +20,7 @@ import uuid
 from django.db import models
 
 from results.protocols import PROTOCOLS
+from results.storage import STORAGE_SETTINGS
 from results.thresholds import effective as effective_bounds
 
 STATUSES = ["succeeded", "failed", "cancelled"]
@@ -59,6 +60,8 @@ class Node(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     nic_speed_gbps = models.FloatField(null=True, blank=True)
     loopback_gbps = models.FloatField(null=True, blank=True, help_text="the node's own loopback ceiling, if measured")
+    disk_read_gbps = models.FloatField(null=True, blank=True, help_text="its disk path's read ceiling (fio)")
+    disk_write_gbps = models.FloatField(null=True, blank=True, help_text="its disk path's write ceiling (fio)")
     # db_default: rows inserted by SQL alone (the contract test's seed, the bench) are agents' nodes too
     external = models.BooleanField(default=False, db_default=False,
                                    help_text="an external endpoint (another site's storage), not an agent's node")
@@ -145,7 +148,8 @@ class Measurement(models.Model):
     # The limit model's answer (results.diagnosis), given while the measurement is its cell's newest: not the record's
     binding_limit = models.CharField(max_length=20, blank=True, db_default="", help_text=(
         "the bound the measurement sits at (results/diagnosis/limits.py): network-capacity, receive-window, "
-        "send-buffer, loss, source-cpu, destination-cpu, protocol, storage, unknown; empty: not diagnosed"))
+        "send-buffer, loss, source-cpu, destination-cpu, protocol, source-storage, destination-storage, unknown; "
+        "empty: not diagnosed"))
     efficiency = models.FloatField(null=True, blank=True, help_text="measured ÷ the pair's path capacity (iperf3)")
     diagnosis = models.JSONField(null=True, blank=True, help_text=(
         "the limit model's bounds with their evidence figures, the binding one's fix, and what was missing"))
@@ -156,6 +160,10 @@ class Measurement(models.Model):
     # db_default too: bulk loads (the dashboard bench's COPY) that leave the column out ran over IPv4
     address_family = models.CharField(max_length=4, choices=[(f, f) for f in ADDRESS_FAMILIES], default="ipv4",
                                       db_default="ipv4", help_text="the IP version the test ran over (ipv4, ipv6)")
+    storage = models.JSONField(null=True, blank=True, help_text=(
+        "where each end kept the files (the contract's storage); null: memory to memory"))
+    storage_setting = models.CharField(max_length=14, choices=[(s, s) for s in STORAGE_SETTINGS], default="memory",
+                                       db_default="memory", help_text="storage as a grid setting (STORAGE_SETTINGS)")
     status = models.CharField(max_length=12, choices=[(s, s) for s in STATUSES])
     error = models.TextField(null=True, blank=True)
     checksum = models.CharField(max_length=12, null=True, blank=True)
@@ -174,7 +182,7 @@ class Measurement(models.Model):
             # Covering (PostgreSQL): a window's grid (mean/median per cell) reads this index alone, not the table.
             models.Index(fields=["benchmark", "protocol", "streams", "-finished_at"], name="meas_window",
                          include=["source", "destination", "throughput_gbps", "rtt_ms", "status", "address_family",
-                                  "congestion_control", "auth"]),
+                                  "congestion_control", "auth", "storage_setting"]),
             models.Index(fields=["-finished_at"], name="meas_finished"),
         ]
         constraints = [
@@ -207,14 +215,17 @@ class FileTransfer(models.Model):
 
 
 class CellSettings(models.Model):
-    """A grid cell's settings beside its streams, each a setting of its own like streams: an IPv6 or a bbr result
-    never overwrites an IPv4 or cubic one, and a benchmark whose spec.auth changed keeps a cell per mode (#13)."""
+    """A grid cell's settings beside its streams, each a setting of its own like streams: an IPv6, a bbr or a disk
+    result never overwrites an IPv4, cubic or memory one, and a benchmark whose spec.auth changed keeps a cell per
+    mode (#13)."""
 
     address_family = models.CharField(max_length=4, default="ipv4", db_default="ipv4")
     congestion_control = models.CharField(max_length=15, default="", db_default="", blank=True,
                                           help_text="empty: the nodes' default")
     auth = models.CharField(max_length=8, default="", db_default="", blank=True,
                             help_text="token, x509 or none; empty: a protocol without auth modes")
+    storage_setting = models.CharField(max_length=14, default="memory", db_default="memory",
+                                       help_text="memory, disk, disk-to-memory or memory-to-disk (STORAGE_SETTINGS)")
 
     class Meta:
         abstract = True
@@ -249,7 +260,7 @@ class PairLatest(CellSettings):
                 # the mode right after the protocol: which modes a protocol's cells have is an index probe each
                 # (selectors.newest_auth, the grid's default mode), and a mode's cells one index range
                 fields=["benchmark", "protocol", "auth", "streams", "address_family", "congestion_control",
-                        "source", "destination"], name="pairlatest_auth_cell"
+                        "storage_setting", "source", "destination"], name="pairlatest_storage_cell"
             )
         ]
         indexes = [
@@ -284,7 +295,7 @@ class DailyRollup(CellSettings):
         constraints = [
             models.UniqueConstraint(
                 fields=["benchmark", "protocol", "auth", "streams", "address_family", "congestion_control",
-                        "source", "destination", "day"], name="rollup_cell_day"),
+                        "storage_setting", "source", "destination", "day"], name="rollup_storage_cell_day"),
         ]
         indexes = [
             models.Index(fields=["source", "destination", "day"], name="rollup_pair_day"),

@@ -58,7 +58,7 @@ class Cell:
     streams: int
     state: str
     # the rest of the cell's setting: the address family unless IPv4, the congestion control unless the default,
-    # the auth mode where the protocol has one ("ipv6 bbr", "token", "x509")
+    # the auth mode where the protocol has one, the storage unless memory ("ipv6 bbr", "token", "x509", "disk")
     setting: str = ""
     # the measurement's binding limit and its fix (results.diagnosis); "": not diagnosed
     limit: str = ""

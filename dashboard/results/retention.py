@@ -148,6 +148,7 @@ def rolled_up() -> Exists:
         benchmark=OuterRef("benchmark"), protocol=OuterRef("protocol"),
         streams=outer("streams", IntegerField(), 0), address_family=OuterRef("address_family"),
         congestion_control=outer("congestion_control", CharField(), ""), auth=outer("auth", CharField(), ""),
+        storage_setting=OuterRef("storage_setting"),
         source=OuterRef("source"), destination=OuterRef("destination"),
         day=TruncDate(outer("finished_at", DateTimeField()), tzinfo=UTC),
         rolled_at__gt=ExpressionWrapper(OuterRef("ingested_at") + Value(LATE_MARGIN), output_field=DateTimeField())))

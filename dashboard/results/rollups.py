@@ -19,8 +19,8 @@ from results.selectors import metric_for
 from results.stats.daily import FIGURES, QUANTILES, summarise
 
 # a cell's key columns, NULLs as PairLatest keeps them ("" and 0)
-KEY = ("benchmark_id", "protocol", "streams", "address_family", "congestion_control", "auth", "source_id",
-       "destination_id")
+KEY = ("benchmark_id", "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting",
+       "source_id", "destination_id")
 
 
 def midnight(day: date) -> datetime:
@@ -43,13 +43,13 @@ def _roll_up_sql(start: datetime, end: datetime) -> int:
     sql = f"""
         INSERT INTO {DailyRollup._meta.db_table} ({columns})
         SELECT (m.finished_at AT TIME ZONE 'UTC')::date, m.benchmark_id, m.protocol, coalesce(m.streams, 0),
-               m.address_family, coalesce(m.congestion_control, ''), coalesce(m.auth, ''), m.source_id,
-               m.destination_id, count(*), count(*) FILTER (WHERE m.status <> 'succeeded'),
+               m.address_family, coalesce(m.congestion_control, ''), coalesce(m.auth, ''), m.storage_setting,
+               m.source_id, m.destination_id, count(*), count(*) FILTER (WHERE m.status <> 'succeeded'),
                count(*) FILTER (WHERE {ok}), avg(v.value) FILTER (WHERE {ok}), {figures},
                max(m.finished_at), (array_agg(m.status ORDER BY m.finished_at DESC))[1], now()
         FROM {Measurement._meta.db_table} m CROSS JOIN LATERAL (SELECT {_value_sql()} AS value) v
         WHERE m.finished_at >= %(start)s AND m.finished_at < %(end)s
-        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
     """
     with connection.cursor() as cur:
         cur.execute(sql, {"start": start, "end": end})
@@ -61,10 +61,10 @@ def _roll_up_python(start: datetime, end: datetime) -> int:
     rows = Measurement.objects.filter(finished_at__gte=start, finished_at__lt=end).values_list(
         *KEY, "finished_at", "throughput_gbps", "rtt_ms", "status")
     for *key, finished, gbps, rtt, status in rows.iterator(chunk_size=20000):
-        bench, protocol, streams, family, cc, auth, src, dst = key
+        bench, protocol, streams, family, cc, auth, storage, src, dst = key
         value = rtt if metric_for(protocol) == "rtt_ms" else gbps
         day = finished.astimezone(UTC).date()
-        groups[(day, bench, protocol, streams or 0, family, cc or "", auth or "", src, dst)].append(
+        groups[(day, bench, protocol, streams or 0, family, cc or "", auth or "", storage, src, dst)].append(
             (finished, value, status))
     now = timezone.now()
     DailyRollup.objects.bulk_create(

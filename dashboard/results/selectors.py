@@ -16,9 +16,10 @@ from django.db.models import Aggregate, Avg, Count, F, FloatField, Max, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from results import celljson, gridcell, maintenance, params, rfc3339, thresholds
+from results import celljson, gridcell, maintenance, params, rfc3339, storage, thresholds
 from results.models import (
     AUTH_MODES,
+    STORAGE_SETTINGS,
     ArchiveHorizon,
     Benchmark,
     CellDiagnosis,
@@ -37,14 +38,14 @@ from results.stats.advice import Observation
 GRID_MODES = ("latest", "mean", "median")
 # The streams pick of a tuned benchmark (spec.optimize): per link, the newest cell whatever its stream count.
 NEWEST = params.NEWEST_STREAMS
-NEWEST_ORDER = ("source_id", "destination_id", "address_family", "congestion_control", "auth")
+NEWEST_ORDER = ("source_id", "destination_id", "address_family", "congestion_control", "auth", "storage_setting")
 
 
 @dataclass(frozen=True)
 class Pick:
     """Which settings of a protocol a grid shows; None: every one. Like streams, the address family, the
-    congestion control ("" = the nodes' default) and the auth mode ("" = a protocol without modes) are settings of
-    their own: each is a cell of its own.
+    congestion control ("" = the nodes' default), the auth mode ("" = a protocol without modes) and the storage
+    (models.STORAGE_SETTINGS) are settings of their own: each is a cell of its own.
 
     ``streams=NEWEST`` ("newest"): for a benchmark with spec.optimize, whose links each run the streams × files the
     optimizer chose for them, so that one stream count shows part of the mesh only. Each link (source →
@@ -58,6 +59,7 @@ class Pick:
     address_family: str | None = None
     congestion_control: str | None = None
     auth: str | None = None
+    storage: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.streams, str) and self.streams != NEWEST:
@@ -77,11 +79,12 @@ class Pick:
         return (f"(%(streams)s::int IS NULL OR {alias}.streams = %(streams)s::int)"
                 f" AND (%(family)s::text IS NULL OR {alias}.address_family = %(family)s::text)"
                 f" AND (%(cc)s::text IS NULL OR {alias}.congestion_control = %(cc)s::text)"
-                f" AND (%(auth)s::text IS NULL OR {alias}.auth = %(auth)s::text)")
+                f" AND (%(auth)s::text IS NULL OR {alias}.auth = %(auth)s::text)"
+                f" AND (%(storage)s::text IS NULL OR {alias}.storage_setting = %(storage)s::text)")
 
     def args(self) -> dict[str, Any]:
         return {"streams": self.stream_count, "family": self.address_family, "cc": self.congestion_control,
-                "auth": self.auth}
+                "auth": self.auth, "storage": self.storage}
 
     def filter_latest(self, qs: Any) -> Any:
         if self.stream_count is not None:
@@ -92,6 +95,8 @@ class Pick:
             qs = qs.filter(congestion_control=self.congestion_control)
         if self.auth is not None:
             qs = qs.filter(auth=self.auth)
+        if self.storage is not None:
+            qs = qs.filter(storage_setting=self.storage)
         return qs
 
     def filter_measurements(self, qs: Any) -> Any:
@@ -108,26 +113,33 @@ class Pick:
             qs = qs.filter(auth=self.auth)
         elif self.auth == "":
             qs = qs.filter(Q(auth__isnull=True) | Q(auth=""))
+        if self.storage is not None:
+            qs = qs.filter(storage_setting=self.storage)
         return qs
 
 
 def newest_per_link(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Of cells (source, destination, address_family, congestion_control, auth, finished_at, streams), each link's
+    """Of cells (source, destination, address_family, congestion_control, auth, storage, finished_at, streams), each
+    link's
     newest whatever its streams; of equally new ones the most streams (Pick's NEWEST, the portable path; the SQL
     paths' DISTINCT ON orders the same way)."""
     best: dict[tuple, dict[str, Any]] = {}
     for c in cells:
-        key = (c["source"], c["destination"], c["address_family"], c["congestion_control"], c["auth"])
+        key = (c["source"], c["destination"], c["address_family"], c["congestion_control"], c["auth"], c["storage"])
         if key not in best or (c["finished_at"], c["streams"]) > (best[key]["finished_at"], best[key]["streams"]):
             best[key] = c
     return list(best.values())
 
 
-def _newest_sql(inner: str) -> str:
-    """SQL keeping each link's newest row of ``inner`` (rows with PairLatest's key columns, finished_at and
-    streams), as newest_per_link does."""
-    return (f"SELECT DISTINCT ON ({', '.join(NEWEST_ORDER)}) * FROM ({inner}) n "
-            f"ORDER BY {', '.join(NEWEST_ORDER)}, finished_at DESC, streams DESC")
+# the same key in rows named as a cell's fields (gridcell: the storage setting's column is the field "storage")
+NEWEST_ORDER_CELLS = tuple("storage" if c == "storage_setting" else c for c in NEWEST_ORDER)
+
+
+def _newest_sql(inner: str, order: tuple[str, ...] = NEWEST_ORDER) -> str:
+    """SQL keeping each link's newest row of ``inner`` (rows with PairLatest's key columns, or ``order``'s,
+    finished_at and streams), as newest_per_link does."""
+    return (f"SELECT DISTINCT ON ({', '.join(order)}) * FROM ({inner}) n "
+            f"ORDER BY {', '.join(order)}, finished_at DESC, streams DESC")
 
 
 def metric_for(protocol: str) -> str:
@@ -192,12 +204,13 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
 
 
 def cell_settings(bench: Benchmark, protocol: str) -> dict[str, list[str]]:
-    """The address families, congestion controls ("" = the nodes' default) and auth modes ("" = none: a protocol
-    without modes, or cells from before modes were recorded) a protocol's cells have."""
+    """The address families, congestion controls ("" = the nodes' default), auth modes ("" = none: a protocol
+    without modes, or cells from before modes were recorded) and storage settings a protocol's cells have."""
     rows = set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
-               .values_list("address_family", "congestion_control", "auth").distinct())
+               .values_list("address_family", "congestion_control", "auth", "storage_setting").distinct())
     return {"address_family": sorted({r[0] for r in rows}), "congestion_control": sorted({r[1] for r in rows}),
-            "auth": sorted({r[2] for r in rows})}
+            "auth": sorted({r[2] for r in rows}),
+            "storage": [s for s in STORAGE_SETTINGS if s in {r[3] for r in rows}]}
 
 
 def newest_auth(benches: list[Benchmark], protocol: str) -> str:
@@ -230,6 +243,7 @@ def grid(
     congestion_control: str | None = None,
     auth: str | None = None,
     binding_limits: tuple[str, ...] | None = None,
+    storage: str | None = None,
 ) -> dict[str, Any]:
     """Per source × destination cells of one protocol: the latest value, or mean/median over a window.
 
@@ -238,7 +252,7 @@ def grid(
     (Gbit/s or ms), finished_at, age_seconds, stale, status, error, count (latest: the run's repeats the value is
     the median of), low/high (that median's 95 % interval, 3+ repeats; else null), state (ok / warning / critical /
     failed / none by the benchmark's thresholds; maintenance for a node or pair in a maintenance window).
-    `streams=None` returns every stream setting (so do address_family, congestion_control and auth);
+    `streams=None` returns every stream setting (so do address_family, congestion_control, auth and storage);
     `streams=NEWEST` each link's newest cell whatever its streams, with the concurrency it ran (Pick). `cells_json`
     (PostgreSQL only): the cells as one JSON array built
     by the database (`cells_json` instead of `cells`). `with_cells=False`: the rest only (cells empty).
@@ -255,7 +269,7 @@ def grid(
     cover = maintenance.overlay(now)
     nodes = benchmark_nodes(bench)
     names = {n.id: n.name for n in nodes}
-    pick = Pick(streams, address_family, congestion_control, auth)
+    pick = Pick(streams, address_family, congestion_control, auth, storage)
     cells: list[dict[str, Any]] = []
     # a window that reaches before the raw horizon: its older days from the rollups (both databases, in Python)
     horizon = _reaches_rollups(now - window) if mode != "latest" and with_cells else None
@@ -291,7 +305,7 @@ def grid(
         "efficiency_thresholds": thresholds.effective_efficiency(bench.thresholds),
         "generated_at": now,
         "nodes": [{"name": n.name, "cluster": n.cluster.name, "site": n.site, "loopback_gbps": n.loopback_gbps,
-                   "external": n.external}
+                   "disk_read_gbps": n.disk_read_gbps, "disk_write_gbps": n.disk_write_gbps, "external": n.external}
                   for n in nodes],
         "cells": cells,
     }
@@ -332,17 +346,18 @@ def _cells_in_python(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
             # up to the raw retention's days of rows: summarised per cell and day by the database, not here
             raw_days = _raw_days_sql(qs, metric)
         else:
-            for src, dst, st, family, cc, auth, finished, value, status in qs.values_list(
+            for src, dst, st, family, cc, auth, storage, finished, value, status in qs.values_list(
                 "source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
-                "finished_at", metric, "status"
+                "storage_setting", "finished_at", metric, "status"
             ).iterator(chunk_size=20000):
-                groups[(src, dst, st or 0, family, cc or "", auth or "")].append((finished, value, status))
+                groups[(src, dst, st or 0, family, cc or "", auth or "", storage)].append((finished, value, status))
             raw_days = _summarised_days(groups) if horizon is not None else {}
         spans = (_window_spans(groups, mode) if horizon is None
                  else _combined_days(raw_days, _rollup_days(bench, protocol, pick, now - window, horizon), mode))
-        for (src, dst, st, family, cc, auth), (value, count, finished_at, status) in spans.items():
+        for (src, dst, st, family, cc, auth, storage), (value, count, finished_at, status) in spans.items():
             cell = gridcell.stored_cell(source=names.get(src), destination=names.get(dst), streams=st,
-                                        address_family=family, congestion_control=cc, auth=auth, value=value,
+                                        address_family=family, congestion_control=cc, auth=auth, storage=storage,
+                                        value=value,
                                         finished_at=finished_at, status=status, error=None,
                                         count=count, low=None, high=None)
             cell["maintenance"] = cover.covers(src, dst)
@@ -387,9 +402,9 @@ def _rollup_days(bench: Benchmark, protocol: str, pick: Pick, since: datetime,
                                                        day__lt=horizon.astimezone(UTC).date()))
     out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in qs.values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
-                         *daily.FIGURES):
+                         "storage_setting", *daily.FIGURES):
         key = tuple(row.pop(k) for k in ("source_id", "destination_id", "streams", "address_family",
-                                          "congestion_control", "auth"))
+                                          "congestion_control", "auth", "storage_setting"))
         out[key].append(row)
     return out
 
@@ -420,7 +435,8 @@ def _raw_days_sql(qs: Any, metric: str) -> dict[tuple, list[dict[str, Any]]]:
     database (one row per cell and day)."""
     ok = Q(status="succeeded", **{f"{metric}__isnull": False})
     rows = (qs.order_by().annotate(day=TruncDate("finished_at", tzinfo=UTC))
-            .values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "day")
+            .values("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth",
+                    "storage_setting", "day")
             .annotate(count=Count("id"), failures=Count("id", filter=~Q(status="succeeded")),
                       succeeded=Count("id", filter=ok), mean=Avg(metric, filter=ok),
                       median=_PercentileCont(metric, 0.5, filter=ok), last_at=Max("finished_at"),
@@ -428,7 +444,7 @@ def _raw_days_sql(qs: Any, metric: str) -> dict[tuple, list[dict[str, Any]]]:
     out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         key = (r["source_id"], r["destination_id"], r["streams"] or 0, r["address_family"],
-               r["congestion_control"] or "", r["auth"] or "")
+               r["congestion_control"] or "", r["auth"] or "", r["storage_setting"])
         out[key].append({**{k: r[k] for k in ("count", "failures", "succeeded", "mean", "median", "last_at")},
                          "last_status": r["statuses"][0]})
     return out
@@ -446,22 +462,25 @@ def _combined_days(raw: dict[tuple, list[dict[str, Any]]], rolled: dict[tuple, l
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple:
-    return tuple(cell[k] for k in ("source", "destination", "streams", "address_family", "congestion_control", "auth"))
+    return tuple(cell[k] for k in ("source", "destination", "streams", "address_family", "congestion_control", "auth",
+                                   "storage"))
 
 
 def cell_diagnoses(bench: Benchmark, protocol: str, names: dict[int, str]) -> dict[tuple, dict[str, Any]]:
     """The diagnosis fields (gridcell.DIAGNOSIS) of a protocol's cells whose newest measurement the analysis has
-    judged, by (source name, destination name, streams, address family, congestion control, auth): the portable
+    judged, by (source name, destination name, streams, address family, congestion control, auth, storage): the
+    portable
     path's join of CellDiagnosis."""
     if protocol == "rtt":  # nothing to judge: no rows, no query
         return {}
     rows = CellDiagnosis.objects.filter(cell__benchmark=bench, cell__protocol=protocol,
                                         cell__measurement_id=F("measurement_id")).values_list(
         "cell__source_id", "cell__destination_id", "cell__streams", "cell__address_family",
-        "cell__congestion_control", "cell__auth", "binding_limit", "efficiency", "evidence", "fix")
-    return {(names.get(src), names.get(dst), st, family, cc, auth):
+        "cell__congestion_control", "cell__auth", "cell__storage_setting", "binding_limit", "efficiency",
+        "evidence", "fix")
+    return {(names.get(src), names.get(dst), st, family, cc, auth, storage):
             {"binding_limit": limit, "efficiency": efficiency, "evidence": evidence or None, "fix": fix or None}
-            for src, dst, st, family, cc, auth, limit, efficiency, evidence, fix in rows}
+            for src, dst, st, family, cc, auth, storage, limit, efficiency, evidence, fix in rows}
 
 
 def _latest_cells_sql(bench: Benchmark, protocol: str, pick: Pick) -> tuple[str, dict[str, Any]]:
@@ -504,7 +523,7 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         settings_ = [pick.stream_count]
     ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
     columns = gridcell.select_sql({
-        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED},
+        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED}, "storage": "w.storage_setting",
         "status": "CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END",
         "error": "NULL", "low": "NULL::float8", "high": "NULL::float8",
     }, gridcell.STORED, as_rows=True)
@@ -513,21 +532,22 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         FROM (
             SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
                    coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
-                   {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
+                   m.storage_setting, {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
                    count(*) AS count, max(m.finished_at) AS finished_at
             FROM {Measurement._meta.db_table} m
             WHERE m.benchmark_id = %(bench)s AND m.protocol = %(protocol)s AND m.finished_at >= %(since)s
               AND ({ranges})
-            GROUP BY 1, 2, 3, 4, 5, 6
+            GROUP BY 1, 2, 3, 4, 5, 6, 7
         ) w
         LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
             AND l.streams = w.streams AND l.address_family = w.address_family
             AND l.congestion_control = w.congestion_control AND l.auth = w.auth
+            AND l.storage_setting = w.storage_setting
             AND l.source_id = w.source_id AND l.destination_id = w.destination_id
         WHERE {pick.sql("w")}
     """
     if pick.newest:  # each link's cell of its newest measurement's streams; no one concurrency over a window
-        sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql)}) n"
+        sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql, NEWEST_ORDER_CELLS)}) n"
     return sql, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args()}
 
 
@@ -647,9 +667,10 @@ def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
 
 def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: str, streams: int | str | None,
                 now: datetime, address_family: str | None = None, congestion_control: str | None = None,
-                auth: str | None = None) -> dict[tuple[str, str, int | str], tuple[str, bool, str]]:
+                auth: str | None = None,
+                storage: str | None = None) -> dict[tuple[str, str, int | str], tuple[str, bool, str]]:
     """What the grid page draws per cell: (state, stale, tooltip JSON) by (source, destination, streams) of one
-    address family, congestion control and auth mode (the page picks one of each); the
+    address family, congestion control, auth mode and storage (the page picks one of each); the
     tooltip is [value to 3 decimals, finished epoch] plus [status, error] when it did not succeed. With
     ``streams=NEWEST`` the key's streams is NEWEST (one cell per link) and the tooltip is always
     [value, finished epoch, status or null, error or null, streams, concurrency or null]: the setting it ran.
@@ -670,7 +691,7 @@ def drawn_cells(grid_data: dict[str, Any] | None, bench: Benchmark, protocol: st
         return out
     metric, kind = metric_for(protocol), kind_for(protocol)
     bounds = bench.effective_thresholds()[kind]
-    pick = Pick(streams, address_family, congestion_control, auth)
+    pick = Pick(streams, address_family, congestion_control, auth, storage)
     rows, _, join = _latest_rows_sql(pick, "p")
     failure = "',' || to_json(p.status)::text || ',' || to_json(coalesce(p.error, ''))::text"
     if newest:
@@ -752,8 +773,9 @@ def pair_history(
     for row in qs.order_by("finished_at").values(
         "id", "source_id", "destination_id", "protocol", "streams", "concurrency", "throughput_gbps",
         "aggregate_gbps", "rtt_ms", "retransmits", "congestion_control", "address_family", "auth", "status", "error",
-        "finished_at", "implementation",
+        "finished_at", "implementation", "storage_setting",
     ):
+        row["storage"] = row.pop("storage_setting")
         row["source"] = names[row.pop("source_id")]
         row["destination"] = names[row.pop("destination_id")]
         row["day"] = None
@@ -771,7 +793,7 @@ def _pair_days(a: Node, b: Node, bench: Benchmark | None, since: datetime | None
         qs = qs.filter(day__gte=since.astimezone(UTC).date())
     out = []
     for r in qs.order_by("last_at").values("source_id", "destination_id", "protocol", "streams", "address_family",
-                                            "congestion_control", "auth", *daily.FIGURES):
+                                            "congestion_control", "auth", "storage_setting", *daily.FIGURES):
         metric = metric_for(r["protocol"])
         out.append({
             "id": None, "source": names[r["source_id"]], "destination": names[r["destination_id"]],
@@ -780,7 +802,7 @@ def _pair_days(a: Node, b: Node, bench: Benchmark | None, since: datetime | None
             "rtt_ms": r["median"] if metric == "rtt_ms" else None, "retransmits": None,
             "congestion_control": r["congestion_control"] or None, "address_family": r["address_family"],
             "auth": r["auth"] or None, "status": "succeeded" if r["succeeded"] else r["last_status"], "error": None,
-            "finished_at": r["last_at"], "implementation": None,
+            "finished_at": r["last_at"], "implementation": None, "storage": r["storage_setting"],
             "day": {k: r[k] for k in ("count", "failures", "p10", "p90")},
         })
     return out
@@ -812,15 +834,17 @@ def link_observations(source: Node, destination: Node, protocol: str, bench: Ben
     return [o for o in (Observation.of(*row) for row in rows) if o is not None]
 
 
-def _variant(family: str, cc: str | None, auth: str | None) -> dict[str, Any]:
+def _variant(family: str, cc: str | None, auth: str | None, store: str = "memory") -> dict[str, Any]:
     """The settings beside protocol and streams that make a cell a cell of its own: comparisons never mix them."""
-    return {"address_family": family, "congestion_control": cc or "", "auth": auth or ""}
+    return {"address_family": family, "congestion_control": cc or "", "auth": auth or "", "storage": store}
 
 
 def setting_label(row: dict[str, Any]) -> str:
-    """'xrootd-https ×8', then what else sets the row apart: ' IPv6', a congestion control, an auth mode."""
+    """'xrootd-https ×8', then what else sets the row apart: ' IPv6', a congestion control, an auth mode, a disk
+    storage."""
+    store = row.get("storage") or row.get("storage_setting") or "memory"
     extra = ["IPv6" if row.get("address_family") == "ipv6" else "", row.get("congestion_control") or "",
-             row.get("auth") or ""]
+             row.get("auth") or "", store if store != "memory" else ""]
     return " ".join([f'{row["protocol"]} ×{row.get("streams") or 1}', *filter(None, extra)])
 
 
@@ -829,10 +853,33 @@ def pair_repeated_cells(a: Node, b: Node, bench: Benchmark | None = None) -> lis
     qs = PairLatest.objects.filter(Q(source=a, destination=b) | Q(source=b, destination=a), repeats__gt=1)
     if bench is not None:
         qs = qs.filter(benchmark=bench)
-    rows = qs.order_by("protocol", "streams", "address_family", "congestion_control", "auth", "source__name").values(
+    rows = qs.order_by("protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting",
+                       "source__name").values(
         "source__name", "destination__name", "protocol", "streams", "address_family", "congestion_control", "auth",
-        "throughput_gbps", "low", "high", "repeats", "finished_at")
+        "storage_setting", "throughput_gbps", "low", "high", "repeats", "finished_at")
     return [{**r, "setting": setting_label(r)} for r in rows]
+
+
+def pair_storage_tax(a: Node, b: Node, bench: Benchmark | None = None) -> list[dict[str, Any]]:
+    """What each end's storage costs the pair (disk mode, #28): per direction and setting measured memory to memory
+    and in a disk mode, the newest rate of each storage setting and each end's tax (results.storage.tax)."""
+    qs = PairLatest.objects.filter(_pair_q(a, b), status="succeeded", throughput_gbps__isnull=False).exclude(
+        protocol__in=["rtt", "iperf3"])
+    if bench is not None:
+        qs = qs.filter(benchmark=bench)
+    rates: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for src, dst, protocol, st, family, cc, auth, store, gbps in qs.values_list(
+            "source__name", "destination__name", "protocol", "streams", "address_family", "congestion_control",
+            "auth", "storage_setting", "throughput_gbps"):
+        rates[(src, dst, protocol, st, family, cc, auth)][store] = gbps
+    out = []
+    for (src, dst, protocol, st, family, cc, auth), by_storage in sorted(rates.items()):
+        figures = storage.tax(by_storage)
+        if figures is not None:
+            row = {"protocol": protocol, "streams": st, **_variant(family, cc, auth)}
+            out.append({"source": src, "destination": dst, "setting": setting_label(row), **figures,
+                        "taxes": [figures["source_tax"], figures["destination_tax"], figures["both_tax"]]})
+    return out
 
 
 def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> dict[str, Any] | None:
@@ -851,12 +898,12 @@ def pair_latest_run_files(a: Node, b: Node, bench: Benchmark | None = None) -> d
     files = FileTransfer.objects.filter(measurement__in=qs.filter(run=run)).order_by("name").values_list(
         "measurement__source_id", "measurement__destination_id", "measurement__protocol", "measurement__streams",
         "measurement__address_family", "measurement__congestion_control", "measurement__auth",
-        "name", "seconds", "error")
-    for src, dst, protocol, streams, family, cc, auth, name, seconds, error in files:
-        key = (names[src], names[dst], protocol, streams or 0, family, cc or "", auth or "")
+        "measurement__storage_setting", "name", "seconds", "error")
+    for src, dst, protocol, streams, family, cc, auth, store, name, seconds, error in files:
+        key = (names[src], names[dst], protocol, streams or 0, family, cc or "", auth or "", store)
         if key not in groups:
             groups[key] = {"source": names[src], "destination": names[dst], "protocol": protocol, "streams": streams,
-                           **_variant(family, cc, auth), "files": [], "failed": 0}
+                           **_variant(family, cc, auth, store), "files": [], "failed": 0}
             groups[key]["setting"] = setting_label(groups[key])
         g = groups[key]
         if seconds is None or error:
@@ -908,16 +955,16 @@ def throughput_vs_rtt(bench: Benchmark) -> dict[str, list[dict[str, Any]]]:
     names = dict(Node.objects.values_list("id", "name"))
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     rows = PairLatest.objects.filter(benchmark=bench).exclude(protocol="rtt").values_list(
-        "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
-        "throughput_gbps", "rtt_ms"
+        "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting", "source_id",
+        "destination_id", "throughput_gbps", "rtt_ms"
     )
-    for protocol, st, family, cc, auth, src, dst, gbps, own_rtt in rows:
+    for protocol, st, family, cc, auth, store, src, dst, gbps, own_rtt in rows:
         # RTT is symmetric: a direction without its own probe takes the other's
         rtt = own_rtt if own_rtt is not None else rtts.get((src, dst, family), rtts.get((dst, src, family)))
         if gbps is None or rtt is None:
             continue
         out[protocol].append({"source": names[src], "destination": names[dst], "streams": st, "rtt_ms": rtt,
-                              "throughput_gbps": gbps, **_variant(family, cc, auth)})
+                              "throughput_gbps": gbps, **_variant(family, cc, auth, store)})
     return dict(out)
 
 
@@ -929,18 +976,18 @@ def streams_pairs(bench: Benchmark, protocol: str | None = None, low: int = 1, h
         qs = qs.filter(protocol=protocol)
     names = dict(Node.objects.values_list("id", "name"))
     by_key: dict[tuple, dict[int, float]] = defaultdict(dict)
-    for p, st, family, cc, auth, src, dst, gbps in qs.values_list(
-        "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
-        "throughput_gbps"
+    for p, st, family, cc, auth, store, src, dst, gbps in qs.values_list(
+        "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting", "source_id",
+        "destination_id", "throughput_gbps"
     ):
         if gbps is not None:
-            by_key[(p, family, cc or "", auth or "", src, dst)][st] = gbps
+            by_key[(p, family, cc or "", auth or "", store, src, dst)][st] = gbps
     out = []
-    for (p, family, cc, auth, src, dst), values in sorted(by_key.items()):
+    for (p, family, cc, auth, store, src, dst), values in sorted(by_key.items()):
         if low in values and high in values:
             out.append({"protocol": p, "source": names[src], "destination": names[dst],
                         "low_streams": low, "high_streams": high, "low_gbps": values[low], "high_gbps": values[high],
-                        **_variant(family, cc, auth)})
+                        **_variant(family, cc, auth, store)})
     return out
 
 
@@ -949,8 +996,9 @@ def auth_pairs(bench: Benchmark, since: datetime) -> list[dict[str, Any]]:
     each mode's mean throughput and run count, per protocol, stream setting, address family, congestion control and
     direction (grouped by the database)."""
     rows = (Measurement.objects
+            # memory to memory only: a disk's cost is the storage tax's (pair page), not the auth mode's
             .filter(benchmark=bench, protocol__in=TOKEN_PROTOCOLS, status="succeeded", auth__isnull=False,
-                    throughput_gbps__isnull=False, finished_at__gte=since)
+                    throughput_gbps__isnull=False, finished_at__gte=since, storage_setting="memory")
             .values_list("protocol", "streams", "address_family", "congestion_control", "source_id",
                          "destination_id", "auth")
             .annotate(mean=Avg("throughput_gbps"), runs=Count("id")))

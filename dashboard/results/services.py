@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from results import analysis, contract, metrics, paths, scope
+from results import analysis, contract, metrics, paths, scope, storage
 from results.celljson import cell_json_sql, fill_sql
 from results.models import (
     DEFAULT_CLUSTER,
@@ -44,14 +44,16 @@ log = logging.getLogger(__name__)
 STORED_APART = ("id", "source", "destination", "files", "path", "address_family")
 MEASUREMENT_FIELDS = [f for f in contract.schema()["$defs"]["measurement"]["properties"] if f not in STORED_APART]
 # retransmits: tcp.retransmits in a column, for filtering; address_family: "ipv4" when a batch leaves it out
-STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits", "address_family"]
+# storage_setting: storage as the grid setting it is (results.storage.setting_of)
+STORED_FIELDS = [*MEASUREMENT_FIELDS, "retransmits", "address_family", "storage_setting"]
 FILE_FIELDS = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
 # A PairLatest row's copy of its newest measurement, which an upsert rewrites. Not a grid cell's fields
 # (results.gridcell): a row keeps both metrics and its measurement, and a cell is built from a row by protocol;
 # test_grid_cell_fields checks that every PairLatest column a cell reads is written here or in LATEST_KEY.
 LATEST_FIELDS = ["measurement_id", "finished_at", "throughput_gbps", "rtt_ms", "status", "error", "repeats", "low",
                  "high"]
-NODE_FIELDS = ["site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "external"]
+NODE_FIELDS = ["site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "disk_read_gbps", "disk_write_gbps",
+               "external"]
 
 
 @dataclass
@@ -145,9 +147,9 @@ def upsert_nodes(described_list: list[dict[str, Any]], names: set[str], cluster:
 
 
 # A grid cell: a pair under one setting (protocol, streams, address family, congestion control, "" = the default;
-# auth mode, "" = a protocol without modes).
-LATEST_KEY = ["benchmark_id", "protocol", "streams", "address_family", "congestion_control", "auth", "source_id",
-              "destination_id"]
+# auth mode, "" = a protocol without modes; storage).
+LATEST_KEY = ["benchmark_id", "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting",
+              "source_id", "destination_id"]
 LATEST_COLUMNS = [*LATEST_KEY, *LATEST_FIELDS]
 
 
@@ -166,8 +168,8 @@ def _update_latest(bench: Benchmark, rows: list[Row]) -> None:
     the same inside _copy_measurements' statement."""
     newest: dict[tuple, Row] = {}
     for m in rows:
-        key = (m.protocol, m.streams or 0, m.address_family, m.congestion_control or "", m.auth or "", m.source_id,
-               m.destination_id)
+        key = (m.protocol, m.streams or 0, m.address_family, m.congestion_control or "", m.auth or "",
+               m.storage_setting, m.source_id, m.destination_id)
         if key not in newest or m.finished_at > newest[key].finished_at:
             newest[key] = m
     prep = [PairLatest._meta.get_field(c.removesuffix("_id")).get_db_prep_value for c in LATEST_COLUMNS]
@@ -188,20 +190,21 @@ def _summarise_repeats(run: Run, rows: list[Row]) -> None:
     bootstrap interval (stats.level) once there are 3. A cell none of whose repeats succeeded keeps its newest
     failure."""
     # a cell's key: its setting (family, congestion control and auth mode too: each is a cell of its own)
-    cells = {(r.protocol, r.streams or 0, r.address_family, r.congestion_control or "", r.auth or "", r.source_id,
-              r.destination_id) for r in rows if r.repeat is not None and r.protocol != "rtt"}
+    cells = {(r.protocol, r.streams or 0, r.address_family, r.congestion_control or "", r.auth or "",
+              r.storage_setting, r.source_id, r.destination_id)
+             for r in rows if r.repeat is not None and r.protocol != "rtt"}
     values_of: dict[tuple, list[float]] = defaultdict(list)
-    for protocol, streams, family, cc, auth, src, dst, gbps in Measurement.objects.filter(
-            run=run, protocol__in={c[0] for c in cells}, source_id__in={c[5] for c in cells},
-            destination_id__in={c[6] for c in cells}, status="succeeded", throughput_gbps__gt=0).values_list(
-            "protocol", "streams", "address_family", "congestion_control", "auth", "source_id", "destination_id",
-            "throughput_gbps"):
-        values_of[(protocol, streams or 0, family, cc or "", auth or "", src, dst)].append(gbps)
+    for protocol, streams, family, cc, auth, store, src, dst, gbps in Measurement.objects.filter(
+            run=run, protocol__in={c[0] for c in cells}, source_id__in={c[6] for c in cells},
+            destination_id__in={c[7] for c in cells}, status="succeeded", throughput_gbps__gt=0).values_list(
+            "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting", "source_id",
+            "destination_id", "throughput_gbps"):
+        values_of[(protocol, streams or 0, family, cc or "", auth or "", store, src, dst)].append(gbps)
     changed = []
     for cell in PairLatest.objects.filter(benchmark_id=run.benchmark_id, measurement__run=run,
                                           protocol__in={c[0] for c in cells}):
-        key = (cell.protocol, cell.streams, cell.address_family, cell.congestion_control, cell.auth, cell.source_id,
-               cell.destination_id)
+        key = (cell.protocol, cell.streams, cell.address_family, cell.congestion_control, cell.auth,
+               cell.storage_setting, cell.source_id, cell.destination_id)
         values = values_of.get(key) if key in cells else None
         if not values:
             continue
@@ -265,7 +268,7 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
            for r in rows))
     cols = ", ".join(MEASUREMENT_COLUMNS)
     cell = ("protocol, COALESCE(streams, 0), address_family, COALESCE(congestion_control, ''), COALESCE(auth, ''), "
-            "source_id, destination_id")
+            "storage_setting, source_id, destination_id")
     with connection.cursor() as cur:
         # The newest created measurement per cell, from the rows this very statement inserted (no second
         # round trip of the batch): the SQL twin of _update_latest's loop.
@@ -276,7 +279,7 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
             ), newest AS (
                 SELECT DISTINCT ON ({cell}) benchmark_id, protocol, COALESCE(streams, 0) AS streams, address_family,
                        COALESCE(congestion_control, '') AS congestion_control, COALESCE(auth, '') AS auth,
-                       source_id, destination_id, id,
+                       storage_setting, source_id, destination_id, id,
                        finished_at, throughput_gbps, rtt_ms, status, left(error, 200) AS error,
                        1 AS repeats, NULL::float8 AS low, NULL::float8 AS high
                 FROM created ORDER BY {cell}, finished_at DESC
@@ -285,8 +288,8 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
                 SELECT n.*, {cell_json_sql("n", "s.name", "d.name")}
                 FROM newest n JOIN {Node._meta.db_table} s ON s.id = n.source_id
                 JOIN {Node._meta.db_table} d ON d.id = n.destination_id
-                ORDER BY n.protocol, n.streams, n.address_family, n.congestion_control, n.auth, n.source_id,
-                         n.destination_id
+                ORDER BY n.protocol, n.streams, n.address_family, n.congestion_control, n.auth, n.storage_setting,
+                         n.source_id, n.destination_id
                 {_latest_upsert([*LATEST_FIELDS, "cell_json"])}
             )
             SELECT id FROM created""")
@@ -344,7 +347,8 @@ def ingest(batch: dict[str, Any], token: object = None) -> IngestResult:
     candidates = [
         Row(id=m["id"], source_id=nodes[m["source"]].id, destination_id=nodes[m["destination"]].id,
             retransmits=_retransmits(m), **{k: m.get(k) for k in MEASUREMENT_FIELDS},
-            address_family=m.get("address_family") or "ipv4")  # a batch from before IPv6 ran over IPv4
+            address_family=m.get("address_family") or "ipv4",  # a batch from before IPv6 ran over IPv4
+            storage_setting=storage.setting_of(m.get("storage")))
         for m in unique.values()
     ]
     postgresql = connection.vendor == "postgresql"

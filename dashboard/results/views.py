@@ -20,11 +20,12 @@ from results import federation, params, selectors, services, thresholds
 from results import hosts as hosts_
 from results import implementations as implementations_
 from results import metrics as metrics_
+from results import storage as storage_mode
 from results.access import read_access_required
 from results.api.serializers import MaintenanceSerializer
 from results.diagnosis.limits import LIMITS
 from results.loss import selectors as loss
-from results.models import ADDRESS_FAMILIES, AUTH_MODES, Benchmark, Maintenance, Node, Problem, Run
+from results.models import ADDRESS_FAMILIES, AUTH_MODES, STORAGE_SETTINGS, Benchmark, Maintenance, Node, Problem, Run
 from results.protocols import PROTOCOLS, TPC_PROTOCOLS
 from results.stats import changes as change_detection
 from results.stats.advice import KNEE_MARGIN, MIN_RUNS, Observation, advise
@@ -85,7 +86,7 @@ def _node_title(node: dict) -> str:
 # The why view's colour of each binding limit (results/diagnosis/limits.py's LIMITS, in its order): the path is
 # green (a cell at its path is healthy), windows blues, loss red, the hosts orange and olive
 LIMIT_COLOURS = dict(zip(LIMITS, ("#2e9e44", "#1f77b4", "#17becf", "#d62728", "#ff7f0e", "#bcbd22", "#e377c2",
-                                  "#8c564b", "#7f7f7f"), strict=True))
+                                  "#8c564b", "#c49c94", "#7f7f7f"), strict=True))
 LIMIT_STYLES = "".join(f".a-{x} {{ --a: {c}; }} .b-{x} {{ --b: {c}; }} " for x, c in LIMIT_COLOURS.items())
 
 
@@ -152,6 +153,10 @@ def grid_page(request, namespace: str, name: str):
         auth = (params.choice("auth", q.get("auth"), tuple(AUTH_MODES), "")
                 or selectors.newest_auth(benches, protocol))
         auths = [a for a in AUTH_MODES if a in kinds["auth"]]
+        # and one storage setting (disk mode, #28): memory to memory unless asked or the only one measured
+        storages = kinds["storage"]
+        storage = params.choice("storage", q.get("storage"), tuple(STORAGE_SETTINGS),
+                                "memory" if "memory" in storages or not storages else storages[0])
     except params.ParamError as err:
         return HttpResponseBadRequest(str(err))
     newest = high == selectors.NEWEST
@@ -161,10 +166,10 @@ def grid_page(request, namespace: str, name: str):
     lean = mode == "latest" and connection.vendor == "postgresql" and not combined and view == "value"
     if combined:
         data = federation.combined_grid(benches, protocol, streams=wanted, mode=mode, window=window,
-                                        address_family=family, congestion_control=cc, auth=auth)
+                                        address_family=family, congestion_control=cc, auth=auth, storage=storage)
     else:
         data = selectors.grid(bench, protocol, streams=wanted, mode=mode, window=window, with_cells=not lean,
-                              address_family=family, congestion_control=cc, auth=auth)
+                              address_family=family, congestion_control=cc, auth=auth, storage=storage)
     kind, unit, bounds = data["kind"], data["unit"], data["thresholds"]
     nodes = data["nodes"]
     if sort == "site":
@@ -173,11 +178,11 @@ def grid_page(request, namespace: str, name: str):
     # each cell's half (state, stale, tooltip JSON) once; a cell is drawn twice (each direction's upper half)
     efficiency_bounds = data["efficiency_thresholds"]
     drawn: dict[tuple[str, str, int | str], tuple] = (
-        selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc, auth)
+        selectors.drawn_cells(None if lean else data, bench, protocol, wanted, now, family, cc, auth, storage)
         if view == "value" else selectors.diagnosed_cells(data, wanted, view, efficiency_bounds))
     limits = _limit_legend(v for k, v in drawn.items() if k[2] in (high, low)) if view == "why" else []
 
-    header, body, tips = _table(nodes, drawn, high, low, split, kind, bounds, combined)
+    header, body, tips = _table(nodes, drawn, high, low, split, kind, bounds, combined, storage)
     halves = (
         ("source → destination", "destination → source") if split == "direction"
         else (f"{high} streams", f"{low} streams")
@@ -215,6 +220,8 @@ def grid_page(request, namespace: str, name: str):
         "cc": cc,
         "auths": auths,
         "auth": auth,
+        "storages": storages,
+        "storage": storage,
         "halves": halves,
         "loss_views": list(loss.VIEWS),
         "now": now,
@@ -279,9 +286,11 @@ def _loss_grid_page(request, bench: Benchmark, clusters: dict, available: dict, 
 
 
 def _table(nodes: list[dict], drawn: Drawn, high: int | str, low: int, split: str, kind: str, bounds: dict,
-           combined: bool) -> tuple[str, str, list[str]]:
+           combined: bool, storage: str = "memory") -> tuple[str, str, list[str]]:
     """The grid's table (header, body) and its tooltip rows: every view draws its cells here. A cell is two
-    halves, each (state, stale, tooltip JSON) from ``drawn``: the pair's two directions, or two stream settings."""
+    halves, each (state, stale, tooltip JSON) from ``drawn``: the pair's two directions, or two stream settings.
+    The diagonal shows each node's own ceilings under the ``storage`` setting (results.storage.diagonal): the
+    loopback in memory mode, the disk read (upper-left half) and write (lower-right) ceilings in disk mode."""
     missing = ("none", False, None)
     rows_html = []
     tip_rows = []
@@ -292,14 +301,15 @@ def _table(nodes: list[dict], drawn: Drawn, high: int | str, low: int, split: st
         for col in nodes:
             dst = col["name"]
             if src == dst:
-                value = r["loopback_gbps"] if kind == "throughput" else None
-                if value is None:
+                ceilings = storage_mode.diagonal(r, storage) if kind == "throughput" else {}
+                if not ceilings:
                     tds.append('<td class="diag"></td>')
                     tip_row.append("null")
                 else:
-                    cls = thresholds.classify(value, "succeeded", kind, bounds)
-                    tds.append(f'<td class="diag a-{cls} b-{cls}"></td>')
-                    tip_row.append(json.dumps({"loopback": value}))
+                    a_cls, b_cls = (thresholds.classify(v, "succeeded", kind, bounds)
+                                    for v in (next(iter(ceilings.values())), list(ceilings.values())[-1]))
+                    tds.append(f'<td class="diag a-{a_cls} b-{b_cls}"></td>')
+                    tip_row.append(json.dumps({"ceilings": ceilings}))
                 continue
             a = drawn.get((src, dst, high), missing)
             b = drawn.get((dst, src, high) if split == "direction" else (src, dst, low), missing)
@@ -395,7 +405,9 @@ def pair_page(request, source: str, destination: str):
         cc = f' {p["congestion_control"]}' if p["congestion_control"] else ""
         # and so is the auth mode (#13): x509 and token runs of a pair are two series, not a step between them
         auth = f' {p["auth"]}' if p["auth"] else ""
-        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth} {direction}'
+        # and so is the storage (disk mode, #28): a disk run is not a step in the memory series
+        store = f' {p["storage"]}' if p["storage"] != "memory" else ""
+        label = f'{p["protocol"]} ×{p["streams"] or 1}{cc}{auth}{store} {direction}'
         if p["retransmits"] is not None:  # the senders' TCP retransmits, where the mover saw them
             retransmits.setdefault(label, []).append([t, p["retransmits"]])
         newest[label] = {**p, "series": label}
@@ -438,6 +450,7 @@ def pair_page(request, source: str, destination: str):
         "newest": _with_telemetry(transfers[::-1][:NEWEST_ROWS]),
         "errors": selectors.pair_errors(a, b, bench), "changes": changes, "recent": recent, "paths": paths,
         "repeated": selectors.pair_repeated_cells(a, b, bench),
+        "storage_tax": selectors.pair_storage_tax(a, b, bench),
         "advice": _advice(history), "advice_terms": {"runs": LEVEL_RUNS, "min_runs": MIN_RUNS,
                                                      "margin": f"{KNEE_MARGIN:.0%}"},
         "reverse_url": reverse("pair", args=[b.name, a.name]) + (f"?benchmark={bench}" if bench else ""),

@@ -309,3 +309,25 @@ def test_the_why_view_draws_each_cells_limit_and_efficiency(page, live_server, t
     assert cell_colours(page, "a1", "far") == (WARNING, WARNING)
     page.goto(base)  # the thresholds in Gbit/s: 0.336 is critical, and no figures
     assert cell_colours(page, "a1", "far") == (CRITICAL, CRITICAL) and cell(page, "a1", "far").inner_text() == ""
+
+
+def test_the_storage_select_shows_the_disk_grid_and_its_ceilings(page, live_server, transactional_db):
+    """Disk mode (#28): the page opens on memory to memory; the storage select shows the disk grid, whose diagonal
+    is each node's disk read (upper left) and write (lower right) ceiling instead of its loopback."""
+    now = datetime.now(UTC)
+    disk = measurement("n1", "n2", streams=8, gbps=5, finished=now)
+    disk["storage"] = {"source": "disk", "destination": "disk", "direct_write": True, "fallback": None}
+    nodes = [{"name": "n1", "loopback_gbps": 50, "disk_read_gbps": 40, "disk_write_gbps": 2},
+             {"name": "n2", "loopback_gbps": 50, "disk_read_gbps": 40, "disk_write_gbps": 40}]
+    ingest(batch([measurement("n1", "n2", streams=8, gbps=45, finished=now), disk], nodes=nodes))
+    page.goto(f"{live_server.url}/grid/mesh/nightly/?protocol=xrootd-https")
+    assert cell_colours(page, "n1", "n2")[0] == OK  # memory: 45
+    page.select_option('select[name="storage"]', "disk")
+    page.click("form.controls button")
+    page.wait_for_url("**storage=disk**")
+    assert cell_colours(page, "n1", "n2")[0] == CRITICAL  # disk: 5
+    assert cell_colours(page, "n1", "n1") == (OK, CRITICAL)  # reads 40, writes 2
+    cell(page, "n1", "n1").hover()
+    tip = page.locator("#tip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text() == "n1 ceilings: disk read 40.00 Gbit/s, disk write 2.00 Gbit/s"

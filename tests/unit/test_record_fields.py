@@ -16,7 +16,8 @@ MEASUREMENT = set(SCHEMA["measurement"]["properties"])
 # what the operator decides itself rather than copying from the agent's record: the family it sent the test over
 OPERATOR_DECIDES = {"address_family"}
 # the API's fields that are not the record's: its place in the archive and what the dashboard adds
-API_ONLY = {"benchmark", "run", "cluster", "ingested_at", "retransmits", "binding_limit", "efficiency", "diagnosis"}
+API_ONLY = {"benchmark", "run", "cluster", "ingested_at", "retransmits", "binding_limit", "efficiency", "diagnosis",
+            "storage_setting"}
 # the record's fields served elsewhere: a path has its own endpoint (/api/v1/paths/)
 API_ELSEWHERE = {"path"}
 

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from results import params, scope
 from results.api.permissions import WriteAccess
+from results.api.serializers import _without_nul
 from results.api.views import ArchiveViewSet, _benchmark, _params
 from results.filters import CLUSTER_HELP, IntegerFilter, RFC3339Filter
 from results.loss import ingest as loss_ingest
@@ -135,7 +136,11 @@ class LossIngestView(APIView):
     def post(self, request):
         try:
             summaries = loss_ingest.check(request.data)
-            result = loss_ingest.ingest(request.data, summaries, request.auth)
+            # the probe mesh's benchmark and nodes are stored as the measurement ingest stores them: a NUL in a
+            # spec or labels (which PostgreSQL's jsonb cannot hold) as U+FFFD, not a 500
+            body = {**request.data, **{k: _without_nul(request.data[k]) for k in ("benchmark", "nodes")
+                                       if k in request.data}}
+            result = loss_ingest.ingest(body, summaries, request.auth)
         except loss_ingest.Refused as err:
             return _refusal(err)
         except scope.OtherCluster as err:

@@ -16,6 +16,7 @@ from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
     STATUSES,
+    STORAGE_SETTINGS,
     Benchmark,
     Change,
     FileTransfer,
@@ -134,6 +135,8 @@ class MeasurementIn(serializers.Serializer):
                                       help_text="which of the benchmark's repeats of this setting in the run")
     address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES, default="ipv4", required=False,
                                              help_text="the IP version the test ran over (default ipv4)")
+    storage = JSONObjectField(required=False, help_text=(
+        "disk mode only: where each end kept the files (the contract's storage); absent: memory to memory"))
 
     def validate(self, attrs):
         errors = {}
@@ -195,6 +198,8 @@ class NodeIn(serializers.Serializer):
     labels = JSONObjectField(required=False)
     nic_speed_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
     loopback_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
+    disk_read_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
+    disk_write_gbps = serializers.FloatField(min_value=0, allow_null=True, required=False)
     external = serializers.BooleanField(required=False)
 
 
@@ -224,8 +229,8 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["id", "name", "site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "external",
-                  "first_seen", "last_seen", "cluster"]
+        fields = ["id", "name", "site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "disk_read_gbps",
+                  "disk_write_gbps", "external", "first_seen", "last_seen", "cluster"]
 
 
 class BenchmarkSerializer(serializers.ModelSerializer):
@@ -277,6 +282,11 @@ class HostField(serializers.JSONField):
     """Both ends' host telemetry over a test as ingested (the contract's host), or null."""
 
 
+@extend_schema_field(_contract_or_null("storage"))
+class StorageField(serializers.JSONField):
+    """Where each end kept a test's files as ingested (the contract's storage), or null: memory to memory."""
+
+
 _BOUND = {"type": "object", "properties": {
     "limit": {"type": "string", "enum": list(LIMITS)}, "gbps": {"type": "number"},
     "ratio": {"type": "number", "description": "measured ÷ this bound"},
@@ -310,13 +320,15 @@ class MeasurementSerializer(serializers.ModelSerializer):
     cluster = _cluster_of("benchmark.cluster.name")
     benchmark = serializers.StringRelatedField()
     implementation = ImplementationField(read_only=True)
+    storage = StorageField(read_only=True)
 
     class Meta:
         model = Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
                   "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "address_family",
-                  "repeat", "status", "error", "checksum", "destination_kind", "auth", "implementation",
+                  "storage", "storage_setting", "repeat", "status", "error", "checksum", "destination_kind", "auth",
+                  "implementation",
                   "started_at", "finished_at", "ingested_at", "cluster", "binding_limit", "efficiency"]
 
 
@@ -338,6 +350,9 @@ class GridCellSerializer(serializers.Serializer):
     congestion_control = serializers.CharField(allow_blank=True, help_text="empty: the nodes' default")
     auth = serializers.ChoiceField(choices=[*AUTH_MODES, ""], allow_blank=True, help_text=(
         "how the copies were authorized (token, x509, none); empty: a protocol without auth modes"))
+    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text=(
+        "where the ends kept the files: memory (memory to memory), disk (disk to disk), disk-to-memory or "
+        "memory-to-disk (source first)"))
     value = serializers.FloatField(allow_null=True)
     finished_at = serializers.DateTimeField()
     age_seconds = serializers.FloatField()
@@ -367,6 +382,9 @@ class GridNodeSerializer(serializers.Serializer):
     cluster = serializers.CharField()
     site = serializers.CharField()
     loopback_gbps = serializers.FloatField(allow_null=True)
+    disk_read_gbps = serializers.FloatField(allow_null=True, help_text=(
+        "its disk path's sequential read ceiling (fio, O_DIRECT), drawn on the diagonal of a disk grid"))
+    disk_write_gbps = serializers.FloatField(allow_null=True, help_text="its disk path's write ceiling (fio)")
 
 
 class GridSerializer(serializers.Serializer):
@@ -409,6 +427,8 @@ class HistoryPointSerializer(serializers.Serializer):
     address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
     auth = serializers.ChoiceField(choices=AUTH_MODES, allow_null=True,
                                    help_text="token, x509 or none; null: a protocol without auth modes")
+    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text=(
+        "where the ends kept the files: memory, disk, disk-to-memory or memory-to-disk (source first)"))
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
     finished_at = serializers.DateTimeField()
@@ -423,6 +443,8 @@ class CellSettingsSerializer(serializers.Serializer):
     address_family = serializers.CharField()
     congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
     auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
+    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text="memory, disk, disk-to-memory or "
+                                                                           "memory-to-disk (disk mode)")
 
     def get_fields(self):
         fields = super().get_fields()  # DRF puts a base class's fields first
@@ -491,7 +513,8 @@ class ChangeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Change
         fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "address_family",
-                  "congestion_control", "auth", "metric", "measurement", "at", "before", "after", "ratio", "worse",
+                  "congestion_control", "auth", "storage_setting", "metric", "measurement", "at", "before", "after",
+                  "ratio", "worse",
                   "detected_at", "runs_to_detect", "cluster"]
 
 

@@ -31,6 +31,7 @@ from results.models import (
     ADDRESS_FAMILIES,
     AUTH_MODES,
     DEFAULT_CLUSTER,
+    STORAGE_SETTINGS,
     Benchmark,
     Change,
     Maintenance,
@@ -52,6 +53,7 @@ DURATION = {"type": "string", "pattern": params.DURATION_PATTERN}
 FAMILY = {"type": "string", "enum": list(ADDRESS_FAMILIES)}
 CONGESTION = {"type": "string", "pattern": params.CONGESTION_PATTERN}
 AUTH = {"type": "string", "enum": list(AUTH_MODES)}
+STORAGE = {"type": "string", "enum": list(STORAGE_SETTINGS)}
 
 
 def _streams(lo: int) -> dict:
@@ -233,6 +235,9 @@ class GridView(APIView):
                              description="one congestion control; default: the nodes' own (default: all)"),
             OpenApiParameter("auth", AUTH, description="one auth mode (token, x509, none); default: the "
                              "protocol's newest mode (a protocol without modes: its cells, auth \"\")"),
+            OpenApiParameter("storage", STORAGE, description=(
+                "one storage setting: memory (memory to memory), disk (disk to disk), disk-to-memory, "
+                "memory-to-disk; default: all")),
             OpenApiParameter("mode", str, enum=list(selectors.GRID_MODES)),
             OpenApiParameter("window", DURATION, description="for mean/median: 3600, 30m, 12h, 7d (default 7d)"),
             # not `limit`, the page size elsewhere: the measurements API's name for the same filter
@@ -250,6 +255,7 @@ class GridView(APIView):
         family = _params(params.choice, "address_family", q.get("address_family"), tuple(ADDRESS_FAMILIES), None)
         cc = _params(params.congestion_control, "congestion_control", q.get("congestion_control"))
         auth = _params(params.choice, "auth", q.get("auth"), tuple(AUTH_MODES), "")
+        storage = _params(params.choice, "storage", q.get("storage"), tuple(STORAGE_SETTINGS), None)
         mode = _params(params.choice, "mode", q.get("mode"), selectors.GRID_MODES, "latest")
         window = _params(params.duration, "window", q.get("window"), timedelta(days=7))
         limits = tuple(_params(params.choice, "binding_limit", x, LIMITS, "")
@@ -261,12 +267,13 @@ class GridView(APIView):
             return Response(grid_json(federation.combined_grid(benches, protocol, streams=streams, mode=mode,
                                                                window=window, address_family=family,
                                                                congestion_control=cc, auth=auth,
-                                                               binding_limits=wanted)))
+                                                               binding_limits=wanted, storage=storage)))
         bench = benches[0]
         # a filtered grid is built in Python: the database's JSON is the whole grid's
         fast = connection.vendor == "postgresql" and request.accepted_renderer.format == "json" and not wanted
         data = selectors.grid(bench, protocol, streams=streams, mode=mode, window=window, cells_json=fast,
-                              address_family=family, congestion_control=cc, auth=auth, binding_limits=wanted)
+                              address_family=family, congestion_control=cc, auth=auth, binding_limits=wanted,
+                              storage=storage)
         if fast:
             # The database built the cells' JSON; splice it into the envelope without re-parsing.
             head = json.dumps({k: v for k, v in grid_json({**data, "cells": []}).items() if k != "cells"})

@@ -7,8 +7,11 @@ a measurement is diagnosed while it is its cell's newest.
 What a cell is judged with:
 - the pair's path capacity: the pair's newest iperf3 cell with the most streams, same address family (its run
   said, ``same_run``);
-- the built-in mover on the same pair, streams and family (the protocol bound);
+- the built-in mover on the same pair, streams, family and storage (the protocol bound);
 - both ends' loopback ceilings (Node.loopback_gbps, the grid's diagonal);
+- disk mode (#28): which ends were on disk (the cell's storage setting), their disk ceilings (Node.disk_read_gbps of
+  the source, disk_write_gbps of the destination) and the same pair's cells of the other storage settings (same
+  protocol, streams, family, congestion control and auth mode), for the storage tax;
 - from the measurement: its aggregate rate (the throughput when it has none), streams, files in flight, RTT, the
   senders' TCP view (cwnd, retransmits over data segments, the receive-window / send-buffer shares of busy time),
   both ends' host telemetry (the kernel's TCP limits and release, MTU, the busiest core).
@@ -16,10 +19,11 @@ What a cell is judged with:
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from results import gridcell
+from results import gridcell, storage
 from results.diagnosis import limits
 from results.models import Benchmark, CellDiagnosis, Measurement, Node, PairLatest
 
@@ -27,8 +31,11 @@ TRANSFER_EXCLUDED = ("rtt",)  # cells with no rate to judge
 Key = tuple[int, int, str]  # (source id, destination id, address family)
 
 
-def host_end(end: Mapping[str, Any] | None, name: str, loopback: float | None) -> limits.Host:
-    end = end or {}
+def host_end(end: Mapping[str, Any] | None, name: str, node: Mapping[str, Any] | None = None,
+             store: str = storage.MEMORY) -> limits.Host:
+    """One end's figures: its host telemetry over the test, its node's ceilings (Node's loopback_gbps,
+    disk_read_gbps, disk_write_gbps), and where it kept the files."""
+    end, node = end or {}, node or {}
     lim = end.get("limits") or {}
     cpu = end.get("cpu") or {}
     quota = cpu.get("quota") or {}
@@ -36,9 +43,10 @@ def host_end(end: Mapping[str, Any] | None, name: str, loopback: float | None) -
         name=name, kernel=lim.get("kernel"), tcp_rmem_max=lim.get("tcp_rmem_max_bytes"),
         tcp_wmem_max=lim.get("tcp_wmem_max_bytes"), rmem_max=lim.get("rmem_max_bytes"),
         wmem_max=lim.get("wmem_max_bytes"), tcp_adv_win_scale=lim.get("tcp_adv_win_scale"),
-        congestion_control=lim.get("congestion_control"), mtu=lim.get("mtu"), loopback_gbps=loopback,
+        congestion_control=lim.get("congestion_control"), mtu=lim.get("mtu"), loopback_gbps=node.get("loopback_gbps"),
         busiest_core_percent=cpu.get("busiest_core_pct"), cores_shared=bool(cpu.get("shared")),
-        cpu_quota_used_percent=quota.get("used_pct"), cpu_throttled_percent=quota.get("throttled_pct"))
+        cpu_quota_used_percent=quota.get("used_pct"), cpu_throttled_percent=quota.get("throttled_pct"),
+        storage=store, disk_read_gbps=node.get("disk_read_gbps"), disk_write_gbps=node.get("disk_write_gbps"))
 
 
 def _tcp(view: Mapping[str, Any] | None, source: Mapping[str, Any] | None) -> limits.Tcp:
@@ -54,25 +62,33 @@ def _tcp(view: Mapping[str, Any] | None, source: Mapping[str, Any] | None) -> li
                       sndbuf_limited=sender.get("sndbuf_limited_fraction"))
 
 
-def model_input(row: Mapping[str, Any], names: Mapping[int, str], loopback: Mapping[int, float | None],
-                path: limits.PathCapacity | None, builtin_gbps: float | None) -> limits.Measurement | None:
+def model_input(row: Mapping[str, Any], names: Mapping[int, str], nodes: Mapping[int, Mapping[str, Any]],
+                path: limits.PathCapacity | None, builtin_gbps: float | None,
+                storages: Mapping[str, float] | None = None) -> limits.Measurement | None:
     """A cell's row (its measurement's figures) and its pair's context -> the model's input; None: nothing to
-    judge (a failed test, no rate)."""
+    judge (a failed test, no rate). ``nodes``: each node's ceilings (loopback_gbps, disk_read_gbps,
+    disk_write_gbps); ``storages``: the same pair and setting's rate per storage setting (disk mode)."""
     gbps = row["aggregate_gbps"] or row["throughput_gbps"]
     if row["status"] != "succeeded" or not gbps or gbps <= 0:
         return None
     host = row["host"] or {}
     src, dst = row["source_id"], row["destination_id"]
+    src_store, dst_store = storage.ends(row.get("storage_setting") or storage.MEMORY)
+    rates = storages or {}
     return limits.Measurement(
         gbps=gbps, protocol=row["protocol"], streams=row["streams"] or 1, files=row["file_count"] or 1,
         concurrency=row["concurrency"], rtt_ms=row["rtt_ms"],
-        source=host_end(host.get("source"), names.get(src, ""), loopback.get(src)),
-        destination=host_end(host.get("destination"), names.get(dst, ""), loopback.get(dst)),
+        source=host_end(host.get("source"), names.get(src, ""), nodes.get(src, {}), src_store),
+        destination=host_end(host.get("destination"), names.get(dst, ""), nodes.get(dst, {}), dst_store),
         tcp=_tcp(row["tcp"], host.get("source")), path=path,
-        builtin_gbps=builtin_gbps if row["protocol"] != "builtin" else None)
+        builtin_gbps=builtin_gbps if row["protocol"] != "builtin" else None,
+        memory_gbps=rates.get(storage.MEMORY),
+        source_disk_gbps=rates.get(storage.setting(storage.DISK, storage.MEMORY)),
+        destination_disk_gbps=rates.get(storage.setting(storage.MEMORY, storage.DISK)))
 
 
-ROW_FIELDS = ("id", "protocol", "streams", "address_family", "source_id", "destination_id", "measurement_id",
+ROW_FIELDS = ("id", "protocol", "streams", "address_family", "congestion_control", "auth", "storage_setting",
+              "source_id", "destination_id", "measurement_id",
               "measurement__run_id", "measurement__status", "measurement__aggregate_gbps",
               "measurement__throughput_gbps", "measurement__concurrency", "measurement__file_count",
               "measurement__rtt_ms", "measurement__tcp", "measurement__host")
@@ -87,22 +103,32 @@ def _rows(bench: Benchmark) -> list[dict[str, Any]]:
     return rows
 
 
+def _but_storage(row: Mapping[str, Any]) -> tuple:
+    """A cell's setting but its storage: the cells of one pair that differ in storage alone share it."""
+    return (row["source_id"], row["destination_id"], row["protocol"], row["streams"], row["address_family"],
+            row["congestion_control"], row["auth"])
+
+
 def diagnose_benchmark(bench: Benchmark) -> int:
     """Diagnose every newest transfer cell of ``bench`` and store the answers; how many were diagnosed."""
     rows = _rows(bench)
-    names = dict(Node.objects.filter(benchmarks=bench).values_list("id", "name"))
-    loopback = dict(Node.objects.filter(benchmarks=bench).values_list("id", "loopback_gbps"))
+    nodes = {n["id"]: n for n in Node.objects.filter(benchmarks=bench).values(
+        "id", "name", "loopback_gbps", "disk_read_gbps", "disk_write_gbps")}
+    names = {i: n["name"] for i, n in nodes.items()}
     paths: dict[Key, dict[str, Any]] = {}  # the pair's iperf3 with the most streams
-    builtin: dict[tuple[Key, int], float] = {}
+    builtin: dict[tuple[Key, int, str], float] = {}
+    storages: dict[tuple, dict[str, float]] = defaultdict(dict)  # a setting but storage's rate per storage setting
     for r in rows:
         key = (r["source_id"], r["destination_id"], r["address_family"])
         rate = r["aggregate_gbps"] or r["throughput_gbps"]
         if r["status"] != "succeeded" or not rate:
             continue
+        storages[_but_storage(r)][r["storage_setting"]] = rate
         if r["protocol"] == "iperf3" and (key not in paths or r["streams"] > paths[key]["streams"]):
             paths[key] = r
         elif r["protocol"] == "builtin":
-            builtin[(key, r["streams"])] = max(rate, builtin.get((key, r["streams"]), 0.0))
+            at = (key, r["streams"], r["storage_setting"])
+            builtin[at] = max(rate, builtin.get(at, 0.0))
     measurements, cells = [], []
     for r in rows:
         key = (r["source_id"], r["destination_id"], r["address_family"])
@@ -110,7 +136,8 @@ def diagnose_benchmark(bench: Benchmark) -> int:
         path = None if iperf3 is None or iperf3["id"] == r["id"] else limits.PathCapacity(
             gbps=iperf3["throughput_gbps"] or iperf3["aggregate_gbps"], streams=iperf3["streams"] or 1,
             same_run=iperf3["run_id"] == r["run_id"])
-        model = model_input(r, names, loopback, path, builtin.get((key, r["streams"])))
+        model = model_input(r, names, nodes, path, builtin.get((key, r["streams"], r["storage_setting"])),
+                            storages.get(_but_storage(r)))
         if model is None:
             continue
         d = limits.diagnose(model)

@@ -38,7 +38,12 @@ flight at once it equals the throughput).
   using at least that share of their CPU quota, or a quota that ran out in at least ``THROTTLED_PERCENT`` (50 %)
   of its enforcement periods (a throttled cgroup): the host ran out at the measured rate, so that bound's value *is*
   the measured rate. A core of a node whose cores are shared with other nodes (the WAN lab) is no evidence.
-- *storage*: the source's read or the destination's write rate, when measured.
+- *source-storage* / *destination-storage* (disk mode, #28): only for an end that read or wrote a disk. Its
+  disk path's ceiling (fio, sequential 1 MiB, O_DIRECT: the source's read, the destination's write ceiling); and
+  its storage tax: this pair's rate with that end alone on disk (disk→memory for the source, memory→disk for the
+  destination; the measurement itself when the other end is memory) against the same pair's memory→memory rate,
+  same protocol and setting otherwise. That rate is a bound on every cell with this end on disk, when it is below
+  ``1 − STORAGE_TAX_MIN`` (0.9) of the memory rate: a disk that costs less than that explains nothing.
 - *protocol*: the built-in mover on the same pair and streams. It is not a ceiling but a comparison: the protocol
   binds when nothing else does and the built-in mover got at least ``1 ÷ PROTOCOL_SHORTFALL`` (1.25) times more.
 
@@ -52,9 +57,10 @@ ambiguous; with them, the window TCP waited on is direct evidence and wins.
 
 Of the bounds it sits at, the lowest binds; bounds within ``TIE_BAND`` (10 %) of the lowest tie, and so does direct
 evidence (a saturated CPU, a window the kernel says TCP waited on) whatever its value; the first in ``TIE_ORDER``
-wins: receive-window, send-buffer, source-cpu, destination-cpu, storage, network-capacity, loss (the specific
-mechanism before the path, as an iperf3 path figure is itself subject to the same windows; but losses at the path's
-own capacity are a full path's congestion signal, so the path comes before loss). When the kernel's
+wins: receive-window, send-buffer, source-cpu, destination-cpu, source-storage, destination-storage,
+network-capacity, loss (the specific mechanism before the path, as an iperf3 path figure is itself subject to the
+same windows; but losses at the path's own capacity are a full path's congestion signal, so the path comes before
+loss). When the kernel's
 rwnd_limited / sndbuf_limited fractions of busy time are given they decide the window, as NDT (Web100) classes a
 flow receiver-, sender- or network-limited by where it spent most of its time: the largest of rwnd_limited,
 sndbuf_limited and the rest (cwnd: the network) names the one window limit considered (none for the network); a
@@ -73,8 +79,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 LIMITS = ("network-capacity", "receive-window", "send-buffer", "loss", "source-cpu", "destination-cpu", "protocol",
-          "storage", "unknown")
-TIE_ORDER = ("receive-window", "send-buffer", "source-cpu", "destination-cpu", "storage", "network-capacity", "loss")
+          "source-storage", "destination-storage", "unknown")
+TIE_ORDER = ("receive-window", "send-buffer", "source-cpu", "destination-cpu", "source-storage", "destination-storage",
+             "network-capacity", "loss")
 AT_BOUND = 0.8
 ABOVE_BOUND = 1.25
 LOSS_ABOVE = 2.0
@@ -82,6 +89,7 @@ TIE_BAND = 0.10
 CORE_BUSY_PERCENT = 95.0
 THROTTLED_PERCENT = 50.0  # a group throttled in half its periods ran out of quota most of the test
 PROTOCOL_SHORTFALL = 0.8
+STORAGE_TAX_MIN = 0.1  # a disk end that keeps 90 % of the memory rate is no bound (within the tie band of the path)
 WINDOW_FRACTION = 0.8
 SCALING_RATIO_KERNEL = (6, 6)  # the first release that scales the receive window per socket
 MATHIS_C = 1.22  # sqrt(3/2), Mathis et al. 1997, periodic loss with delayed ACKs off
@@ -110,6 +118,9 @@ class Host:
     cores_shared: bool = False  # the cores are shared with other nodes (the WAN lab): a busy one is not this node's
     cpu_quota_used_percent: float | None = None  # the end's processes' CPU as a share of their cgroup quota
     cpu_throttled_percent: float | None = None  # the share of its cgroup's CPU periods in which the quota ran out
+    storage: str = "memory"  # where this end kept the test's files: memory or disk (the record's storage)
+    disk_read_gbps: float | None = None  # its disk path's ceilings (fio, sequential 1 MiB, O_DIRECT)
+    disk_write_gbps: float | None = None
 
     def label(self, role: str) -> str:
         return self.name or f"the {role}"
@@ -150,8 +161,11 @@ class Measurement:
     tcp: Tcp = field(default_factory=Tcp)
     path: PathCapacity | None = None
     builtin_gbps: float | None = None  # the built-in mover on the same pair and streams
-    source_read_gbps: float | None = None
-    destination_write_gbps: float | None = None
+    # the same pair and setting under the other storage settings (disk mode): memory→memory, and each end alone
+    # on disk (disk→memory, memory→disk); None: not measured
+    memory_gbps: float | None = None
+    source_disk_gbps: float | None = None
+    destination_disk_gbps: float | None = None
 
     @property
     def connections(self) -> int:
@@ -396,11 +410,41 @@ class _Builder:
                          "raise the quota (the pod's CPU limit) or remove it", direct=True)
 
     def storage(self) -> None:
-        for value, who, what in ((self.m.source_read_gbps, self.src, "reads"),
-                                 (self.m.destination_write_gbps, self.dst, "writes")):
-            if value is not None:
-                self.add("storage", value, f"{who} {what} {gb(value)}", {f"storage_{what}_gbps": value},
-                         f"{who}'s storage {what} only {gb(value)}: faster storage or more files at once")
+        m = self.m
+        for role, host, other, who, op, alone in (
+                ("source", m.source, m.destination, self.src, "read", m.source_disk_gbps),
+                ("destination", m.destination, m.source, self.dst, "write", m.destination_disk_gbps)):
+            if host.storage != "disk":
+                continue
+            limit = f"{role}-storage"
+            ceiling = host.disk_read_gbps if op == "read" else host.disk_write_gbps
+            if ceiling is None:
+                self.need(f"the disk {op} ceiling of {who} (fio)")
+            else:
+                self.add(limit, ceiling, f"{who}'s disk path: {op} {gb(ceiling)} (fio, O_DIRECT)",
+                         {f"disk_{op}_gbps": ceiling},
+                         f"{who}'s disk path {op}s only {gb(ceiling)} (fio: sequential 1 MiB, O_DIRECT, at the "
+                         "benchmark's concurrency): a faster device or array (NVMe, more disks in the stripe), or "
+                         "spread the files over more disks")
+            if other.storage != "disk":
+                alone = m.gbps  # this end is the only one on disk: the measurement is its storage's rate
+            if m.memory_gbps is None:
+                self.need("this pair's memory-to-memory rate (a run with spec.storage both)")
+            elif alone is None:
+                self.need(f"this pair's rate with {who} alone on disk (a run with spec.storage both)")
+            elif alone < (1 - STORAGE_TAX_MIN) * m.memory_gbps:
+                tax = 1 - alone / m.memory_gbps
+                fix = (f"{who}'s storage costs {tax:.0%} of this pair's rate: {gb(alone)} with its disk against "
+                       f"{gb(m.memory_gbps)} memory to memory")
+                fix += (f"; its disk path {op}s {gb(ceiling)} (fio), so the device is the ceiling"
+                        if ceiling is not None and ceiling <= alone * ABOVE_BOUND else
+                        f"; the disk path's own {op} ceiling (fio) is "
+                        + ("missing" if ceiling is None else f"higher, {gb(ceiling)}")
+                        + ": look at how the mover reads and writes (O_DIRECT, block size, files at once)")
+                self.add(limit, alone, f"{who}'s storage alone: {gb(alone)} against {gb(m.memory_gbps)} memory to "
+                         f"memory (a {tax:.0%} tax)",
+                         {"memory_gbps": m.memory_gbps, f"{role}_disk_gbps": alone, "storage_tax": round(tax, 3)},
+                         fix)
 
     def protocol(self) -> None:
         m = self.m

@@ -352,7 +352,8 @@ def test_aggregates(client, archive):
     assert {(p["streams"], p["rtt_ms"], p["throughput_gbps"]) for p in rtt["builtin"]} == {(1, 20, 14), (8, 20, 44)}
     s = client.get("/api/v1/compare/streams/?benchmark=mesh/bench1").json()
     assert s == [{"protocol": "builtin", "source": "a", "destination": "b", "low_streams": 1, "high_streams": 8,
-                  "low_gbps": 14, "high_gbps": 44, "address_family": "ipv4", "congestion_control": "", "auth": ""}]
+                  "low_gbps": 14, "high_gbps": 44, "address_family": "ipv4", "congestion_control": "", "auth": "",
+                  "storage": "memory"}]
 
 
 def test_schema_ui_health_metrics(client, write_key):

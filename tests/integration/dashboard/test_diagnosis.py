@@ -140,7 +140,7 @@ def test_grid_cells_carry_their_limit_evidence_and_efficiency_and_filter_by_limi
     assert set(only) == {(n, "far") for n in ("a1", "a2", "b1")} | {("far", n) for n in ("a1", "a2", "b1")}
     same = [k for k in into if k != "age_seconds"]  # the age moves on between the two requests
     assert [only[("a1", "far")][k] for k in same] == [into[k] for k in same]  # the filtered grid's cell: the same
-    assert _grid(client, "&binding_limit=storage") == {}
+    assert _grid(client, "&binding_limit=source-storage") == {}
     bad = client.get("/api/v1/grid/?benchmark=mesh/nightly&protocol=builtin&binding_limit=window")
     assert bad.status_code == 400 and "binding_limit: 'window' is not one of" in bad.json()["detail"], bad.content
     portable = selectors.grid(Benchmark.objects.get(), "builtin", mode=mode)["cells"]  # rows, or Python's cells

@@ -124,11 +124,11 @@ def test_the_database_cells_have_the_definitions_fields(postgresql, protocol, st
         assert _keys(cells) == [database_rows(streams)] * len(cells)
 
 
-def test_the_stored_json_is_the_stored_fields_and_what_migration_0011_wrote(postgresql):
+def test_the_stored_json_is_the_stored_fields_and_what_the_last_migration_of_them_wrote(postgresql):
     """PostgreSQL: the body ingest stores has the stored fields in order, fill_sql writes it again unchanged, and
-    so did the migration that last changed its fields (0011_auth_cells keeps its own copy of the SQL)."""
+    so did the migration that last changed its fields (0019_storage_disk_mode keeps its own copy of the SQL)."""
     from importlib import import_module
-    frozen = import_module("results.migrations.0011_auth_cells").FILL_CELL_JSON
+    frozen = import_module("results.migrations.0019_storage_disk_mode").FILL_CELL_JSON
 
     def stored() -> dict[int, str]:
         return dict(PairLatest.objects.values_list("id", "cell_json"))

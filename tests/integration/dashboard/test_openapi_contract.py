@@ -125,6 +125,12 @@ def keep_cross_field_rules(body):
     name = body.get("cluster")
     if isinstance(name, str) and name.strip() and "\x00" not in name and len(name) <= 253:  # a valid name only
         body["cluster"] = "default"
+    # and a described node of another cluster (nodes[].cluster, in the measurement and the loss batches) is too
+    nodes = body.get("nodes")
+    for n in nodes if isinstance(nodes, list) else []:
+        other = n.get("cluster") if isinstance(n, dict) else None
+        if isinstance(other, str) and other.strip() and "\x00" not in other and len(other) <= 253:
+            n["cluster"] = "default"
     summaries = body.get("summaries")
     for s in summaries if isinstance(summaries, list) else []:
         if isinstance(s, dict):

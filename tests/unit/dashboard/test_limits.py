@@ -194,10 +194,59 @@ def test_a_low_loopback_ceiling_names_its_end():
     assert d.limit == "source-cpu" and "reaches only 1 Gbit/s to itself" in d.fix
 
 
-def test_storage_when_measured():
-    d = diagnose(replace(far(0.8), source=replace(SITE_A, **BIG), destination=replace(SITE_C, **BIG),
-                         destination_write_gbps=0.85))
-    assert d.limit == "storage"
+# -- disk mode (#28): each end's storage, by its fio ceiling or by its tax against memory to memory --------------
+
+def on_disk(host: Host, **kw) -> Host:
+    return replace(host, **BIG, storage="disk", **kw)
+
+
+def test_a_slow_disk_write_ceiling_binds_the_destination():
+    d = diagnose(replace(far(0.8), source=replace(SITE_A, **BIG), destination=on_disk(SITE_C, disk_write_gbps=0.85)))
+    assert d.limit == "destination-storage"
+    assert d.binding.evidence == {"disk_write_gbps": 0.85}
+    assert d.fix.startswith("site-c's disk path writes only 0.85 Gbit/s (fio")
+
+
+def test_a_disk_ceiling_of_an_end_that_kept_its_files_in_memory_is_no_bound():
+    d = diagnose(replace(far(0.8), source=replace(SITE_A, **BIG, disk_read_gbps=0.8),
+                         destination=replace(SITE_C, **BIG, disk_write_gbps=0.85)))
+    assert not any(b.limit.endswith("-storage") for b in d.bounds)
+    assert not any("disk" in x for x in d.missing)
+
+
+def test_the_storage_tax_names_the_end_whose_disk_costs_the_rate():
+    # disk to disk at 1.1: the source's disk alone gets 1.2 (disk→memory), the destination's 3.3 (memory→disk), of
+    # 3.4 memory to memory; no fio figures: the tax alone names the source
+    d = diagnose(replace(far(1.1), source=on_disk(SITE_A), destination=on_disk(SITE_C), memory_gbps=3.4,
+                         source_disk_gbps=1.2, destination_disk_gbps=3.3))
+    assert d.limit == "source-storage"
+    assert d.binding.evidence == {"memory_gbps": 3.4, "source_disk_gbps": 1.2, "storage_tax": 0.647}
+    assert d.fix.startswith("site-a-1's storage costs 65% of this pair's rate: 1.2 Gbit/s with its disk against "
+                            "3.4 Gbit/s memory to memory; the disk path's own read ceiling (fio) is missing")
+    assert "the disk read ceiling of site-a-1 (fio)" in d.missing
+    # the destination's disk keeps 97 % of the memory rate: no bound of its own
+    assert not any(b.limit == "destination-storage" for b in d.bounds)
+
+
+def test_a_disk_to_memory_cell_is_its_own_storage_tax():
+    d = diagnose(replace(far(1.2), source=on_disk(SITE_A, disk_read_gbps=1.25), destination=replace(SITE_C, **BIG),
+                         memory_gbps=3.4))
+    assert d.limit == "source-storage"
+    taxed = [b for b in d.bounds if "storage_tax" in b.evidence]
+    assert [b.gbps for b in taxed] == [1.2]
+    assert "its disk path reads 1.25 Gbit/s (fio), so the device is the ceiling" in taxed[0].fix
+
+
+def test_a_disk_end_without_the_memory_rate_says_what_is_missing():
+    d = diagnose(replace(far(1.2), source=on_disk(SITE_A), destination=replace(SITE_C, **BIG)))
+    assert "this pair's memory-to-memory rate (a run with spec.storage both)" in d.missing
+    assert "the disk read ceiling of site-a-1 (fio)" in d.missing
+
+
+def test_a_disk_that_costs_little_leaves_the_path_binding():
+    d = diagnose(replace(far(3.3), source=on_disk(SITE_A), destination=replace(SITE_C, **BIG), memory_gbps=3.4,
+                         path=PathCapacity(3.4, 8)))
+    assert d.limit == "network-capacity"
 
 
 def test_protocol_when_the_builtin_mover_gets_much_more_and_nothing_else_binds():
@@ -336,7 +385,8 @@ hosts = st.builds(
     tcp_rmem_max=st.none() | st.integers(4096, 1 << 30), tcp_wmem_max=st.none() | st.integers(4096, 1 << 30),
     tcp_adv_win_scale=st.none() | st.integers(-3, 3), congestion_control=st.sampled_from([None, "cubic", "bbr"]),
     mtu=st.none() | st.integers(1280, 65000), loopback_gbps=st.none() | rates,
-    busiest_core_percent=st.none() | st.floats(0, 100), cpu_quota_used_percent=st.none() | st.floats(0, 100))
+    busiest_core_percent=st.none() | st.floats(0, 100), cpu_quota_used_percent=st.none() | st.floats(0, 100),
+    storage=st.sampled_from(["memory", "disk"]), disk_read_gbps=st.none() | rates, disk_write_gbps=st.none() | rates)
 tcps = st.builds(
     Tcp, cwnd_max_bytes=st.none() | st.integers(1, 1 << 30), mss_bytes=st.none() | st.integers(500, 65000),
     retransmits=st.none() | st.integers(0, 10_000), data_segs_out=st.none() | st.integers(0, 10**7),
@@ -346,7 +396,8 @@ measurements = st.builds(
     streams=st.integers(1, 16), files=st.integers(1, 11), concurrency=st.none() | st.integers(1, 11),
     rtt_ms=st.none() | st.floats(0.05, 300), source=hosts, destination=hosts, tcp=tcps,
     path=st.none() | st.builds(PathCapacity, gbps=rates, streams=st.integers(1, 16)),
-    builtin_gbps=st.none() | rates, destination_write_gbps=st.none() | rates)
+    builtin_gbps=st.none() | rates, memory_gbps=st.none() | rates, source_disk_gbps=st.none() | rates,
+    destination_disk_gbps=st.none() | rates)
 
 
 @settings(max_examples=300, deadline=None)

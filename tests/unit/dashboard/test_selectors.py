@@ -89,7 +89,7 @@ def test_pair_history_files_errors_and_comparisons(bench):
     pairs = selectors.streams_pairs(bench)
     assert pairs == [{"protocol": "xrootd-https", "source": "a", "destination": "b", "low_streams": 1,
                       "high_streams": 8, "low_gbps": 60, "high_gbps": 40, "address_family": "ipv4",
-                      "congestion_control": "", "auth": ""}]
+                      "congestion_control": "", "auth": "", "storage": "memory"}]
 
 
 def test_pair_files_are_the_latest_runs_per_direction_and_setting():
@@ -179,7 +179,8 @@ def test_the_streams_pick_reads_a_count_or_newest():
 def test_newest_per_link_takes_each_links_newest_then_most_streams():
     def c(src, dst, streams, hours, family="ipv4"):
         return {"source": src, "destination": dst, "streams": streams, "address_family": family,
-                "congestion_control": "", "auth": "", "finished_at": NOW - timedelta(hours=hours)}
+                "congestion_control": "", "auth": "", "storage": "memory",
+                "finished_at": NOW - timedelta(hours=hours)}
 
     cells = [c("a", "b", 4, 3), c("a", "b", 8, 1), c("a", "b", 32, 2), c("b", "a", 2, 1), c("b", "a", 16, 1),
              c("a", "b", 1, 5, "ipv6")]

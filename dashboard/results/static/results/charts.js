@@ -133,7 +133,8 @@ window.tpcmesh = (function () {
   }
 
   // What else makes a point's cell its own (IPv6, a congestion control, an auth mode): in its dataset's label.
-  const variant = (p) => [p.address_family === "ipv6" ? "IPv6" : "", p.congestion_control || "", p.auth || ""]
+  const variant = (p) => [p.address_family === "ipv6" ? "IPv6" : "", p.congestion_control || "", p.auth || "",
+    p.storage && p.storage !== "memory" ? p.storage : ""]
     .filter(Boolean).map((v) => " · " + v).join("");
 
   function comparePage(data) {

@@ -57,7 +57,8 @@
     if (!td) { tip.hidden = true; return; }
     const [r, c] = locate(td);
     const cell = data.cells[r][c];
-    if (cell && cell.loopback !== undefined) tip.textContent = names[r] + " loopback ceiling: " + cell.loopback.toFixed(2) + " Gbit/s";
+    if (cell && cell.ceilings !== undefined)
+      tip.textContent = names[r] + " ceilings: " + Object.entries(cell.ceilings).map(([k, v]) => k + " " + v.toFixed(2) + " Gbit/s").join(", ");
     else if (cell && data.split === "direction")
       tip.textContent = half(cell[0], names[r], names[c], data.high) + "\n" + half(cell[1], names[c], names[r], data.high);
     else if (cell)

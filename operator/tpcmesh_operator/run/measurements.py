@@ -14,7 +14,7 @@ from ..plan.spec import BenchmarkSpec
 _MEASUREMENT_FIELDS = (
     "protocol", "streams", "concurrency", "file_size", "file_count", "total_bytes", "throughput_gbps",
     "aggregate_gbps", "peak_gbps", "status", "error", "checksum", "destination_kind", "auth", "started_at",
-    "finished_at", "files", "tcp", "congestion_control", "implementation", "host",
+    "finished_at", "files", "tcp", "congestion_control", "implementation", "host", "storage",
 )
 
 

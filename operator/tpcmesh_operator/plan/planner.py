@@ -231,6 +231,21 @@ def storage_settings(spec: BenchmarkSpec) -> tuple[tuple[str, str], ...]:
     return (MEMORY_TO_MEMORY, ("disk", "memory"), ("memory", "disk"), ("disk", "disk"))
 
 
+CEILING_JOBS_MAX = 256  # the agent's limit of fio jobs (agent ceilings.MAX_CONCURRENCY)
+CEILING_BYTES = (2**20, 2**30)  # bytes each fio job writes and reads: the file size, within these bounds
+CEILING_DATASET_BYTES = 256 * 2**20  # a dataset's files vary in size: this much per job
+CEILING_SECONDS = 60  # at most, per phase (write, then read)
+
+
+def ceilings_request(spec: BenchmarkSpec) -> dict[str, int]:
+    """The body of the agents' POST /api/v1/storage/ceilings (fio, sequential 1 MiB blocks, O_DIRECT): a job per
+    file in flight (spec.concurrency), each writing then reading about a file's size."""
+    size = spec.file_set.size or CEILING_DATASET_BYTES
+    return {"concurrency": min(spec.concurrency, CEILING_JOBS_MAX),
+            "size": max(CEILING_BYTES[0], min(size, CEILING_BYTES[1])),
+            "runtime_seconds": min(CEILING_SECONDS, spec.timeout_seconds)}
+
+
 def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
     """Per address family: RTT first (it is quick and its result goes with every measurement of the pair), then
     storage x protocol x streams x congestion control; with spec.repeats = K, K passes over those settings one

@@ -386,14 +386,14 @@ class RunExecutor:
     async def _prepare_disk_set(self, agent: Agent) -> str | None:
         """POST the file set with storage disk to ``agent``: written, checksummed and left cold (flushed, out of the
         page cache) on its disk path; again before each test that reads it, so every test starts from the device.
-        Why it failed (the agent's 422 names the node and the path), or None."""
+        Why not (the agent's 422 names the node and the path), or None."""
         try:
             await self.agents_client.prepare_fileset(agent, {**self.spec.file_set.request(), "storage": "disk"},
                                                      timeout=self.options.fileset_timeout)
         except (AgentUnavailable, AgentRejected) as e:
             self.book.event("Warning", "FileSetFailed",
                             f"Disk file set {self.spec.file_set.name} failed on {agent.node}: {e.message}")
-            return f"disk file set {self.spec.file_set.name} not ready on {agent.node}: {e.message}"
+            return e.message
         return None
 
     async def _measure_ceilings(self) -> None:
@@ -471,10 +471,11 @@ class RunExecutor:
                     return
         if test.setting.storage[0] == "disk":  # the source's disk set, made cold again for this test
             disk = (self.status.get("diskFilesets") or {}).get(test.source)
-            why = (f"disk file set {self.spec.file_set.name} not ready on {test.source}: {disk}" if disk != "ready"
-                   else await self._prepare_disk_set(src))
+            why = disk if disk != "ready" else await self._prepare_disk_set(src)
             if why:
-                await self._record_failure(test, test_id(self.run.run_uid, key, 0), why, started, rtt, tuning=tuning)
+                await self._record_failure(test, test_id(self.run.run_uid, key, 0), f"disk file set "
+                                           f"{self.spec.file_set.name} not ready on {test.source}: {why}", started,
+                                           rtt, tuning=tuning)
                 return
         record, error, tid = await self.transfers.attempts(
             test, dst, lambda tid: self._request(test, src, dst, tid, tuning))

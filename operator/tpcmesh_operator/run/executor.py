@@ -552,7 +552,8 @@ class RunExecutor:
             if gbps is not None and test.setting.loopback:
                 metrics.set_series(metrics.LOOPBACK, (test.source, test.setting.protocol), (test.source,),
                                    self._bench_key, gbps * 1e9)
-            elif gbps is not None and test.setting.protocol != RTT:
+            elif gbps is not None and test.setting.protocol != RTT and not test.setting.on_disk:
+                # the network's figure (memory to memory): a disk test's would overwrite it under the same labels
                 metrics.set_series(metrics.LAST_THROUGHPUT, (test.source, test.destination, test.setting.protocol,
                                                              str(m.get("streams") or test.setting.streams)),
                                    (test.source, test.destination), self._bench_key, gbps * 1e9)

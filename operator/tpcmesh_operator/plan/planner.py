@@ -606,6 +606,9 @@ def _external_rounds(spec: BenchmarkSpec, names: Sequence[str], labels: Mapping[
                             f"the endpoint)")
         else:
             kept.append(e)
+    if kept and all(s.on_disk for s in settings if s.protocol in TPC_PROTOCOLS):
+        problems.append(f"external endpoints {', '.join(e.name for e in kept)} are left out: they are measured "
+                        f"memory to memory only, and spec.storage has no memory")
     n = len(names)
     out: list[tuple[int, tuple[tuple[int, int], ...]]] = []
     site_of = _site_indices(names, labels, spec.site_label) if spec.round_policy == "siteExclusive" else []

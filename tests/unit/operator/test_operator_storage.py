@@ -43,6 +43,8 @@ def test_disk_alone_is_disk_to_disk_and_external_endpoints_stay_in_memory() -> N
                                                                 ("xrootd-https/1/disk-disk", ("disk", "disk"))]
     p = plan(["a", "b"], spec)
     assert p.external_rounds == ()  # disk mode runs between agents only: no memory setting for the endpoint
+    assert p.problems == ("external endpoints far are left out: they are measured memory to memory only, and "
+                          "spec.storage has no memory",)
     assert p.ceiling_agents == (0, 1)  # measured even without a loopback round
     assert MEMORY_TO_MEMORY not in {s.storage for s in p.settings}
 

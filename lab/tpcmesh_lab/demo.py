@@ -245,7 +245,7 @@ def demo(opts: DemoOptions) -> int:
         budget = max(2 * 10**9, 3 * (spec.file_set.count or 1) * (spec.file_set.size or 0))
         say(f"Starting {len(lab.nodes)} agents ...")
         agents = start_agents(lab, certs, token, state, budget_bytes=budget, protocols=ALL_PROTOCOLS,
-                              token_issuer=issuer.issuer if issuer else "")
+                              token_issuer=issuer.issuer if issuer else "", disk=spec.uses_disk)
         for agent in agents:
             say(f"  {agent.node.name} at {agent.node.address}: {', '.join(agent.available()) or 'no protocol'}")
         spec, left_out = choose_protocols(spec, agents)

@@ -25,6 +25,7 @@ import tpcmesh_operator.credentials.pki as pki
 from tpcmesh_operator.protocols import PROTOCOLS as ALL_PROTOCOLS
 from tpcmesh_operator.run.agents import DEFAULT_PORTS, Agent
 
+from .diskpath import DISK_DIR
 from .netns import Lab, Node
 
 log = logging.getLogger("tpcmesh.local")
@@ -110,15 +111,21 @@ DISK_RESERVE = 8 * 2**20  # a lab disk is small: keep only what the filesystem n
 def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budget_bytes: int,
                  protocols: tuple[str, ...] = ALL_PROTOCOLS, wait: float = 60.0,
                  token_issuer: str = "", family: str = "ipv4",
-                 single_stack: tuple[str, ...] = ()) -> list[LocalAgent]:
+                 single_stack: tuple[str, ...] = (), disk: bool = False) -> list[LocalAgent]:
     """One real ``tpcmesh-agent`` per lab node (in its namespace), waited for until /readyz answers; with
-    ``token_issuer`` (its URL) in token mode: XRootD and the built-in endpoint take that issuer's bearer tokens."""
+    ``token_issuer`` (its URL) in token mode: XRootD and the built-in endpoint take that issuer's bearer tokens.
+    Disk mode: a node with a loop disk (the profile's diskBytes) uses it; with ``disk`` (a benchmark asking for
+    spec.storage disk) the others get a directory of their own on the machine's real disk (DISK_DIR)."""
     token_file = state / "agent-token"
     token_file.write_text(token + "\n", encoding="utf-8")
     os.chmod(token_file, 0o600)
     data_root = data_base(state) / f"{DATA_PREFIX}{os.getpid()}"
     data_root.mkdir(parents=True, exist_ok=True)
     os.chmod(data_root, 0o755)
+    disk_root = DISK_DIR / f"{DATA_PREFIX}{os.getpid()}-disk"
+    if disk and any(node.disk is None for node in lab.nodes):
+        disk_root.mkdir(exist_ok=True)
+        lab.add_cleanup(lambda: shutil.rmtree(disk_root, ignore_errors=True))
     agents = []
     for node in lab.nodes:
         # family ipv4 or ipv6: every agent on that address; dual: IPv4 and IPv6 (but the single_stack nodes)
@@ -142,6 +149,9 @@ def start_agents(lab: Lab, certs: Certificates, token: str, state: Path, *, budg
         if node.disk is not None:  # the profile's diskBytes: disk mode on the node's loop disk
             settings["disk_dir"] = node.disk.mount
             settings["disk_reserve_bytes"] = DISK_RESERVE
+        elif disk:
+            (disk_root / node.name).mkdir(exist_ok=True)
+            settings["disk_dir"] = disk_root / node.name
         if lab.cgroup_root is not None:
             settings["cgroup_root"] = lab.cgroup_root
         if token_issuer:
@@ -195,7 +205,8 @@ def remove_stale_data(bases: tuple[Path, ...] | None = None) -> list[str]:
     from .netns import _pid_alive
 
     removed = []
-    for base in bases if bases is not None else (data_base(Path(tempfile.gettempdir())), Path(tempfile.gettempdir())):
+    default = (data_base(Path(tempfile.gettempdir())), Path(tempfile.gettempdir()), DISK_DIR)
+    for base in bases if bases is not None else default:
         for d in base.glob(f"{DATA_PREFIX}*"):
             pid = d.name[len(DATA_PREFIX):].split("-", 1)[0]
             if d.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):

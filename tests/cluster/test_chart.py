@@ -168,6 +168,27 @@ def test_agents_mark_their_cpu_shared_only_when_asked(tmp_path):
     assert agent_env(shared)["TPCMESH_AGENT_HOST_CPU_SHARED"] == "true"
 
 
+def test_disk_mode_mounts_the_hostpath_as_the_agents_disk_path_only_when_enabled(tmp_path):
+    """agent.disk (issue #28): the node's directory mounted at /disk, TPCMESH_AGENT_DISK_DIR and its reserve in the
+    agent; off by default (memory tests only, no hostPath); a relative path is refused by the schema."""
+    def agent_spec(values: Path | None) -> tuple[dict, dict]:
+        ds = next(d for d in render(values, "tpcmesh") if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+        return ds, next(c for c in ds["containers"] if c["name"] == "agent")
+
+    ds, agent = agent_spec(None)
+    assert "TPCMESH_AGENT_DISK_DIR" not in _env(agent) and all("hostPath" not in v for v in ds["volumes"])
+    disk = tmp_path / "disk.yaml"
+    disk.write_text("agent:\n  disk: {enabled: true, hostPath: /mnt/nvme0/tpcmesh, reserveBytes: 5000000000}\n")
+    ds, agent = agent_spec(disk)
+    env = _env(agent)
+    assert (env["TPCMESH_AGENT_DISK_DIR"], env["TPCMESH_AGENT_DISK_RESERVE_BYTES"]) == ("/disk", "5000000000")
+    assert {"name": "disk", "mountPath": "/disk"} in agent["volumeMounts"]
+    assert {"name": "disk", "hostPath": {"path": "/mnt/nvme0/tpcmesh", "type": "DirectoryOrCreate"}} in ds["volumes"]
+    out = helm("template", "t", str(CHART), "--kube-version", K8S_VERSION.lstrip("v"),
+               "--set", "agent.disk.hostPath=tpcmesh")
+    assert out.returncode != 0 and "agent.disk.hostPath" in out.stderr
+
+
 # Every API call the operator makes, (apiGroup, resource, verb, resourceName or None) -> where. The chart's RBAC
 # must grant exactly these: a verb not in the table is one the operator does not need.
 OPERATOR_IN_WATCHED_NAMESPACES = {

@@ -37,6 +37,7 @@ def test_defaults_are_applied(api) -> None:
     assert spec["concurrencyPolicy"] == "Forbid"
     assert spec["thresholds"] == {"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80}
     assert spec["loopback"] == {"enabled": True, "protocol": "iperf3"}
+    assert spec["storage"] == ["memory"]
     # and the short names / printer columns exist
     ext = client.ApiextensionsV1Api(api.api_client)
     crd = ext.read_custom_resource_definition("transferbenchmarks.tpcmesh.io")
@@ -100,6 +101,9 @@ BAD = [
     ({"optimize": True, "optimizeBounds": {"streamsMax": 0}}, "spec.optimizeBounds.streamsMax"),
     ({"optimize": True, "fileSet": {"count": 4, "size": "1MB"}, "optimizeBounds": {"concurrencyMax": 8}},
      "spec.optimizeBounds.concurrencyMax: more files at once than the file set has"),
+    ({"storage": ["disk", "tape"]}, "spec.storage[1]: Unsupported value"),
+    ({"storage": ["disk"], "protocols": ["iperf3"]}, "spec.storage: disk applies to the file movers"),
+    ({"storage": ["memory", "disk"], "destination": "sink"}, "spec.storage: disk writes the files on the destination"),
     ({"lossProbe": {"enabled": True, "ratePps": 0}}, "spec.lossProbe.ratePps must be at least 0.1"),
     ({"lossProbe": {"ratePps": 0.05}}, "spec.lossProbe.ratePps"),
     ({"lossProbe": {"maxClockErrorMs": 0}}, "spec.lossProbe.maxClockErrorMs must be at least 0.001"),

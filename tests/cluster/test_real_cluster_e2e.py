@@ -2,15 +2,17 @@
 kubelet + containerd per node, hostNetwork agents on the nodes' own addresses, WAN delays between them), label the
 DTNs, apply a benchmark, read the grid.
 
-Values changed from the chart's defaults: the pull policy (Never: every image was built and imported here) and the
+Values changed from the chart's defaults: the pull policy (Never: every image was built and imported here), the
 database (external mode, a PostgreSQL the test starts on the lab's host address: the bundled StatefulSet's
-docker.io image cannot be pulled here). Everything else - images, node selector, RBAC, CSR flow, probes - is the
+docker.io image cannot be pulled here) and disk mode on (agent.disk: a hostPath, each node's own directory on the
+real disk behind it). Everything else - images, node selector, RBAC, CSR flow, probes - is the
 chart's own.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -63,10 +65,36 @@ def database(real_cluster):
         db.close()
 
 
+AGENT_USER = 10001  # the chart's agent.podSecurityContext.runAsUser
+
+
+def node_disks(real_cluster) -> tuple[Path, dict[str, Path]]:
+    """Disk mode's hostPath: one path for the chart (as on real DTNs) behind which each node has a disk directory
+    of its own on the real disk: bind-mounted in the node's mount namespace, owned by the agent's user as a site
+    prepares it."""
+    shared = Path(real_cluster.state) / "disk"
+    shared.mkdir()
+    own = {}
+    for node in real_cluster.nodes:
+        own[node.name] = Path(real_cluster.state) / "disks" / node.name
+        own[node.name].mkdir(parents=True)
+        os.chown(own[node.name], AGENT_USER, AGENT_USER)
+        subprocess.run(node.enter(["mount", "--bind", str(own[node.name]), str(shared)]), check=True, timeout=30)
+    return shared, own
+
+
 @pytest.fixture(scope="module")
-def installed(real_cluster, database):
+def disks(real_cluster) -> dict[str, Path]:
+    return node_disks(real_cluster)[1]
+
+
+@pytest.fixture(scope="module")
+def installed(real_cluster, database, disks):
     url, _ = database
-    clusterinstall.install(real_cluster, url, NS, RELEASE)  # what `tpcmesh-local cluster demo` runs
+    # what `tpcmesh-local cluster demo` runs, with the chart's disk mode on (agent.disk: a hostPath)
+    clusterinstall.install(real_cluster, url, NS, RELEASE, values=[
+        "--set", "agent.disk.enabled=true", "--set", f"agent.disk.hostPath={Path(real_cluster.state) / 'disk'}",
+        "--set", "agent.disk.reserveBytes=100000000"])
     try:
         yield client.CoreV1Api(real_cluster.client())
     finally:
@@ -374,6 +402,37 @@ def test_agent_and_operator_pods_deleted_mid_run(real_cluster, installed, databa
     finally:
         core.patch_node(victim, {"metadata": {"annotations": {"tpcmesh.io/maintenance-until": None,
                                                               "tpcmesh.io/maintenance-reason": None}}})
+
+
+def test_disk_mode_measures_disk_to_disk_on_each_nodes_hostpath(real_cluster, installed, database, disks):
+    """The chart's disk mode (agent.disk, a hostPath per node): a benchmark with `storage: [disk]` measures every
+    pair disk to disk with the built-in mover, each node's fio ceilings are in the run's status, the sets are on
+    the nodes' disk paths and what was received is gone."""
+    objs = client.CustomObjectsApi(real_cluster.client())
+    nodes = [n.name for n in real_cluster.nodes]
+    tb = {"apiVersion": f"{G}/{V}", "kind": "TransferBenchmark", "metadata": {"name": "disk"},
+          "spec": {"schedule": "@every 24h", "protocols": ["builtin"], "streams": [2], "storage": ["disk"],
+                   "concurrency": 2, "fileSet": {"count": 2, "size": "8MB"}, "latency": {"enabled": False},
+                   "loopback": {"enabled": False}, "timeoutSeconds": 120, "retries": 0}}
+    objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
+    try:
+        first = wait_for("the disk benchmark's first run", lambda: [
+            r["metadata"]["name"] for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
+            if r["metadata"]["name"].startswith("disk-")], timeout=60)[0]
+        status = wait_run(objs, first, real_cluster)
+        assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:3000]
+        assert status["diskFilesets"] == dict.fromkeys(nodes, "ready")
+        for name in nodes:
+            ceilings = status["ceilings"][name]
+            assert ceilings["readGbps"] > 0 and ceilings["writeGbps"] > 0, status["ceilings"]
+            assert (disks[name] / "sets" / "2x8000000").is_dir() and not list(disks[name].glob("incoming/*"))
+        wait_for("every record delivered", lambda: not run_status(objs, first).get("outbox"), timeout=120)
+        _, psql = database
+        records = stored_records(psql, first)
+        assert sorted((r[1], r[2], r[3], r[4]) for r in records) == sorted(
+            (a, b, "builtin", "succeeded") for a in nodes for b in nodes if a != b), records
+    finally:
+        objs.delete_namespaced_custom_object(G, V, NS, "transferbenchmarks", "disk")
 
 
 def test_helm_uninstall_leaves_nothing(real_cluster, installed):

@@ -34,6 +34,9 @@ Rules:
   siterounds.MAX_LP_EDGES (21 sites and more) the greedy stands (24 sites of 5 and one of 4: 1240 for 1230).
   `make bench-planner` shows the bound met for 1000 agents in 50 sites, equal or not.
   `serial`: one test per round (the 003 paper's one pair at a time).
+- Storage (spec.storage): memory and/or disk, a setting of its own for the file movers (storage_settings: with
+  both, memory->memory, disk->memory, memory->disk and disk->disk); iperf3 and the RTT probe have no storage. With
+  disk, each agent's disk ceilings (fio) are measured with the loopback round, all at once (Plan.ceiling_agents).
 - Loopback (spec.loopback): one round first in which every agent of the plan tests against itself (its own
   ceiling, the grid's diagonal): all at once, each agent in exactly one test.
 - External endpoints (spec.externalEndpoints, external/endpoints.py) join after the mesh: each agent of the plan pulls
@@ -59,6 +62,7 @@ from .spec import BenchmarkSpec
 RTT = "rtt"
 FAMILY_NAMES = {"ipv4": "IPv4", "ipv6": "IPv6"}
 CONGESTION_PROTOCOLS = ("builtin", "iperf3")  # movers that set the congestion control; the others keep the default
+MEMORY_TO_MEMORY = ("memory", "memory")
 
 
 @dataclass(frozen=True, order=True)
@@ -70,6 +74,16 @@ class Setting:
     repeat: int = 0  # which of spec.repeats measurements of the setting (0 = the first or only one)
     family: str = "ipv4"  # the IP version the test runs over (spec.addressFamilies)
     optimized: bool = False  # spec.optimize: each link's streams x files come from its advice (streams None)
+    storage: tuple[str, str] = MEMORY_TO_MEMORY  # (source's, destination's): where the files are read and written
+
+    @property
+    def on_disk(self) -> bool:
+        """An end reads or writes its disk path (spec.storage disk)."""
+        return self.storage != MEMORY_TO_MEMORY
+
+    def storage_request(self) -> dict[str, str]:
+        """The agent's `storage` of a transfer request and of its record: {source, destination}."""
+        return {"source": self.storage[0], "destination": self.storage[1]}
 
     @property
     def key(self) -> str:
@@ -79,6 +93,8 @@ class Setting:
             key += f"/{self.congestion}"
         if self.family != "ipv4":  # IPv4 keys as before IPv6: a run resumed across the upgrade keeps its tests
             key += f"/{self.family}"
+        if self.on_disk:  # memory to memory keys as before disk mode, for the same reason
+            key += f"/{self.storage[0]}-{self.storage[1]}"
         if self.repeat:
             key += f"#{self.repeat}"
         return f"loopback/{key}" if self.loopback else key
@@ -114,6 +130,8 @@ class Plan:
     # the pairs left out of them: (source, destination, family, reason)
     family_rounds: tuple[tuple[str, tuple[tuple[tuple[int, int], ...], ...]], ...] = ()
     family_skipped: tuple[tuple[str, str, str, str], ...] = ()
+    # spec.storage disk: the agents whose disk path's ceilings (fio) are measured, all at once, before round 0
+    ceiling_agents: tuple[int, ...] = ()
 
     @property
     def rounds_per_setting(self) -> int:
@@ -202,17 +220,46 @@ def lower_bound(n: int) -> int:
     return -(-n * (n - 1) // half)
 
 
+def storage_settings(spec: BenchmarkSpec) -> tuple[tuple[str, str], ...]:
+    """The (source, destination) storages a file mover is measured in (spec.storage): [memory] memory to memory,
+    [disk] disk to disk, both: the four ends' combinations, so each end's storage tax shows beside the papers'
+    figure (memory to memory first, disk to disk last)."""
+    if spec.storage == ("memory",):
+        return (MEMORY_TO_MEMORY,)
+    if spec.storage == ("disk",):
+        return (("disk", "disk"),)
+    return (MEMORY_TO_MEMORY, ("disk", "memory"), ("memory", "disk"), ("disk", "disk"))
+
+
+CEILING_JOBS_MAX = 256  # the agent's limit of fio jobs (agent ceilings.MAX_CONCURRENCY)
+CEILING_BYTES = (2**20, 2**30)  # bytes each fio job writes and reads: the file size, within these bounds
+CEILING_DATASET_BYTES = 256 * 2**20  # a dataset's files vary in size: this much per job
+CEILING_SECONDS = 60  # at most, per phase (write, then read)
+
+
+def ceilings_request(spec: BenchmarkSpec) -> dict[str, int]:
+    """The body of the agents' POST /api/v1/storage/ceilings (fio, sequential 1 MiB blocks, O_DIRECT): a job per
+    file in flight (spec.concurrency), each writing then reading about a file's size."""
+    size = spec.file_set.size or CEILING_DATASET_BYTES
+    return {"concurrency": min(spec.concurrency, CEILING_JOBS_MAX),
+            "size": max(CEILING_BYTES[0], min(size, CEILING_BYTES[1])),
+            "runtime_seconds": min(CEILING_SECONDS, spec.timeout_seconds)}
+
+
 def settings_for(spec: BenchmarkSpec) -> tuple[Setting, ...]:
     """Per address family: RTT first (it is quick and its result goes with every measurement of the pair), then
-    protocol x streams x congestion control; with spec.repeats = K, K passes over those settings one after another
-    (repeat 0, 1, ...), so a setting's repeats are spread over the run rather than back to back (a passing
-    disturbance hits one of them). With spec.optimize a file mover has one setting, `optimized` (key
-    `<protocol>/auto`): each link's streams x files are chosen when its test starts (run/executor.py, the advice)."""
+    storage x protocol x streams x congestion control; with spec.repeats = K, K passes over those settings one
+    after another (repeat 0, 1, ...), so a setting's repeats are spread over the run rather than back to back (a
+    passing disturbance hits one of them). With spec.optimize a file mover has one setting, `optimized` (key
+    `<protocol>/auto`): each link's streams x files are chosen when its test starts (run/executor.py, the advice).
+    Storage (storage_settings) applies to the file movers; iperf3 moves no file and is measured once."""
     out = []
     for f in spec.address_families:
         out += [Setting(RTT, family=f)] if spec.latency else []
-        out += [Setting(p, s, congestion=c, repeat=r, family=f, optimized=s is None)
-                for r in range(spec.repeats) for p in spec.protocols
+        out += [Setting(p, s, congestion=c, repeat=r, family=f, optimized=s is None, storage=st)
+                for r in range(spec.repeats)
+                for st in storage_settings(spec) for p in spec.protocols
+                if p in TPC_PROTOCOLS or st == MEMORY_TO_MEMORY
                 for s in ((None,) if spec.optimize is not None and p in TPC_PROTOCOLS else spec.streams)
                 for c in (spec.congestion_control if p in CONGESTION_PROTOCOLS and spec.congestion_control
                           else (None,))]
@@ -538,6 +585,7 @@ def plan(
         skipped=tuple(skipped),
         loopback=loopback,
         loopback_agents=tuple(involved) if loopback is not None and rounds else (),
+        ceiling_agents=tuple(involved) if spec.uses_disk and rounds else (),
         externals=externals,
         external_rounds=external_rounds,
         problems=problems,
@@ -558,6 +606,9 @@ def _external_rounds(spec: BenchmarkSpec, names: Sequence[str], labels: Mapping[
                             f"the endpoint)")
         else:
             kept.append(e)
+    if kept and all(s.on_disk for s in settings if s.protocol in TPC_PROTOCOLS):
+        problems.append(f"external endpoints {', '.join(e.name for e in kept)} are left out: they are measured "
+                        f"memory to memory only, and spec.storage has no memory")
     n = len(names)
     out: list[tuple[int, tuple[tuple[int, int], ...]]] = []
     site_of = _site_indices(names, labels, spec.site_label) if spec.round_policy == "siteExclusive" else []
@@ -565,7 +616,7 @@ def _external_rounds(spec: BenchmarkSpec, names: Sequence[str], labels: Mapping[
     for si, setting in enumerate(settings):
         pairs = []
         for k, e in enumerate(kept):
-            if e.protocol != setting.protocol:
+            if e.protocol != setting.protocol or setting.on_disk:  # disk mode: between agents only
                 continue
             for a in range(n):
                 if e.is_source:

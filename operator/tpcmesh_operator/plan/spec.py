@@ -32,6 +32,7 @@ DIRECTIONS = ("both", "aToB", "bToA")
 CONCURRENCY_POLICIES = ("Forbid", "Replace")
 DESTINATIONS = ("store", "sink")
 LOOPBACK_PROTOCOLS = ("iperf3", "builtin")
+STORAGES = ("memory", "disk")  # spec.storage: where the file movers' test files are read from and written to
 
 DEFAULT_SCHEDULE = "@every 12h"
 DEFAULT_STREAMS = (8, 1)
@@ -165,6 +166,7 @@ class BenchmarkSpec:
     streams: tuple[int, ...] = DEFAULT_STREAMS
     congestion_control: tuple[str, ...] = ()  # spec.tcp.congestionControl; empty: the nodes' default
     address_families: tuple[str, ...] = ("ipv4",)  # spec.addressFamilies: each a setting of its own (plan/planner.py)
+    storage: tuple[str, ...] = ("memory",)  # spec.storage: memory and/or disk (planner.storage_settings)
     concurrency: int = DEFAULT_CONCURRENCY
     file_set: FileSet = field(default_factory=FileSet)
     destination: str = "store"
@@ -183,6 +185,11 @@ class BenchmarkSpec:
     loss_probe: LossProbe = field(default_factory=LossProbe)  # the always-on TWAMP-light mesh: plan/lossprobe.py
     successful_runs_history_limit: int = 3
     failed_runs_history_limit: int = 1
+
+    @property
+    def uses_disk(self) -> bool:
+        """Some tests read or write the nodes' disk paths (spec.storage has disk)."""
+        return "disk" in self.storage
 
 
 def _get(d: Mapping[str, Any], key: str, path: str, types: type | tuple[type, ...], default: Any) -> Any:
@@ -282,6 +289,7 @@ SPEC_FIELDS = tuple(sorted((
     "streams", "tcp", "concurrency", "fileSet", "destination", "timeoutSeconds", "retries", "repeats", "thresholds",
     "results", "concurrencyPolicy", "successfulRunsHistoryLimit", "failedRunsHistoryLimit", "roundPolicy",
     "siteLabel", "auth", "externalEndpoints", "addressFamilies", "optimize", "optimizeBounds", "lossProbe",
+    "storage",
 )))
 
 
@@ -318,6 +326,7 @@ def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
     if uses_iperf3 and iperf3_seconds >= timeout_seconds:
         raise SpecError(f"{path}.iperf3.durationSeconds",
                         f"{iperf3_seconds} s must be shorter than {path}.timeoutSeconds ({timeout_seconds} s)")
+    storage = _storage(d.get("storage"), f"{path}.storage", protocols, destination, path)
 
     return BenchmarkSpec(
         schedule=schedule,
@@ -334,6 +343,7 @@ def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
         streams=streams,
         congestion_control=_congestion_control(d.get("tcp"), f"{path}.tcp"),
         address_families=_address_families(d.get("addressFamilies"), f"{path}.addressFamilies"),
+        storage=storage,
         concurrency=_int(d, "concurrency", path, DEFAULT_CONCURRENCY, 1, 1000),
         file_set=file_set,
         destination=destination,
@@ -525,6 +535,29 @@ def _address_families(d: Any, path: str) -> tuple[str, ...]:
     return tuple(d)
 
 
+def _storage(d: Any, path: str, protocols: list[str], destination: str, spec_path: str) -> tuple[str, ...]:
+    """spec.storage: memory and/or disk, default [memory] (the papers' method). Disk applies to the file movers
+    and writes on the destination, so it needs one of them in spec.protocols and spec.destination store."""
+    if d is None:
+        return ("memory",)
+    if not isinstance(d, list) or not d:
+        raise SpecError(path, f"expected a non-empty list of {' and/or '.join(STORAGES)} (e.g. [disk] or "
+                              f"[memory, disk]), got {d!r}")
+    for i, s in enumerate(d):
+        if s not in STORAGES:
+            raise SpecError(f"{path}[{i}]", f"must be one of {', '.join(STORAGES)}, got {s!r}")
+    if len(set(d)) != len(d):
+        raise SpecError(path, "must not repeat a storage")
+    if "disk" in d:
+        if not any(p in TPC_PROTOCOLS for p in protocols):
+            raise SpecError(path, f"disk applies to the file movers ({', '.join(TPC_PROTOCOLS)}): "
+                                  f"{spec_path}.protocols has none of them")
+        if destination != "store":
+            raise SpecError(path, f"disk writes the files on the destination's disk: it needs {spec_path}.destination "
+                                  f"store, not {destination}")
+    return tuple(d)
+
+
 CONGESTION_NAME = re.compile(r"^[a-z0-9_]{1,15}$")
 
 
@@ -586,6 +619,8 @@ def to_dict(s: BenchmarkSpec) -> dict[str, Any]:
         out["tcp"] = {"congestionControl": list(s.congestion_control)}
     if s.address_families != ("ipv4",):
         out["addressFamilies"] = list(s.address_families)
+    if s.storage != ("memory",):
+        out["storage"] = list(s.storage)
     if s.agent_selector:
         out["agentSelector"] = {"matchLabels": dict(s.agent_selector)}
     if s.node_selector:

@@ -1,8 +1,8 @@
 """Client of the agent control API (HTTPS + bearer token, TLS verified against a CA file) and the Agent record.
 
-The executor only needs `AgentsClient`'s five calls; errors come as `AgentUnavailable` (cannot reach it: connection
-refused, TLS, timeout, 5xx) or `AgentRejected` (the agent answered 4xx; `status` and the JSON body kept), and
-`AgentBusy` for 409 (another test is running there).
+The executor only needs `AgentsClient`'s calls (ports.AgentsAPI); errors come as `AgentUnavailable` (cannot reach
+it: connection refused, TLS, timeout, 5xx) or `AgentRejected` (the agent answered 4xx; `status` and the JSON body
+kept), and `AgentBusy` for 409 (another test is running there).
 """
 
 from __future__ import annotations
@@ -162,6 +162,10 @@ class AgentsClient(OwnsHttpClient):
         except AgentRejected:
             return None
         return rec if isinstance(rec, dict) else None
+
+    async def storage_ceilings(self, agent: Agent, request: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """POST /api/v1/storage/ceilings: fio on the agent's disk path ({write_bps, read_bps, ...}, bytes/s)."""
+        return await self._call(agent, "POST", "/api/v1/storage/ceilings", dict(request), timeout=timeout)
 
     async def probe_rtt(self, agent: Agent, host: str, port: int, count: int) -> dict[str, Any]:
         return await self._call(agent, "POST", "/api/v1/probes/rtt", {"host": host, "port": port, "count": count})

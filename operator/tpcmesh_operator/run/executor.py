@@ -64,16 +64,16 @@ from ..external.access import CredentialSource
 from ..external.runner import ExternalRunner
 from ..plan import maintenance
 from ..plan.optimizer import LinkTuner, Tuning
-from ..plan.planner import RTT, Plan, Setting, Test, plan
+from ..plan.planner import RTT, Plan, Setting, Test, ceilings_request, plan
 from ..plan.spec import BenchmarkSpec
 from ..protocols import TOKEN_PROTOCOLS, TPC_PROTOCOLS
 from . import meshhealth
-from .agents import Agent, AgentRejected, AgentUnavailable
+from .agents import Agent, AgentError, AgentRejected, AgentUnavailable
 from .batch import ingest_batch
 from .book import RunBook
 from .delivery import DeliveryFailed
 from .hosttelemetry import add_source_host
-from .measurements import failed_measurement, measurement_from_record, now_iso, rtt_measurement
+from .measurements import add_storage, failed_measurement, measurement_from_record, now_iso, rtt_measurement
 from .outbox import encoded_size as status_size_bytes
 from .outbox import migrate
 from .outboxdelivery import OutboxDelivery
@@ -93,8 +93,10 @@ from .ports import (  # re-exported: the executor's interface is run/executor.py
 )
 from .probing import probe_pair
 from .status import (
+    MAX_ERROR_CHARS,
     TERMINAL,
     book_test,
+    ceilings_entry,
     finish_round,
     get_rtt,
     initial_status,
@@ -267,6 +269,8 @@ class RunExecutor:
                         await self.delivery.with_room(functools.partial(
                             self._record_failure, t, test_id(self.run.run_uid, t.key, 0), reason, now_iso()))
         await self._prepare_filesets()
+        if int(st.get("currentRound", 0)) == 0 and p.ceiling_agents:
+            await self._measure_ceilings()
         if self.plan is not None and self.plan.externals:
             await self.externals.prepare(self.plan, self._frozen, self._set_manifest)
         for i in range(int(st.get("currentRound", 0)), p.num_rounds):
@@ -345,21 +349,27 @@ class RunExecutor:
                                                                               TPC_PROTOCOLS):
             return
         st = self.status
-        todo = [a for n, a in self._frozen.items() if st["filesets"].get(n) != "ready"]
+        disk = st.setdefault("diskFilesets", {}) if self.spec.uses_disk else None  # spec.storage disk: node -> state
+        todo = [a for n, a in self._frozen.items()
+                if st["filesets"].get(n) != "ready" or (disk is not None and disk.get(n) != "ready")]
 
         # mesh: the run's agents, the only host certificates the agents' GridFTP servers then admit (the agent's
         # daemons/gridmap.py)
         request = {**self.spec.file_set.request(), "mesh": sorted(self._frozen)}
 
         async def one(agent: Agent) -> None:
-            try:
-                answer = await self.agents_client.prepare_fileset(agent, request, timeout=self.options.fileset_timeout)
-                st["filesets"][agent.node] = "ready"
-                self._set_manifest = self._set_manifest or answer
-            except (AgentUnavailable, AgentRejected) as e:
-                st["filesets"][agent.node] = e.message
-                self.book.event("Warning", "FileSetFailed",
-                                f"File set {self.spec.file_set.name} failed on {agent.node}: {e.message}")
+            if st["filesets"].get(agent.node) != "ready":
+                try:
+                    answer = await self.agents_client.prepare_fileset(agent, request,
+                                                                      timeout=self.options.fileset_timeout)
+                    st["filesets"][agent.node] = "ready"
+                    self._set_manifest = self._set_manifest or answer
+                except (AgentUnavailable, AgentRejected) as e:
+                    st["filesets"][agent.node] = e.message
+                    self.book.event("Warning", "FileSetFailed",
+                                    f"File set {self.spec.file_set.name} failed on {agent.node}: {e.message}")
+            if disk is not None and disk.get(agent.node) != "ready":  # after the memory set: one write at a time
+                disk[agent.node] = await self._prepare_disk_set(agent) or "ready"
 
         if not todo and self.plan is not None and self.plan.externals and self._set_manifest is None:
             todo = [a for a in self._frozen.values() if st["filesets"].get(a.node) == "ready"][:1]  # resumed: names
@@ -371,6 +381,52 @@ class RunExecutor:
             if not work.done():  # stopped while the agents write their files: they finish them on their own
                 work.cancel()
                 await asyncio.gather(work, return_exceptions=True)
+            await self.book.save(force=True)
+
+    async def _prepare_disk_set(self, agent: Agent) -> str | None:
+        """POST the file set with storage disk to ``agent``: written, checksummed and left cold (flushed, out of the
+        page cache) on its disk path; again before each test that reads it, so every test starts from the device.
+        Why not (the agent's 422 names the node and the path), or None."""
+        try:
+            await self.agents_client.prepare_fileset(agent, {**self.spec.file_set.request(), "storage": "disk"},
+                                                     timeout=self.options.fileset_timeout)
+        except (AgentUnavailable, AgentRejected) as e:
+            self.book.event("Warning", "FileSetFailed",
+                            f"Disk file set {self.spec.file_set.name} failed on {agent.node}: {e.message}")
+            return e.message
+        return None
+
+    async def _measure_ceilings(self) -> None:
+        """spec.storage disk: each agent's disk read and write ceilings (fio on its disk path), all agents at once
+        (each on its own disk) before round 0, as the loopback round measures each agent alone. A node that cannot
+        (no usable disk path, no room, fio failed) is named in an Event and status.ceilings; the run goes on."""
+        assert self.plan is not None
+        st = self.status
+        done = st.setdefault("ceilings", {})
+        todo = [self._frozen[n] for n in (self.plan.agents[i] for i in self.plan.ceiling_agents) if n not in done]
+        request = ceilings_request(self.spec)
+
+        async def one(agent: Agent) -> None:
+            try:
+                answer = await self.agents_client.storage_ceilings(agent, request,
+                                                                   timeout=2 * request["runtime_seconds"] + 60)
+                entry = ceilings_entry(test_id(self.run.run_uid, f"ceilings:{agent.node}", 0), agent.node, answer)
+            except (AgentError, KeyError, TypeError, ValueError) as e:  # refused, failed, or no figures in the answer
+                why = e.message if isinstance(e, AgentError) else f"no ceilings in the agent's answer ({e!r})"
+                async with self.book.lock:
+                    done[agent.node] = why[:MAX_ERROR_CHARS]
+                self.book.event("Warning", "StorageCeilingsFailed",
+                                f"Storage ceilings of {agent.node} were not measured: {why}")
+                return
+            async with self.book.lock:
+                done[agent.node] = {"readGbps": entry["disk_read_gbps"], "writeGbps": entry["disk_write_gbps"]}
+                st.setdefault("outbox", []).append(entry)
+                st["undelivered"] = len(st["outbox"])
+                self._room.booked(entry)
+                await self.book.save()
+
+        if todo and not self.stopping:
+            await asyncio.gather(*(one(a) for a in todo))
             await self.book.save(force=True)
 
     async def _run_test(self, test: Test) -> None:
@@ -413,11 +469,20 @@ class RunExecutor:
                                                f"file set {self.spec.file_set.name} not ready on {node}: {fs}",
                                                started, rtt, tuning=tuning)
                     return
+        if test.setting.storage[0] == "disk":  # the source's disk set, made cold again for this test
+            disk = (self.status.get("diskFilesets") or {}).get(test.source)
+            why = disk if disk != "ready" else await self._prepare_disk_set(src)
+            if why:
+                await self._record_failure(test, test_id(self.run.run_uid, key, 0), f"disk file set "
+                                           f"{self.spec.file_set.name} not ready on {test.source}: {why}", started,
+                                           rtt, tuning=tuning)
+                return
         record, error, tid = await self.transfers.attempts(
             test, dst, lambda tid: self._request(test, src, dst, tid, tuning))
         if record is not None:
             m = measurement_from_record(record, test.source, test.destination, rtt,
                                         test.setting.repeat if self.spec.repeats > 1 else None, test.setting.family)
+            add_storage(m, test)
             await add_source_host(self.agents_client, src, dst.host(test.setting.family), m)
             if self._mode_of(test):
                 m["auth"] = self._mode_of(test)
@@ -452,6 +517,8 @@ class RunExecutor:
                                                              self.spec.timeout_seconds))
         if test.setting.congestion:
             request["congestion_control"] = test.setting.congestion
+        if test.setting.on_disk:
+            request["storage"] = test.setting.storage_request()
         return request
 
     # -- bookkeeping
@@ -485,7 +552,8 @@ class RunExecutor:
             if gbps is not None and test.setting.loopback:
                 metrics.set_series(metrics.LOOPBACK, (test.source, test.setting.protocol), (test.source,),
                                    self._bench_key, gbps * 1e9)
-            elif gbps is not None and test.setting.protocol != RTT:
+            elif gbps is not None and test.setting.protocol != RTT and not test.setting.on_disk:
+                # the network's figure (memory to memory): a disk test's would overwrite it under the same labels
                 metrics.set_series(metrics.LAST_THROUGHPUT, (test.source, test.destination, test.setting.protocol,
                                                              str(m.get("streams") or test.setting.streams)),
                                    (test.source, test.destination), self._bench_key, gbps * 1e9)

@@ -41,6 +41,13 @@ def measurement_from_record(
     return m
 
 
+def add_storage(m: dict[str, Any], test: Test) -> None:
+    """A disk-mode test's `storage` ({source, destination}) on its row, where the agent's record has none (a test
+    that failed before the agent had one): the dashboard keys the grid cell by it."""
+    if test.setting.on_disk:
+        m.setdefault("storage", test.setting.storage_request())
+
+
 def _add_family(m: dict[str, Any], family: str) -> None:
     if family != "ipv4":
         m["address_family"] = family
@@ -61,6 +68,7 @@ def failed_measurement(
     if test.setting.congestion:
         m["congestion_control"] = test.setting.congestion
     _add_family(m, test.setting.family)
+    add_storage(m, test)
     if test.setting.protocol != RTT:
         if spec.repeats > 1:
             m["repeat"] = test.setting.repeat

@@ -49,6 +49,14 @@ def loopback_entry(m: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "loopback", **{k: m.get(k) for k in keep}, "loopback_gbps": m.get("throughput_gbps")}
 
 
+def ceilings_entry(mid: str, node: str, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's disk ceilings (the agent's POST /api/v1/storage/ceilings, bytes/s) as they wait in the outbox: no
+    measurement but the node's `disk_read_gbps` and `disk_write_gbps`, sent in the batch's `nodes` like a loopback."""
+    return {"kind": "ceilings", "id": mid, "source": node, "destination": node,
+            "disk_read_gbps": round(float(answer["read_bps"]) * 8 / 1e9, 6),
+            "disk_write_gbps": round(float(answer["write_bps"]) * 8 / 1e9, 6)}
+
+
 def book_test(status: dict[str, Any], key: str, m: Mapping[str, Any]) -> bool:
     """Book one finished test and queue its measurement (pure). False if the key is already booked this round.
     A loopback test (source = destination) queues its figure only if it succeeded (loopback_entry)."""

@@ -214,6 +214,9 @@ class TransferRunner:
         if not isinstance(verify, bool):
             raise ApiError(422, "verify_checksums must be true or false")
         tokens = _tokens(body.get("tokens"), protocol)
+        if tokens is not None and storage.disk and protocol != "builtin":
+            raise ApiError(422, f"storage disk with tokens is built for builtin only (the {protocol} servers' token "
+                                "scopes name /sets and /incoming, not the disk path's /disk/...)")
         if protocol == "xrootd-root" and tokens is not None and (tokens.create or source_path == "/sets"):
             raise ApiError(422, "tokens apply to xrootd-root only as an external source's read token (tokens.read, "
                                 "with source.path; tokens.create null)")
@@ -236,7 +239,7 @@ class TransferRunner:
         if not storage.disk:
             return storage
         if protocol not in DISK_PROTOCOLS:
-            raise ApiError(422, f"storage disk is not built for {protocol} yet (disk mode: "
+            raise ApiError(422, f"storage disk is not built for {protocol} (it moves no file; disk mode: "
                                 f"{', '.join(DISK_PROTOCOLS)})")
         if external:
             raise ApiError(422, "storage disk applies between agents only (no source.path or remote_destination)")

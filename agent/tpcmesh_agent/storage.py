@@ -19,8 +19,10 @@ from pathlib import Path
 from . import memory
 
 STORAGES = ("memory", "disk")
-# protocols whose disk-mode data path is built (the built-in mover: O_DIRECT on both ends); the others come next
-DISK_PROTOCOLS = ("builtin",)
+# protocols whose disk-mode data path is built: the built-in mover (O_DIRECT on both ends), XRootD and GridFTP (their
+# servers reach the disk path through the data dir's disk/ links; the agent fsyncs what they land). iperf3 moves no
+# file.
+DISK_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp")
 
 
 class StorageRefused(ValueError):

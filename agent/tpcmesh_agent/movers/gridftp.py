@@ -66,6 +66,7 @@ from .external import (
     pull_external,
     run_program,
     short,
+    source_sets,
 )
 
 
@@ -134,7 +135,7 @@ class GridftpMover(Mover):
         local = self.local_hostport(job.source.host)
 
         async def pull(spec: FileSpec) -> FileResult:
-            src = f"{self.scheme}://{job.source.hostport()}/~/sets/{job.file_set}/{spec.name}"
+            src = f"{self.scheme}://{job.source.hostport()}/~{source_sets(job)}/{job.file_set}/{spec.name}"
             if dest is None:
                 return await self._sink(job, spec, src, deadline, progress, flags, env)
             dst = f"{self.scheme}://{local}/~{dest}/{spec.name}"

@@ -33,8 +33,9 @@ from .movers.base import (
     TransferJob,
     X509Credential,
 )
+from .movers.external import run_user_ids
 from .ssview import PeerSockets
-from .storage import DISK_PROTOCOLS, Storage, disk_problem, parse_storage, space_problem
+from .storage import DISK_PROTOCOLS, Storage, disk_problem, entry_problem, parse_storage, space_problem
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +248,15 @@ class TransferRunner:
             if destination != "store":
                 raise ApiError(422, "storage.destination disk needs destination 'store' (a sink writes nothing)")
             why = disk_problem(self.settings.node_name, self.settings.disk_dir)
+            if why:
+                raise ApiError(422, why)
+        ids = None  # the servers' user when it is not the agent's own (root drops to run_user)
+        if protocol != "builtin":
+            with contextlib.suppress(MoverUnavailable):  # no such user: the protocol is unavailable anyway
+                ids = run_user_ids(self.settings)
+        if ids is not None:
+            assert self.settings.disk_dir is not None
+            why = entry_problem(self.settings.node_name, self.settings.disk_dir, *ids)
             if why:
                 raise ApiError(422, why)
         return storage

@@ -78,6 +78,22 @@ def disk_problem(node: str, path: Path | None) -> str | None:
     return None
 
 
+def entry_problem(node: str, path: Path, uid: int, gid: int) -> str | None:
+    """Why the protocol servers' user (``uid``, ``gid``, no other groups: setpriv clears them) cannot reach ``path``
+    (search permission on it and every directory above it), or None. XRootD and GridFTP run as that user and
+    would only say "permission denied" mid-test."""
+    if uid == 0:
+        return None
+    for d in (path, *path.parents):
+        st = d.stat()
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+        if not (st.st_mode >> shift) & 0o1:
+            return (f"node {node}: disk path {path}: the protocol servers' user (uid {uid}) cannot enter {d} "
+                    f"(mode {st.st_mode & 0o7777:04o}, owner uid {st.st_uid}); let it in (o+x) or use the builtin "
+                    "protocol")
+    return None
+
+
 def space_problem(node: str, path: Path, needed: int, reserve: int) -> str | None:
     """Why writing ``needed`` bytes under ``path`` would eat into the reserve; None when it fits."""
     free = shutil.disk_usage(path).free

@@ -126,12 +126,22 @@ def test_a_disk_set_missing_on_the_source_fails_with_the_servers_reason(disk_ser
     assert rec["status"] == "failed" and "No such file" in rec["error"], rec["error"]
 
 
-def test_disk_mode_refusals_name_what_is_not_built(disk_servers):
+def test_disk_mode_refusals_name_what_cannot_be_done(disk_servers, pair_dir):  # noqa: F811
     src, dst, _ = disk_servers
     base = {"source": {"host": src.address, "port": src.ports["iperf3_port"]}, "file_set": {"count": 1, "size": 1}}
     r = dst.post("/api/v1/transfers", json={**base, "test_id": str(uuid.uuid4()), "protocol": "iperf3",
                                             "storage": "disk"})
     assert r.status_code == 422 and "storage disk is not built for iperf3 (it moves no file" in r.json()["error"]
+    # the servers' user (nobody) shut out of the disk path by a directory above it: named before anything runs
+    pair_dir.chmod(0o700)
+    try:
+        r = dst.post("/api/v1/transfers", json={**base, "test_id": str(uuid.uuid4()), "protocol": "gridftp",
+                                                "storage": {"destination": "disk"}})
+    finally:
+        pair_dir.chmod(0o755)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(f"node {dst.name}: disk path {pair_dir / 'dst'}: the protocol servers' user "
+                                        f"(uid 65534) cannot enter {pair_dir} (mode 0700")
 
 
 def _dirty_pages(path: Path) -> int:

@@ -158,7 +158,7 @@ test-agent: setup ## The agent's unit and integration tests (real agents on 127.
 
 # ---- agent movers (issue 2, part B: protocol servers and external movers) ----
 .PHONY: bench-movers
-bench-movers: setup ## Movers over loopback: iperf3, cp, built-in, XRootD HTTP-TPC/root://, GridFTP; XRootD HTTP-TPC token vs x509 vs none, agent vs curl (QUICK=1: smoke run; ONLY=movers|auth|disk: one table; disk: built-in disk→disk vs fio ceilings)
+bench-movers: setup ## Movers over loopback: iperf3, cp, built-in, XRootD HTTP-TPC/root://, GridFTP; XRootD HTTP-TPC token vs x509 vs none, agent vs curl (QUICK=1: smoke run; ONLY=movers|auth|disk: one table; disk: built-in, XRootD and GridFTP disk→disk vs fio ceilings)
 	$(PY) agent/bench/movers.py $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY)) --output BENCHMARKS.md
 
 # --- docs -------------------------------------------------------------------------------------------------------

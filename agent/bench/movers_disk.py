@@ -1,8 +1,11 @@
-"""`make bench-movers` disk rows: the built-in mover disk->disk between two real agents whose disk paths are on this
-machine's real disk (/var/tmp), with 1 and 8 streams, beside each disk's fio ceilings from the same run and iperf3.
-Files are read cold at the source (O_DIRECT) and written with O_DIRECT and fsync at the destination (agent/README.md,
-Disk mode). Both agents share one disk here, so the source's reads and the destination's writes compete for it:
-the ceiling each row is held to is min(source read, destination write, iperf3), each measured alone."""
+"""`make bench-movers` disk rows: each mover disk->disk (the built-in, XRootD HTTP-TPC and root://, GridFTP) between two
+real agents whose disk paths are on this machine's real disk (/var/tmp), with 1 and 8 streams, beside each disk's fio
+ceilings from the same run and iperf3. Files are read cold at the source (the built-in with O_DIRECT; the servers
+through the page cache, the set flushed and dropped from it before each test) and are on the destination's device
+before each file's end time (the built-in writes with O_DIRECT and fsyncs; the agent fsyncs what XRootD and GridFTP
+wrote; agent/README.md, Disk mode). Both agents share one disk here, so the source's reads and the destination's
+writes compete for it: the ceiling each row is held to is min(source read, destination write, iperf3), each measured
+alone."""
 
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ from typing import Any
 START, END = "<!-- bench-movers-disk:start -->", "<!-- bench-movers-disk:end -->"
 STREAMS = (1, 8)
 FILES = 4
+# mover -> (its row's name, the source agent's port setting)
+MOVERS = {"builtin": ("built-in", "builtin_port"), "xrootd-https": ("XRootD HTTP-TPC", "xrootd_https_port"),
+          "xrootd-root": ("XRootD root://", "xrootd_root_port"), "gridftp": ("GridFTP", "gridftp_port")}
 
 
 def ceilings(agent: Any, jobs: int, size: int) -> dict:
@@ -27,7 +33,7 @@ def ceilings(agent: Any, jobs: int, size: int) -> dict:
 
 
 def run_disk(args: Any, test_pki: Any, agents: list, stop: Any, size: int, repeats: int, log: Any) -> None:
-    from movers import RunStamp, write_section  # beside this script (agent/bench is not a package)
+    from movers import RunStamp, free_port, write_section  # beside this script (not a package)
 
     from tests.support.agents import start_agent
 
@@ -36,55 +42,60 @@ def run_disk(args: Any, test_pki: Any, agents: list, stop: Any, size: int, repea
     rows: list[str] = []
     goals: list[str] = []
     try:
+        base.chmod(0o755)  # the servers' user (nobody) must enter it
         pair = []
         for end in ("src", "dst"):
             (base / end).mkdir()
-            pair.append(start_agent(test_pki, protocols=("builtin", "iperf3"), log_level="WARNING",
-                                    disk_dir=base / end, disk_reserve_bytes="1G", budget_bytes=10**9))
+            pair.append(start_agent(test_pki, protocols=(*MOVERS, "iperf3"), run_user="nobody", log_level="WARNING",
+                                    disk_dir=base / end, disk_reserve_bytes="1G", budget_bytes=10**9,
+                                    xrootd_root_port=free_port(), xrootd_https_port=free_port()))
             agents.append(pair[-1])
         src, dst = pair
         log(f"Creating {FILES} x {size} bytes on the source agent's disk {base / 'src'}")
-        files = src.file_set(count=FILES, size=size, storage="disk")["files"]
+        # the destination is a mesh member: the source's GridFTP admits it (daemons/gridmap.py)
+        files = src.file_set(count=FILES, size=size, storage="disk", mesh=[dst.name])["files"]
         for streams in STREAMS:
             read = ceilings(src, streams, size)["read_bps"]
             write = ceilings(dst, streams, size)["write_bps"]
-            iperf, moved = [], []
+            iperf: list[float] = []
+            moved: dict[str, list[float]] = {m: [] for m in MOVERS}
             for _ in range(repeats):
                 rec = dst.transfer(timeout=120, protocol="iperf3", streams=streams, concurrency=1,
                                    source={"host": src.address, "port": src.ports["iperf3_port"]},
                                    file_set={"count": 1, "size": 1000}, destination="sink", timeout_seconds=30,
                                    duration_seconds=5)
                 iperf.append(rec["aggregate_gbps"] * 1e9 / 8 if rec["status"] == "succeeded" else 0.0)
-                src.file_set(count=FILES, size=size, storage="disk")  # cold again (flushed, out of the cache)
-                rec = dst.transfer(timeout=1200, test_id=str(uuid.uuid4()), protocol="builtin", streams=streams,
-                                   concurrency=1, source={"host": src.address, "port": src.builtin_port},
-                                   file_set={"count": FILES, "size": size}, files=files, storage="disk",
-                                   verify_checksums=False, timeout_seconds=1100)
-                if rec["status"] != "succeeded":
-                    log(f"    builtin disk->disk failed: {rec['error']}")
-                    continue
-                assert rec["storage"]["direct_write"], rec["storage"]
-                moved.append(rec["total_bytes"] / rec["wall_seconds"])
+                for mover, (_, port) in MOVERS.items():
+                    src.file_set(count=FILES, size=size, storage="disk")  # cold again (flushed, out of the cache)
+                    rec = dst.transfer(timeout=1200, test_id=str(uuid.uuid4()), protocol=mover, streams=streams,
+                                       concurrency=1, source={"host": src.address, "port": src.ports[port]},
+                                       file_set={"count": FILES, "size": size}, files=files, storage="disk",
+                                       verify_checksums=False, timeout_seconds=1100)
+                    if rec["status"] != "succeeded":
+                        log(f"    {mover} disk->disk failed: {rec['error']}")
+                        continue
+                    assert rec["storage"]["direct_write"] is (mover == "builtin"), rec["storage"]
+                    moved[mover].append(rec["total_bytes"] / rec["wall_seconds"])
             net = statistics.median(iperf)
             ceiling = min(read, write, net)
-            got = statistics.median(moved) if moved else None
-            ratio = f"{got / ceiling:.2f}" if got else "–"
-            log(f"  builtin disk->disk streams={streams}: {got and got / 1e6:.0f} MB/s; fio read {read / 1e6:.0f}, "
-                f"write {write / 1e6:.0f}, iperf3 {net / 1e6:.0f} MB/s")
-            rows.append(f"| built-in disk→disk | {streams} | {got / 1e6:.0f} | {read / 1e6:.0f} | {write / 1e6:.0f} "
-                        f"| {net / 1e6:.0f} | {ratio} |" if got else
-                        f"| built-in disk→disk | {streams} | failed | {read / 1e6:.0f} | {write / 1e6:.0f} | "
-                        f"{net / 1e6:.0f} | – |")
-            if got:
-                goals.append(f"{streams} stream(s): {got / ceiling:.2f} × the ceiling "
-                             f"({'met' if got >= 0.9 * ceiling else 'MISSED'})")
+            figures = f"{read / 1e6:.0f} | {write / 1e6:.0f} | {net / 1e6:.0f}"
+            for mover, (name, _) in MOVERS.items():
+                got = statistics.median(moved[mover]) if moved[mover] else None
+                log(f"  {mover} disk->disk streams={streams}: {got and got / 1e6:.0f} MB/s; fio read "
+                    f"{read / 1e6:.0f}, write {write / 1e6:.0f}, iperf3 {net / 1e6:.0f} MB/s")
+                rows.append(f"| {name} disk→disk | {streams} | {got / 1e6:.0f} | {figures} | {got / ceiling:.2f} |"
+                            if got else f"| {name} disk→disk | {streams} | failed | {figures} | – |")
+                if got and mover == "builtin":
+                    goals.append(f"{streams} stream(s): {got / ceiling:.2f} × the ceiling "
+                                 f"({'met' if got >= 0.9 * ceiling else 'MISSED'})")
     finally:
         for a in list(agents):
             stop(a)
         shutil.rmtree(base, ignore_errors=True)
     about = " ".join((__doc__ or "").split()).split(": ", 1)[1]
     header = (f"{about[0].upper()}{about[1:]} "
-              f"{'Quick run: ' if args.quick else ''}{FILES} files of {stamp.size_text} (SI), one at a time; "
+              f"{'Quick run: ' if args.quick else ''}{FILES} files of {stamp.size_text} (SI), one at a time, "
+              "each mover in turn after the same iperf3 run; "
               f"{'one run' if repeats == 1 else f'median of {repeats}'}; MB/s = SI wall-clock aggregate. fio: "
               "sequential 1 MiB, O_DIRECT, as many jobs as streams, the file size shared between them, on each "
               f"agent's disk path before its rows. {stamp.ended()}.")

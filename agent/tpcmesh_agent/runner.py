@@ -33,8 +33,9 @@ from .movers.base import (
     TransferJob,
     X509Credential,
 )
+from .movers.external import run_user_ids
 from .ssview import PeerSockets
-from .storage import DISK_PROTOCOLS, Storage, disk_problem, parse_storage, space_problem
+from .storage import DISK_PROTOCOLS, Storage, disk_problem, entry_problem, parse_storage, space_problem
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,9 @@ class TransferRunner:
         if not isinstance(verify, bool):
             raise ApiError(422, "verify_checksums must be true or false")
         tokens = _tokens(body.get("tokens"), protocol)
+        if tokens is not None and storage.disk and protocol != "builtin":
+            raise ApiError(422, f"storage disk with tokens is built for builtin only (the {protocol} servers' token "
+                                "scopes name /sets and /incoming, not the disk path's /disk/...)")
         if protocol == "xrootd-root" and tokens is not None and (tokens.create or source_path == "/sets"):
             raise ApiError(422, "tokens apply to xrootd-root only as an external source's read token (tokens.read, "
                                 "with source.path; tokens.create null)")
@@ -236,7 +240,7 @@ class TransferRunner:
         if not storage.disk:
             return storage
         if protocol not in DISK_PROTOCOLS:
-            raise ApiError(422, f"storage disk is not built for {protocol} yet (disk mode: "
+            raise ApiError(422, f"storage disk is not built for {protocol} (it moves no file; disk mode: "
                                 f"{', '.join(DISK_PROTOCOLS)})")
         if external:
             raise ApiError(422, "storage disk applies between agents only (no source.path or remote_destination)")
@@ -244,6 +248,15 @@ class TransferRunner:
             if destination != "store":
                 raise ApiError(422, "storage.destination disk needs destination 'store' (a sink writes nothing)")
             why = disk_problem(self.settings.node_name, self.settings.disk_dir)
+            if why:
+                raise ApiError(422, why)
+        ids = None  # the servers' user when it is not the agent's own (root drops to run_user)
+        if protocol != "builtin":
+            with contextlib.suppress(MoverUnavailable):  # no such user: the protocol is unavailable anyway
+                ids = run_user_ids(self.settings)
+        if ids is not None:
+            assert self.settings.disk_dir is not None
+            why = entry_problem(self.settings.node_name, self.settings.disk_dir, *ids)
             if why:
                 raise ApiError(422, why)
         return storage

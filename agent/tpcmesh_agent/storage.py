@@ -19,8 +19,10 @@ from pathlib import Path
 from . import memory
 
 STORAGES = ("memory", "disk")
-# protocols whose disk-mode data path is built (the built-in mover: O_DIRECT on both ends); the others come next
-DISK_PROTOCOLS = ("builtin",)
+# protocols whose disk-mode data path is built: the built-in mover (O_DIRECT on both ends), XRootD and GridFTP (their
+# servers reach the disk path through the data dir's disk/ links; the agent fsyncs what they land). iperf3 moves no
+# file.
+DISK_PROTOCOLS = ("builtin", "xrootd-https", "xrootd-root", "gridftp")
 
 
 class StorageRefused(ValueError):
@@ -73,6 +75,22 @@ def disk_problem(node: str, path: Path | None) -> str | None:
     kind = memory.filesystem_type(path)
     if kind in memory.MEMORY_FILESYSTEMS:
         return f"{where} is memory-backed ({kind}): a disk test there would measure memory"
+    return None
+
+
+def entry_problem(node: str, path: Path, uid: int, gid: int) -> str | None:
+    """Why the protocol servers' user (``uid``, ``gid``, no other groups: setpriv clears them) cannot reach ``path``
+    (search permission on it and every directory above it), or None. XRootD and GridFTP run as that user and
+    would only say "permission denied" mid-test."""
+    if uid == 0:
+        return None
+    for d in (path, *path.parents):
+        st = d.stat()
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+        if not (st.st_mode >> shift) & 0o1:
+            return (f"node {node}: disk path {path}: the protocol servers' user (uid {uid}) cannot enter {d} "
+                    f"(mode {st.st_mode & 0o7777:04o}, owner uid {st.st_uid}); let it in (o+x) or use the builtin "
+                    "protocol")
     return None
 
 

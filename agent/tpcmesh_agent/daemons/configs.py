@@ -42,6 +42,23 @@ PACKAGES: dict[str, str] = {
 
 # XRootD exports only the test sets (read) and the incoming area (written by pulls).
 EXPORTS = ("/sets", "/incoming")
+# Disk mode: the disk path's sets/ and incoming/ appear inside the data dir as disk/sets and disk/incoming (symlinks
+# the supervisor makes, disk_links), so every server keeps its one root (XRootD's oss.localroot, GridFTP's home) and
+# the memory-mode paths stay as they are; a disk test's URLs name /disk/sets/... and /disk/incoming/...
+DISK = "/disk"
+
+
+def disk_links(settings: Any) -> dict[Path, Path]:
+    """Link in the data dir -> the disk path's directory it stands for (none without a disk path)."""
+    if settings.disk_dir is None:
+        return {}
+    inside = Path(settings.data_dir) / DISK.lstrip("/")
+    return {inside / name: Path(settings.disk_dir) / name for name in ("sets", "incoming")}
+
+
+def _with_disk(settings: Any, *exports: str) -> tuple[str, ...]:
+    """``exports`` and, with a disk path, the same under DISK (e.g. "/sets r/o" and "/disk/sets r/o")."""
+    return (*exports, *(f"{DISK}{e}" for e in exports)) if settings.disk_dir is not None else exports
 # The identity XrdHttp gives the agent's own host certificate (through the gridmap): the only one that may use the
 # local HTTP-TPC instance, i.e. send the COPY that pulls a file into /incoming.
 AGENT_IDENTITY = "tpcagent"
@@ -111,7 +128,7 @@ def _local_only(settings: Any) -> list[str]:
 def xrootd_root_config(settings: Any, paths: XrootdPaths) -> str:
     """The public root:// instance: the test sets, read-only, as the source of native third-party copies (the
     destination runs ``xrdcp --server`` to pull; the source needs ofs.tpc for the rendezvous)."""
-    lines = _common_xrootd(settings, paths, settings.xrootd_root_port, exports=("/sets r/o",))
+    lines = _common_xrootd(settings, paths, settings.xrootd_root_port, exports=_with_disk(settings, "/sets r/o"))
     lines.append(_ROOT_TPC)
     return "\n".join(lines) + "\n"
 
@@ -121,7 +138,7 @@ def xrootd_root_tpc_config(settings: Any, paths: XrootdPaths) -> str:
     connections from the agent's own host (``xrd.allow``), and only a client holding the agent's sss key
     (``root_tpc_keytab``, made at each start) may use it: the key names it AGENT_IDENTITY, the one identity the
     authorization rules (``xrootd_authdb``) let write or read."""
-    lines = _common_xrootd(settings, paths, settings.xrootd_root_tpc_port, exports=("/incoming",))
+    lines = _common_xrootd(settings, paths, settings.xrootd_root_tpc_port, exports=_with_disk(settings, "/incoming"))
     lines += [
         _ROOT_TPC,
         *_local_only(settings),
@@ -170,7 +187,7 @@ def xrootd_https_config(settings: Any, paths: XrootdPaths) -> str:
     """The public xrootd-https instance: the test sets, read-only, over HTTPS (and plain HTTP on the same port) for
     peers to pull from. No HTTP-TPC handler: a COPY sent here is not understood."""
     port = settings.xrootd_https_port
-    lines = _common_xrootd(settings, paths, port, exports=("/sets r/o",))
+    lines = _common_xrootd(settings, paths, port, exports=_with_disk(settings, "/sets r/o"))
     lines += [*_xrootd_tls(paths, port), CHECKSUM]
     if settings.xrootd_token_issuer:
         lines += _token_authorization(paths)
@@ -183,7 +200,7 @@ def xrootd_tpc_config(settings: Any, paths: XrootdPaths) -> str:
     (``xrd.allow``), and only its own host certificate, mapped by the gridmap (``xrootd_gridmap``) to
     AGENT_IDENTITY, may write or read (``ofs.authorize`` with ``xrootd_authdb``)."""
     port = settings.xrootd_tpc_port
-    lines = _common_xrootd(settings, paths, port, exports=("/incoming",))
+    lines = _common_xrootd(settings, paths, port, exports=_with_disk(settings, "/incoming"))
     lines += [*_xrootd_tls(paths, port), CHECKSUM]
     lines += ["http.exthandler xrdtpc libXrdHttpTPC.so", *_local_only(settings)]
     if settings.xrootd_token_issuer:
@@ -245,10 +262,10 @@ def xrootd_private_ca_argv(bundle: Path, argv: list[str]) -> list[str]:
             *argv]
 
 
-def xrootd_authdb() -> str:
-    """XrdAcc rules of the local TPC instance: the agent's identity may do anything in /incoming; nobody else
-    anything."""
-    return f"u {AGENT_IDENTITY} /incoming a\n"
+def xrootd_authdb(settings: Any) -> str:
+    """XrdAcc rules of the local TPC instance: the agent's identity may do anything in /incoming (and the disk
+    path's, /disk/incoming); nobody else anything."""
+    return f"u {AGENT_IDENTITY} " + " ".join(f"{e} a" for e in _with_disk(settings, "/incoming")) + "\n"
 
 
 def xrootd_gridmap(agent_dn: str) -> str:
@@ -269,8 +286,14 @@ def xrootd_argv(protocol: str, port: int, paths: XrootdPaths, run_user: str | No
 
 def gridftp_restrict_paths(settings: Any) -> str:
     """What a GridFTP client may touch: the test sets (read), the incoming area (read and write) and /dev/null (write,
-    the sink). Nothing else of the host, whatever the server's user could open."""
-    return ",".join([f"R{settings.sets_dir}", f"RW{settings.incoming_dir}", "W/dev/null"])
+    the sink), and with a disk path its sets/ (read) and incoming/ (read and write), reached through the links of
+    disk_links (GridFTP follows a link only to an allowed path). Nothing else of the host, whatever the server's
+    user could open."""
+    paths = [f"R{settings.sets_dir}", f"RW{settings.incoming_dir}", "W/dev/null"]
+    for link, target in disk_links(settings).items():
+        # the link too: a missing file below it is then "No such file", not "Path not allowed"
+        paths += [f"{'R' if link.name == 'sets' else 'RW'}{p}" for p in (link, target)]
+    return ",".join(paths)
 
 
 def gridftp_argv(settings: Any, log_file: Path, anonymous_user: str, anonymous_group: str,

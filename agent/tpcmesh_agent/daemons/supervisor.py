@@ -174,6 +174,30 @@ class ServerSupervisor:
             # fsGroup), and the agent's user may not chmod it even to the mode it already has.
             if mode & 0o755 != 0o755:
                 d.chmod(mode | 0o755)
+        self._disk_links()
+
+    def _disk_links(self) -> None:
+        """Disk mode: data_dir/disk/{sets,incoming} -> the disk path's (configs.disk_links), so the servers reach the
+        disk files below their one root. Made only where the agent prepared the disk path (it never creates
+        disk_dir); the run user must be able to enter and read the disk path and its sets/ and incoming/, as for
+        the data dir. A link left by an earlier start to another disk path is replaced."""
+        links = configs.disk_links(self.settings)
+        if not links or not all(t.is_dir() for t in links.values()):
+            return
+        for target in {Path(self.settings.disk_dir), *links.values()}:
+            mode = target.stat().st_mode
+            if mode & 0o755 != 0o755:
+                try:
+                    target.chmod(mode | 0o755)
+                except OSError as e:  # not the agent's to change: the servers may then fail to read it
+                    log.warning("Could not let the protocol servers' user into the disk path %s: %s", target, e)
+        for link, target in links.items():
+            link.parent.mkdir(exist_ok=True)
+            if link.is_symlink() and os.readlink(link) == str(target):
+                continue
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(target, target_is_directory=True)
 
     def _xrootd_paths(self, name: str, tls: bool) -> configs.XrootdPaths:
         rt = self._runtime(name)
@@ -235,7 +259,7 @@ class ServerSupervisor:
             if name == configs.TPC_SERVERS["xrootd-root"]:
                 self._sss_keytab()
             if name in configs.TPC_SERVERS.values():
-                paths.authdb.write_text(configs.xrootd_authdb())
+                paths.authdb.write_text(configs.xrootd_authdb(self.settings))
             paths.config.write_text(build(self.settings, paths))
             argv = self._xrootd_argv(name, port, paths)
             return self._token_validation(paths, argv) if tokens else argv

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..daemons.configs import DISK
 from ..records import peak_from_samples
 from .base import FileResult, FileSpec, MoverUnavailable, TransferJob, run_files_concurrently
 
@@ -131,15 +132,67 @@ def prepare_destination(settings: Any, job: TransferJob, protocol: str) -> str:
     if job.destination_dir is None:
         raise MoverUnavailable(f"{protocol} writes through the local protocol server and supports only destination "
                                "'store' (use the builtin mover for 'sink')")
-    try:
-        rel = Path(job.destination_dir).resolve().relative_to(Path(settings.data_dir).resolve())
-    except ValueError as e:
-        raise MoverUnavailable(f"destination {job.destination_dir} is outside the data dir {settings.data_dir}") from e
+    path = served_path(settings, Path(job.destination_dir))
     job.destination_dir.mkdir(parents=True, exist_ok=True)
     ids = run_user_ids(settings)
     if ids is not None:
         os.chown(job.destination_dir, *ids)
-    return "/" + rel.as_posix()
+    return path
+
+
+def served_path(settings: Any, path: Path) -> str:
+    """``path`` as the protocol servers name it: below the data dir as it is (``/incoming/<test>``), below the disk
+    path under ``/disk`` (daemons.configs.disk_links: ``/disk/incoming/<test>``)."""
+    roots = [(Path(settings.data_dir), "")]
+    if settings.disk_dir is not None:
+        roots.insert(0, (Path(settings.disk_dir), DISK))
+    for root, prefix in roots:
+        try:
+            return prefix + "/" + path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    raise MoverUnavailable(f"destination {path} is outside the data dir {settings.data_dir}"
+                           + (f" and the disk path {settings.disk_dir}" if settings.disk_dir is not None else ""))
+
+
+def source_sets(job: TransferJob) -> str:
+    """The source's directory of test sets as its servers name it: ``/sets``, ``/disk/sets`` when the test reads
+    the source's disk copy, an external endpoint's own path."""
+    return f"{DISK}/sets" if job.storage.source == "disk" else job.source.path
+
+
+# Disk mode for the servers that write a TPC's file themselves (XRootD, GridFTP): neither has a setting that writes
+# around the page cache or syncs a file at its close (XRootD 5.5's default storage plug-in has none; GridFTP's
+# -sync-writes only flushes before restart markers, server-wide), so the agent fsyncs each received file before its
+# end time is taken, and the record says so (storage.fallback, direct_write false).
+LANDING_FALLBACK = "{server} writes through the page cache; the agent fsyncs each received file before its end time"
+
+
+LANDING_SERVERS = {"xrootd": "XRootD", "gridftp": "globus-gridftp-server"}
+
+
+async def land_on_disk(watch: FileWatch, result: FileResult, error: str | None, protocol: str) -> str | None:
+    """Disk mode, after a server wrote ``result``'s file: it is on the device (fsync) before its end time, which
+    moves to when that was so; the record names the fallback (LANDING_FALLBACK). Returns the file's error."""
+    result.write_fallback = LANDING_FALLBACK.format(server=LANDING_SERVERS[protocol.split("-")[0]])
+    if error is not None:
+        return error
+    try:
+        synced = await watch.synced()
+    except OSError as e:
+        return f"the received file could not be synced to the disk: {e.strerror or e}"
+    if result.finished_at is None or synced > result.finished_at:
+        result.finished_at = synced
+    return None
+
+
+def fsync_file(path: Path) -> None:
+    """Flush ``path``'s data to the device (whichever process wrote it: fsync covers the inode's dirty pages)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def finish_file(result: FileResult, spec: FileSpec, job: TransferJob, error: str | None) -> FileResult:
@@ -180,13 +233,17 @@ class FileWatch:
 
     INTERVAL = 0.02
 
-    def __init__(self, path: Path, size: int, progress: Any) -> None:
+    def __init__(self, path: Path, size: int, progress: Any, sync: bool = False) -> None:
         self.path, self.size, self.progress = path, size, progress
         self.reported = 0
         self.first_byte: datetime | None = None
         self.complete: datetime | None = None
         self.samples: list[tuple[float, int]] = []
         self._task: asyncio.Task | None = None
+        # disk mode (``sync``): an fsync started as soon as the file reached its size, while the client program
+        # still polls for the copy's end (xrdcp --tpc only: about 0.8 s), and its (mtime before, end time)
+        self.sync = sync
+        self._early: asyncio.Future | None = None
 
     def _poll(self) -> None:
         try:
@@ -198,6 +255,8 @@ class FileWatch:
             self.first_byte = t
         if n >= self.size and self.complete is None:
             self.complete = t
+            if self.sync:
+                self._early = asyncio.ensure_future(asyncio.to_thread(self._stamped_fsync))
         if n > self.reported:
             self.progress.add_bytes(n - self.reported)
             self.reported = n
@@ -216,6 +275,26 @@ class FileWatch:
         if self._task is not None:
             self._task.cancel()
         self._poll()
+
+    def _stamped_fsync(self) -> tuple[int, datetime] | None:
+        try:
+            before = self.path.stat().st_mtime_ns
+            fsync_file(self.path)
+        except OSError:  # gone (a failed copy): synced() says why, if it is asked
+            return None
+        return before, now()
+
+    async def synced(self) -> datetime:
+        """Disk mode, once the copy has ended: the file is fsynced (always once more here: the server may have
+        written after the early fsync began), and the time its bytes were on the device is returned: the early
+        fsync's end when the file was not modified after it began (same mtime), else now. OSError when it cannot
+        be synced."""
+        early = await self._early if self._early is not None else None
+        await asyncio.to_thread(fsync_file, self.path)
+        done = now()
+        if early is not None and self.path.stat().st_mtime_ns == early[0]:
+            return early[1]
+        return done
 
     def peak_bps(self) -> float | None:
         """The file's fastest growth over a window of at least 1 s (None when it grew for less than that)."""
@@ -247,11 +326,13 @@ async def run_client(argv: list[str], deadline: float, env: dict[str, str] | Non
 
 async def copy_one_file(argv: list[str], job: TransferJob, spec: FileSpec, deadline: float, progress: Any,
                         env: dict[str, str] | None = None, retry_crash: bool = False) -> FileResult:
-    """Store one file with a client program (xrdcp, globus-url-copy), timed by the stored file's growth."""
+    """Store one file with a client program (xrdcp, globus-url-copy), timed by the stored file's growth (and, on
+    disk, until it is fsynced)."""
     assert job.destination_dir is not None
     start = now()
     result = FileResult(name=spec.name, size=spec.size, started_at=start)
-    with FileWatch(job.destination_dir / spec.name, spec.size, progress) as watch:
+    disk = job.storage.destination == "disk"
+    with FileWatch(job.destination_dir / spec.name, spec.size, progress, sync=disk) as watch:
         proc = await (run_client if retry_crash else run_program)(argv, deadline, env=env)
     result.finished_at = now()
     watch.settle(result, start)
@@ -261,6 +342,8 @@ async def copy_one_file(argv: list[str], job: TransferJob, spec: FileSpec, deadl
         error = f"{argv[0]} exited with {proc.returncode}: {short(proc.stderr or proc.stdout)}"
     else:
         error = None
+    if disk:
+        error = await land_on_disk(watch, result, error, job.protocol)
     await asyncio.to_thread(finish_file, result, spec, job, error)
     progress.files_done += 1
     return result

@@ -1,7 +1,9 @@
 """GridFTP third-party copy: ``globus-url-copy -p <streams>`` from the source's GridFTP server to the local one.
 
 Both servers have their data dir as home, so URLs are ``gsiftp://host:port/~/sets/<set>/<name>`` (source) and
-``gsiftp://<local>:port/~/incoming/<test>/<name>`` (destination); the data flows server to server. gsiftp (the
+``gsiftp://<local>:port/~/incoming/<test>/<name>`` (destination), in disk mode ``~/disk/sets/...`` and
+``~/disk/incoming/...`` (daemons.configs.disk_links; the agent fsyncs each landed file, external.land_on_disk); the
+data flows server to server. gsiftp (the
 default): globus-url-copy authenticates to both servers with this agent's host certificate (a private copy in a
 temporary directory outside the data dir, as Globus insists on a key only its user can read) and ``-nodcau`` leaves
 the data channels plain TCP (integrity from the checksums). ``gridftp_security=anonymous``: ``ftp://`` without
@@ -66,6 +68,7 @@ from .external import (
     pull_external,
     run_program,
     short,
+    source_sets,
 )
 
 
@@ -134,7 +137,7 @@ class GridftpMover(Mover):
         local = self.local_hostport(job.source.host)
 
         async def pull(spec: FileSpec) -> FileResult:
-            src = f"{self.scheme}://{job.source.hostport()}/~/sets/{job.file_set}/{spec.name}"
+            src = f"{self.scheme}://{job.source.hostport()}/~{source_sets(job)}/{job.file_set}/{spec.name}"
             if dest is None:
                 return await self._sink(job, spec, src, deadline, progress, flags, env)
             dst = f"{self.scheme}://{local}/~{dest}/{spec.name}"

@@ -20,7 +20,7 @@ from ..daemons.configs import TPC_SERVERS
 from ..markers import MarkerParser
 from ..tokens import Expectation, refusal_reason
 from .base import BearerTokens, FileResult, FileSpec, Progress, TransferJob, run_files_concurrently, url_host
-from .external import FileWatch, finish_file, now, prepare_destination, short
+from .external import FileWatch, finish_file, land_on_disk, now, prepare_destination, short, source_sets
 from .remote_push import COPY_ERRORS, copy_error, push_file
 from .xrootd import XrootdMover
 
@@ -103,7 +103,7 @@ class XrootdHttpsMover(XrootdMover):
             return await run_files_concurrently(job, push)
 
     def source_url(self, job: TransferJob, spec: FileSpec) -> str:
-        return f"{self.source_scheme}://{job.source.hostport()}{job.source.path}/{job.file_set}/{spec.name}"
+        return f"{self.source_scheme}://{job.source.hostport()}{source_sets(job)}/{job.file_set}/{spec.name}"
 
     async def _copy(self, session: aiohttp.ClientSession, job: TransferJob, spec: FileSpec, dest: str,
                     deadline: float, progress: Progress) -> FileResult:
@@ -116,7 +116,8 @@ class XrootdHttpsMover(XrootdMover):
         assert job.destination_dir is not None
         # progress and peak from the file's growth: markers come every 5 s and, with several streams, count bytes
         # assigned to workers rather than received (XRootD writes the file in order, through its reorder buffer)
-        watch = FileWatch(job.destination_dir / spec.name, spec.size, progress)
+        disk = job.storage.destination == "disk"
+        watch = FileWatch(job.destination_dir / spec.name, spec.size, progress, sync=disk)
         remaining = deadline - time.monotonic()
         try:
             if remaining <= 0:
@@ -145,6 +146,8 @@ class XrootdHttpsMover(XrootdMover):
             error = copy_error(e, job, "COPY to the local XRootD")
         result.finished_at = now()
         result.peak_bps = watch.peak_bps()
+        if disk:
+            error = await land_on_disk(watch, result, error, job.protocol)
         await asyncio.to_thread(finish_file, result, spec, job, error)
         if result.bytes > watch.reported:
             progress.add_bytes(result.bytes - watch.reported)

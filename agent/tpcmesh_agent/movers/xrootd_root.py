@@ -39,6 +39,7 @@ from .external import (
     pull_external,
     run_client,
     short,
+    source_sets,
 )
 from .xrootd import XrootdMover
 
@@ -67,7 +68,7 @@ class XrootdRootMover(XrootdMover):
         env = {"XRD_CONNECTIONRETRY": "1", **xrdcp_sss_env(root_tpc_keytab(self.settings))}
 
         async def pull(spec: FileSpec) -> FileResult:
-            src = f"root://{job.source.hostport()}//sets/{job.file_set}/{spec.name}"
+            src = f"root://{job.source.hostport()}/{source_sets(job)}/{job.file_set}/{spec.name}"
             dst = f"root://{local}:{self.settings.xrootd_root_tpc_port}/{dest}/{spec.name}"
             argv = ["xrdcp", "--tpc", "only", "--force", "--nopbar", "--streams", str(job.streams), src, dst]
             return await copy_one_file(argv, job, spec, deadline, progress, env=env)

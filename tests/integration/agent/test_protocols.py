@@ -50,14 +50,16 @@ def pair(module_agent_factory):
     return start_pair(module_agent_factory, COUNT, SIZE)
 
 
-def check_tpc_record(rec: dict, files: list[dict], protocol: str, streams: int) -> None:
+def check_tpc_record(rec: dict, files: list[dict], protocol: str, streams: int, count: int = COUNT,
+                     size: int = SIZE) -> None:
+    """A stored test of ``count`` files of ``size`` bytes at concurrency ``count``, checked field by field."""
     _validator().validate(rec)
-    assert rec["status"] == "succeeded", rec
+    assert rec["status"] == "succeeded", (rec["error"], rec)
     assert rec["error"] is None
-    assert (rec["protocol"], rec["streams"], rec["concurrency"]) == (protocol, streams, COUNT)
+    assert (rec["protocol"], rec["streams"], rec["concurrency"]) == (protocol, streams, count)
     assert rec["destination_kind"] == "store"
-    assert rec["file_count"] == COUNT and rec["file_size"] == SIZE
-    assert rec["total_bytes"] == COUNT * SIZE
+    assert rec["file_count"] == count and rec["file_size"] == size
+    assert rec["total_bytes"] == count * size
     assert rec["checksum"] == "ok"
     by_name = {f["name"]: f for f in rec["files"]}
     assert sorted(by_name) == sorted(f["name"] for f in files)

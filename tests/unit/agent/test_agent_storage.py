@@ -9,7 +9,7 @@ import pytest
 from tpcmesh_agent.ceilings import CeilingError, FioPlan, parse_fio
 from tpcmesh_agent.config import SettingsError, load_settings
 from tpcmesh_agent.movers.builtin.client import split_ranges
-from tpcmesh_agent.storage import Storage, disk_problem, parse_storage, space_problem
+from tpcmesh_agent.storage import Storage, disk_problem, entry_problem, parse_storage, space_problem
 
 
 def test_storage_field():
@@ -71,3 +71,33 @@ def test_disk_settings(tmp_path):
         load_settings(base, {}).storage_dir("disk")
     with pytest.raises(SettingsError, match="disk_reserve_bytes -1 must be >= 0"):
         load_settings([*base, "--disk-reserve-bytes", "-1"], {})
+
+
+@pytest.fixture
+def open_dir():
+    """A directory everyone may enter, below /var/tmp (pytest's own tmp_path sits below a 0700 one)."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="tpcmesh-entry-", dir="/var/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_disk_path_the_servers_user_cannot_enter_is_named_with_the_directory_that_keeps_it_out(open_dir):
+    """XRootD and GridFTP run as run_user: a disk path below a directory it cannot search (mkdtemp's 0700) would
+    fail mid-test with "permission denied"; the agent names the directory up front."""
+    outer = open_dir / "outer"
+    disk = outer / "disk"
+    disk.mkdir(parents=True)
+    outer.chmod(0o700)
+    nobody = (65534, 65534)
+    assert entry_problem("dtn-a", disk, *nobody) == (
+        f"node dtn-a: disk path {disk}: the protocol servers' user (uid 65534) cannot enter {outer} (mode 0700, "
+        f"owner uid {outer.stat().st_uid}); let it in (o+x) or use the builtin protocol")
+    outer.chmod(0o711)
+    assert entry_problem("dtn-a", disk, *nobody) is None
+    assert entry_problem("dtn-a", disk, outer.stat().st_uid, 12345) is None  # the owner may enter its own
+    outer.chmod(0o700)
+    assert entry_problem("dtn-a", disk, 0, 0) is None  # root enters anything

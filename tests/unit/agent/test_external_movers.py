@@ -114,6 +114,15 @@ def test_destination_path_is_relative_to_the_data_dir(tmp_path):
     assert dest.is_dir()
 
 
+def test_a_disk_landing_is_named_under_disk_as_the_servers_reach_it(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data", disk_dir=tmp_path / "disk", run_user="nobody")
+    dest = tmp_path / "disk" / "incoming" / "abc"
+    assert prepare_destination(settings, _job(tmp_path, dest), "gridftp") == "/disk/incoming/abc"
+    assert dest.is_dir()
+    with pytest.raises(MoverUnavailable, match="outside the data dir .* and the disk path"):
+        prepare_destination(settings, _job(tmp_path, tmp_path / "elsewhere"), "gridftp")
+
+
 def test_finish_file_checks_size_and_checksum(tmp_path):
     (tmp_path / "good").write_bytes(b"hello")
     (tmp_path / "short").write_bytes(b"hel")

@@ -48,8 +48,29 @@ def test_local_tpc_instance_takes_only_the_agents_own_connections_and_certificat
                                                                          "xrd.allow host 127.0.0.1"]
     assert f"http.gridmap {tmp_path / 'gridmap'}" in lines
     assert "ofs.authorize 1" in lines and f"acc.authdb {tmp_path / 'authdb'}" in lines
-    assert configs.xrootd_authdb() == "u tpcagent /incoming a\n"
+    assert configs.xrootd_authdb(_settings()) == "u tpcagent /incoming a\n"
     assert configs.xrootd_gridmap("/O=tpcmesh/CN=node-1") == '"/O=tpcmesh/CN=node-1" tpcagent\n'
+
+
+def test_a_disk_path_adds_its_sets_and_incoming_under_disk_and_nothing_else(tmp_path):
+    """Disk mode: each server's one root (the data dir) reaches the disk path through disk/sets and disk/incoming;
+    without a disk path every configuration is as before (the tests above)."""
+    s = _settings(disk_dir=Path("/srv/disk"))
+    assert configs.disk_links(s) == {Path("/dev/shm/agent-x/disk/sets"): Path("/srv/disk/sets"),
+                                     Path("/dev/shm/agent-x/disk/incoming"): Path("/srv/disk/incoming")}
+    assert configs.disk_links(_settings()) == {}
+    paths = configs.XrootdPaths(tmp_path, tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca")
+    exports = {build.__name__: [line for line in _directives(build(s, paths)) if line.startswith("all.export")]
+               for build in (configs.xrootd_https_config, configs.xrootd_root_config, configs.xrootd_tpc_config,
+                             configs.xrootd_root_tpc_config)}
+    assert exports == {"xrootd_https_config": ["all.export /sets r/o", "all.export /disk/sets r/o"],
+                       "xrootd_root_config": ["all.export /sets r/o", "all.export /disk/sets r/o"],
+                       "xrootd_tpc_config": ["all.export /incoming", "all.export /disk/incoming"],
+                       "xrootd_root_tpc_config": ["all.export /incoming", "all.export /disk/incoming"]}
+    assert configs.xrootd_authdb(s) == "u tpcagent /incoming a /disk/incoming a\n"
+    assert configs.gridftp_restrict_paths(s) == (
+        "R/dev/shm/agent-x/sets,RW/dev/shm/agent-x/incoming,W/dev/null,R/dev/shm/agent-x/disk/sets,"
+        "R/srv/disk/sets,RW/dev/shm/agent-x/disk/incoming,RW/srv/disk/incoming")
 
 
 @pytest.mark.parametrize("subject", ["O=tpcmesh, CN=x", "/CN=node$", "/CN=node+", '/CN=a"b', "/CN=a\nb"])

@@ -80,8 +80,10 @@ def installed(enforcing, database):
 
 
 def probe_pod(name: str, node: str, target: str, port: int, labels: dict | None = None) -> dict:
-    """A pod that tries one TCP connection and says OPEN or CLOSED (3 s: a dropped SYN is never answered)."""
-    command = f"if nc -z -w 3 {target} {port}; then echo OPEN; else echo CLOSED; fi"
+    """A pod that tries one TCP connection and says OPEN, REFUSED or CLOSED (the SYN dropped: no answer in 3 s).
+    busybox's nc has no -z: once connected it waits for the server, which the outer timeout ends."""
+    command = (f"out=$(echo | timeout 6 nc -w 3 {target} {port} 2>&1); case \"$out\" in *'timed out'*) echo CLOSED;;"
+               " *refused*) echo REFUSED;; *) echo OPEN;; esac")
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
             "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                      "containers": [{"name": "probe", "image": BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
@@ -90,14 +92,14 @@ def probe_pod(name: str, node: str, target: str, port: int, labels: dict | None 
 
 def probe(core: client.CoreV1Api, probes: dict[str, tuple[str, dict]], timeout: float = 90) -> dict[str, str]:
     """Run every probe at once ({name: (namespace, pod)}); OPEN or CLOSED for each."""
-    for name, (ns, pod) in probes.items():
+    for ns, pod in probes.values():
         core.create_namespaced_pod(ns, pod)
     deadline, out = time.monotonic() + timeout, {}
     try:
         while len(out) < len(probes) and time.monotonic() < deadline:
             for name, (ns, _) in probes.items():
                 if name not in out and core.read_namespaced_pod(name, ns).status.phase in ("Succeeded", "Failed"):
-                    out[name] = core.read_namespaced_pod_log(name, ns).strip()
+                    out[name] = (core.read_namespaced_pod_log(name, ns).strip().splitlines() or [""])[-1]
             time.sleep(1)
     finally:
         for name, (ns, _) in probes.items():

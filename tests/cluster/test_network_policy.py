@@ -42,7 +42,7 @@ pytestmark = [
 NS, RELEASE = "tpcmesh-netpol", "np"
 OUTSIDE, INGRESS = "netpol-outside", "netpol-ingress"
 INGRESS_LABEL = {"tpcmesh.test/ingress-controller": "true"}
-DASHBOARD_PORT, AGENT_API_PORT = 8000, 9443
+DASHBOARD_PORT, AGENT_API_PORT = 8000, 9443  # the dashboard container's port, the chart's agent.ports.api
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +130,9 @@ def test_the_product_flows_pass_the_enforced_policies(enforcing, installed):
     """The operator reaches the dashboard's Service (what its delivery posts to) and every agent's control API;
     a namespace the ingress selector names reaches the dashboard."""
     dashboard = dashboard_pod(enforcing)
-    url = f"http://{RELEASE}-tpcmesh-dashboard.{NS}.svc:{DASHBOARD_PORT}/healthz"
-    code = f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=10).status)"
+    # the URL the operator delivers to (the dashboard's Service), from the operator's own environment
+    code = ("import os, urllib.request; url = os.environ['TPCMESH_OPERATOR_RESULTS_URL'] + '/healthz'; "
+            "print(urllib.request.urlopen(url, timeout=10).status)")
     assert in_operator(enforcing, code).strip() == "200"
     agents = [n.address for n in enforcing.nodes]
     code = ("import socket\n"

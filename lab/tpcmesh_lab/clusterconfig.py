@@ -229,8 +229,10 @@ NFQUEUE_ID = 100  # the netlink queue kube-network-policies reads the first pack
 def network_policy_manifests(image: str) -> list[dict]:
     """kube-network-policies (SIG Network's NetworkPolicy engine) as a DaemonSet on every node's network, as its
     own install.yaml has it but for the image (built here, tests/cluster/build-network-policies.sh) and the flags:
-    fail closed (no verdict while it is down: dropped), no NRI (containerd 1.6 has none here), no DNS-race
-    workaround (fixed in the kernel since 6.12), metrics on the node's loopback only."""
+    fail closed (no verdict while it is down: dropped), no NRI (containerd 1.6 has none here; v0.8.0 still tries
+    and logs one failed connection, then learns pod addresses from the API), no DNS-race workaround (fixed in the
+    kernel since 6.12), metrics on the node's loopback only. It leaves hostNetwork pods out of its pod-address
+    index, so the agents are not policed by it."""
     labels = {"k8s-app": "kube-network-policies"}
     name, meta = "kube-network-policies", {"namespace": "kube-system"}
     return [

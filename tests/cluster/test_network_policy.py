@@ -15,7 +15,9 @@ the same kind reaches CoreDNS's pod, which no policy selects, so a refused flow 
 
 Cost: `make test-netpol` (TPCMESH_TEST_NETPOL=1 turns enforcement on for the package's cluster, see
 tests/support/realcluster.py), apart from `make test`: the cluster without masquerading between pods is another
-cluster than the suite's.
+cluster than the suite's. 342 s on the shared 2-core machine: cluster up with the engine 232 s, install until Ready
+about 70 s, the probes 11 s, uninstall 28 s. In the suite's own cluster (once it runs the whole package enforcing)
+it would add the install, the probes and the uninstall: about 110 s.
 """
 
 from __future__ import annotations

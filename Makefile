@@ -33,6 +33,11 @@ LOAD ?= 2
 test-repeat: setup ## Find flakes: the modules that start real servers, N rounds (N=3) beside LOAD busy processes (LOAD=2); MODULES="..." to choose
 	$(PY) hack/test_repeat.py --times $(N) --load $(LOAD) $(MODULES)
 
+.PHONY: test-netpol
+test-netpol: setup control-plane ## the chart's NetworkPolicies enforced by kube-network-policies on the real 3-node cluster (root; apart from `make test`: a cluster without masquerading between pods)
+	tests/cluster/build-network-policies.sh
+	TPCMESH_TEST_NETPOL=1 $(PYTEST) tests/cluster/test_network_policy.py
+
 .PHONY: test-upgrade
 test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; apart from `make test`: ~9 min, +4 on a cold cache)
 	TPCMESH_TEST_UPGRADE=1 $(PYTEST) tests/cluster/test_real_cluster_upgrade.py

@@ -61,6 +61,7 @@ IMAGE_RELEASE = "trixie"
 DEFAULT_STATE = CACHE / "cluster"
 COREDNS_IMAGE = "localhost/tpcmesh-coredns:local"
 BUSYBOX_IMAGE = "localhost/tpcmesh-busybox:local"
+NETWORK_POLICY_IMAGE = "localhost/tpcmesh-kube-network-policies:local"
 NODE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "pause",
                  "coredns", "helm")
 NODE_PROGRAMS = ("containerd", "runc", "ctr", "buildah", "nsenter", "unshare", "iptables", "conntrack", "etcd")
@@ -71,9 +72,11 @@ class ClusterError(RuntimeError):
     """The cluster could not be started; the message names the step and, where there is one, the fix."""
 
 
-def missing_parts() -> list[str]:
-    """What this machine lacks for a real cluster, each with the fix."""
+def missing_parts(network_policies: bool = False) -> list[str]:
+    """What this machine lacks for a real cluster (with NetworkPolicy enforcement), each with the fix."""
     missing = [f"{b} (make control-plane)" for b in NODE_BINARIES if binary(b) is None]
+    if network_policies and binary("kube-network-policies") is None:
+        missing.append("kube-network-policies (tests/cluster/build-network-policies.sh)")
     missing += [f"{p} (hack/setup.sh installs it as root)" for p in NODE_PROGRAMS if shutil.which(p) is None]
     if not Path("/usr/lib/cni/bridge").exists():
         missing.append("the CNI plugins in /usr/lib/cni (apt-get install containernetworking-plugins)")
@@ -126,8 +129,9 @@ def binary_image(ref: str, root: dict[str, Path | str], entrypoint: list[str], a
     return archive
 
 
-def support_images() -> list[Path]:
-    """The sandbox image, CoreDNS and a busybox for tests, as OCI archives (made on first use)."""
+def support_images(network_policies: bool = False) -> list[Path]:
+    """The sandbox image, CoreDNS and a busybox for tests (and kube-network-policies), as OCI archives (made on
+    first use)."""
     pause, coredns = binary("pause"), binary("coredns")
     if pause is None or coredns is None:
         raise ClusterError("pause or coredns is not built: run `make control-plane`")
@@ -139,6 +143,12 @@ def support_images() -> list[Path]:
         root: dict[str, Path | str] = {"/bin/busybox": busybox}
         root |= {f"/bin/{a}": "busybox" for a in applets if a != "busybox"}
         out.append(binary_image(BUSYBOX_IMAGE, root, ["/bin/sh"], IMAGE_CACHE / "busybox.tar"))
+    if network_policies:
+        engine = binary("kube-network-policies")
+        if engine is None:
+            raise ClusterError("kube-network-policies is not built: run tests/cluster/build-network-policies.sh")
+        out.append(binary_image(NETWORK_POLICY_IMAGE, {"/kube-network-policies": engine},
+                                ["/kube-network-policies"], IMAGE_CACHE / "kube-network-policies.tar"))
     return out
 
 
@@ -160,6 +170,10 @@ class ClusterOptions:
     # Dual-stack nodes: each kubelet runs with --node-ip <IPv4>,<IPv6> (the lab gives every node both), so
     # hostNetwork pods (the agents) get both in status.podIPs. The pod network and Services stay IPv4.
     dual_stack: bool = True
+    # NetworkPolicy enforcement: kube-network-policies on every node, and pods keep their own addresses between
+    # nodes (no masquerading) so a policy sees which pod sent a packet. Off by default: the engine and its image
+    # cost start-up time, and nothing but the NetworkPolicy tests needs it.
+    network_policies: bool = False
 
 
 @dataclass
@@ -207,7 +221,7 @@ class Cluster:
     # -- up --------------------------------------------------------------------------------------------------
 
     def up(self) -> Cluster:
-        missing = missing_parts()
+        missing = missing_parts(self.options.network_policies)
         if missing:
             raise ClusterError("this machine lacks what a real cluster needs: " + "; ".join(missing))
         if self.options.nodes < 1:
@@ -218,11 +232,13 @@ class Cluster:
             self._start_lab()
             self._start_control_plane()
             images = list(self.options.images) if self.options.images is not None else (
-                support_images() + tpcmesh_images())
+                support_images(self.options.network_policies) + tpcmesh_images())
             for node in self.nodes:
                 self._start_node(node, images)
             self._wait_nodes_ready()
             self._start_dns()
+            if self.options.network_policies:
+                self._start_network_policies()
         except BaseException:
             self.close()
             raise
@@ -299,15 +315,16 @@ class Cluster:
                                        "options ndots:1\n")
         (d / "containerd.toml").write_text(cfg.containerd_config(
             str(d / "containerd/root"), str(d / "containerd/state"), str(node.socket), str(d / "cni/net.d")))
+        enforce = self.options.network_policies
         (d / "cni/net.d/10-tpcmesh.conflist").write_text(json.dumps(cfg.cni_conflist(
-            self.plan.pod_network(self.nodes.index(node)), str(d / "cni/ipam")), indent=1))
+            self.plan.pod_network(self.nodes.index(node)), str(d / "cni/ipam"), masquerade=not enforce), indent=1))
         (d / "kubelet.yaml").write_text(yaml.safe_dump(cfg.kubelet_config(
             address=node.address, runtime_socket=str(node.socket), ca_file=str(pki.ca_cert),
             tls_cert=str(node_pki.serving[0]), tls_key=str(node_pki.serving[1]), dns_ip=self.plan.dns_service_ip,
             resolv_conf=str(d / "resolv.conf"), pod_logs_dir=str(d / "pod-logs"))))
         (d / "kube-proxy.yaml").write_text(yaml.safe_dump(cfg.kube_proxy_config(
             kubeconfig=str(node_pki.proxy_kubeconfig), node_name=node.name, address=node.address,
-            pod_supernet=str(self.plan.pod_supernet))))
+            pod_supernet=str(self.plan.pod_supernet), masquerade_all=not enforce)))
 
         # One mount namespace per node, shared by containerd and the kubelet (secret volumes the kubelet mounts
         # must be visible to containerd), with the node's hosts file; mounts made in it die with it.
@@ -385,6 +402,21 @@ class Cluster:
                         .get("availableReplicas"))
 
         _wait_for(available, timeout, "CoreDNS to become available", lambda: self.describe_pods("kube-system"))
+
+    def _start_network_policies(self, timeout: float = 120) -> None:
+        """kube-network-policies on every node (ClusterOptions.network_policies), Ready before any test pod."""
+        from kubernetes import client, utils
+
+        for doc in cfg.network_policy_manifests(NETWORK_POLICY_IMAGE):
+            utils.create_from_dict(self.client(), doc)
+
+        def ready() -> bool:
+            ds = self.plain(client.AppsV1Api(self.client()).read_namespaced_daemon_set, "kube-network-policies",
+                            "kube-system")["status"]
+            return ds.get("numberReady", 0) == len(self.nodes)
+
+        _wait_for(ready, timeout, "kube-network-policies to run on every node",
+                  lambda: self.describe_pods("kube-system"))
 
     # -- use -------------------------------------------------------------------------------------------------
 

@@ -80,14 +80,16 @@ state = "{state}"
 """
 
 
-def cni_conflist(pod_network: ipaddress.IPv4Network, ipam_dir: str) -> dict:
+def cni_conflist(pod_network: ipaddress.IPv4Network, ipam_dir: str, *, masquerade: bool = True) -> dict:
     """A bridge with host-local addresses from the node's pod /24; traffic leaving the /24 is masqueraded to the
-    node's address (replies then come back through the node, whichever node the peer is on)."""
+    node's address (replies then come back through the node, whichever node the peer is on). ``masquerade=False``
+    (NetworkPolicy enforcement) keeps the pod's own address: a policy on the receiving node must see which pod
+    sent the packet, and the delay line routes every pod /24 to its node, so replies find their way back."""
     return {
         "cniVersion": "1.0.0",
         "name": "tpcmesh",
         "plugins": [
-            {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
+            {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": masquerade, "hairpinMode": True,
              "ipam": {"type": "host-local", "dataDir": ipam_dir, "ranges": [[{"subnet": str(pod_network)}]],
                       "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
@@ -131,10 +133,13 @@ def kubelet_config(*, address: str, runtime_socket: str, ca_file: str, tls_cert:
     }
 
 
-def kube_proxy_config(*, kubeconfig: str, node_name: str, address: str, pod_supernet: str) -> dict:
+def kube_proxy_config(*, kubeconfig: str, node_name: str, address: str, pod_supernet: str,
+                      masquerade_all: bool = True) -> dict:
     """kube-proxy in iptables mode inside the node's namespace. masqueradeAll: a pod reaching a Service whose
-    endpoint sits on the same bridge gets its reply through the node (no br_netfilter needed). Conntrack limits
-    are left alone (they are this machine's, shared by every node)."""
+    endpoint sits on the same bridge gets its reply through the node (no br_netfilter needed); off with
+    NetworkPolicy enforcement, where the Service's endpoint must see the client pod's address (the bridge's
+    traffic then passes the node's netfilter hooks: bridge-nf-call-iptables is on in every new namespace here).
+    Conntrack limits are left alone (they are this machine's, shared by every node)."""
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
@@ -145,7 +150,7 @@ def kube_proxy_config(*, kubeconfig: str, node_name: str, address: str, pod_supe
         "metricsBindAddress": "127.0.0.1:10249",
         "mode": "iptables",
         "clusterCIDR": pod_supernet,
-        "iptables": {"masqueradeAll": True},
+        "iptables": {"masqueradeAll": masquerade_all},
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         "nodePortAddresses": [f"{address}/32"],
     }
@@ -215,4 +220,41 @@ def coredns_manifests(image: str, dns_ip: str, node_hosts: Sequence[tuple[str, s
          "spec": {"clusterIP": dns_ip, "selector": labels,
                   "ports": [{"name": "dns", "port": 53, "targetPort": 1053, "protocol": "UDP"},
                             {"name": "dns-tcp", "port": 53, "targetPort": 1053, "protocol": "TCP"}]}},
+    ]
+
+
+NFQUEUE_ID = 100  # the netlink queue kube-network-policies reads the first packets of connections from
+
+
+def network_policy_manifests(image: str) -> list[dict]:
+    """kube-network-policies (SIG Network's NetworkPolicy engine) as a DaemonSet on every node's network, as its
+    own install.yaml has it but for the image (built here, tests/cluster/build-network-policies.sh) and the flags:
+    fail closed (no verdict while it is down: dropped), no NRI (containerd 1.6 has none here; v0.8.0 still tries
+    and logs one failed connection, then learns pod addresses from the API), no DNS-race workaround (fixed in the
+    kernel since 6.12), metrics on the node's loopback only. It leaves hostNetwork pods out of its pod-address
+    index, so the agents are not policed by it."""
+    labels = {"k8s-app": "kube-network-policies"}
+    name, meta = "kube-network-policies", {"namespace": "kube-system"}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, **meta}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"tpcmesh:{name}"},
+         "rules": [{"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["list", "watch"]},
+                   {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                    "verbs": ["list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"tpcmesh:{name}"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"tpcmesh:{name}"},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}]},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "labels": labels, **meta},
+         "spec": {"selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": {
+                      "serviceAccountName": name, "hostNetwork": True,
+                      "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+                      "containers": [{
+                          "name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+                          "args": ["--hostname-override=$(NODE_NAME)", f"--nfqueue-id={NFQUEUE_ID}",
+                                   "--disable-nri", "--netfilter-bug-1766-fix=false",
+                                   "--metrics-bind-address=127.0.0.1:9080", "--v=2"],
+                          "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                          "securityContext": {"privileged": True}}]}}}},
     ]

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,16 +132,18 @@ class ClusterDatabase:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def for_cluster(host: str, subnet: str, pointer: Path | None = None) -> ClusterDatabase:
+def for_cluster(host: str, subnet: str, pointer: Path | None = None, also: Sequence[str] = ()) -> ClusterDatabase:
     """A server the cluster's pods reach on ``host`` (the lab's host address; pods leave their node masqueraded to
-    the node's address in ``subnet``), password-protected for that range, trust only over loopback. Its directory
-    is written to ``pointer`` (for stop_leftover)."""
+    the node's address in ``subnet``, or with their own address in the ranges ``also`` names where the cluster does
+    not masquerade), password-protected for those ranges, trust only over loopback. Its directory is written to
+    ``pointer`` (for stop_leftover)."""
     server, base = start_postgres({"listen_addresses": f"'127.0.0.1,{host}'"})
     if pointer is not None:
         pointer.write_text(f"{base}\n")
     password = secrets.token_hex(16)
     with open(server.datadir / "pg_hba.conf", "a") as f:
-        f.write(f"host all all {subnet} scram-sha-256\n")
+        for cidr in (subnet, *also):
+            f.write(f"host all all {cidr} scram-sha-256\n")
     subprocess.run([*server.psql(), "-c", f"ALTER USER {server.user} PASSWORD '{password}'; SELECT pg_reload_conf();"],
                    check=True, capture_output=True)
     return ClusterDatabase(server, base, f"postgres://{server.user}:{password}@{host}:{server.port}/postgres")

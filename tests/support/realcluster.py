@@ -34,12 +34,14 @@ def build_images() -> list[Path]:
 
 @pytest.fixture(scope="package")
 def real_cluster() -> Iterator[Cluster]:
-    missing = missing_parts()
+    # NetworkPolicy enforcement (make test-netpol): another cluster than the suite's (no masquerading between pods)
+    enforce = bool(os.environ.get("TPCMESH_TEST_NETPOL"))
+    missing = missing_parts(enforce)
     if missing:
         pytest.skip("a real cluster needs: " + "; ".join(missing))
-    images = support_images() + build_images()
+    images = support_images(enforce) + build_images()
     state = Path(tempfile.mkdtemp(prefix="tpcmesh-cluster-", dir="/var/tmp"))
-    cluster = Cluster(ClusterOptions(nodes=3, state_dir=state, images=images))
+    cluster = Cluster(ClusterOptions(nodes=3, state_dir=state, images=images, network_policies=enforce))
     try:
         cluster.up()
         yield cluster

@@ -314,7 +314,10 @@ def partition_table(now: datetime, log: Callable[[str], None] = lambda _: None) 
         cur.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
         indexes, fks = _index_defs(cur, TABLE), _fk_defs(cur, TABLE)
         cur.execute(f"ALTER TABLE {TABLE} RENAME TO {LEGACY}")
-        cur.execute(f"ALTER INDEX {TABLE}_pkey RENAME TO {LEGACY}_pkey")
+        # its key on id alone goes: a partition takes the partitioned key, (id, finished_at), built above
+        cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'p'", [LEGACY])
+        for (pkey,) in cur.fetchall():
+            cur.execute(f"ALTER TABLE {LEGACY} DROP CONSTRAINT {pkey}")
         for i, (name, _) in enumerate(indexes):
             if name != UNIQUE:  # the new table's indexes take their names
                 cur.execute(f"ALTER INDEX {name} RENAME TO {LEGACY}_{i}")

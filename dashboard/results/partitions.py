@@ -286,22 +286,24 @@ def partition_table(now: datetime, log: Callable[[str], None] = lambda _: None) 
     """Turn the unpartitioned measurement table into the partitioned one in place, keeping every row: the old
     table becomes the partition of everything before the month after next (``first``), attached as it is.
 
-    The heavy parts run first, without blocking reads or ingest: the unique index on (id, finished_at) the
-    partitioned key needs (built concurrently), and a CHECK that its rows are before ``first`` (validated under
-    SHARE UPDATE EXCLUSIVE), so ATTACH need not scan. Then one short transaction under an exclusive lock: rename
-    it, create the partitioned table with its indexes and keys, attach it. Rows from a wrong clock at or after
-    ``first`` (no CHECK then) move to the new partitions, and ATTACH scans the old table under the lock."""
+    The heavy parts run first, each its own transaction: the unique index on (id, finished_at) the partitioned key
+    needs (reads go on, writes wait for the build; not CONCURRENTLY: that waits for every older snapshot, and a
+    second dashboard pod waiting for `manage.py locked`'s lock holds one, a deadlock. An index of that name built
+    concurrently by hand beforehand is used as it is), then a CHECK that its rows are before ``first``, validated
+    under SHARE UPDATE EXCLUSIVE (reads and writes go on), so ATTACH need not scan. Then one short transaction
+    under an exclusive lock: rename it, create the partitioned table with its indexes and keys, attach it. Rows
+    from a wrong clock at or after ``first`` (no CHECK then) move to the new partitions, and ATTACH scans the old
+    table under the lock."""
     with connection.cursor() as cur:
         cur.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", [TABLE])
         if cur.fetchone()[0] == "p":
             return
         first = at(add_months(month_of(now), 2))
-        concurrently = "" if connection.in_atomic_block else "CONCURRENTLY"
         cur.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [UNIQUE])
         row = cur.fetchone()
-        if row and not row[0]:  # a concurrent build that failed leaves an invalid index
+        if row and not row[0]:  # a concurrent build (by hand) that failed leaves an invalid index
             cur.execute(f"DROP INDEX {UNIQUE}")
-        cur.execute(f"CREATE UNIQUE INDEX {concurrently} IF NOT EXISTS {UNIQUE} ON {TABLE} (id, finished_at)")
+        cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {UNIQUE} ON {TABLE} (id, finished_at)")
         cur.execute(f"SELECT EXISTS (SELECT 1 FROM {TABLE} WHERE finished_at >= {_literal(first)})")
         ahead = cur.fetchone()[0]
         cur.execute(f"ALTER TABLE {TABLE} DROP CONSTRAINT IF EXISTS {BOUND_CHECK}")

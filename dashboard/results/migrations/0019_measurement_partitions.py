@@ -21,8 +21,8 @@ def unpartition(apps, schema_editor):
 class Migration(migrations.Migration):
     """PostgreSQL: the measurement table becomes range-partitioned by finished_at, the old table attached in place
     as one partition (results.partitions); the tables pointing at it lose their database foreign keys (a
-    partitioned table's keys hold finished_at). Not atomic: the unique index the partitioned key needs is built
-    concurrently (reads and ingest go on), then the swap takes one short transaction."""
+    partitioned table's keys hold finished_at). Not atomic: the unique index the partitioned key needs and the
+    CHECK that spares ATTACH its scan are made in transactions of their own, then the swap takes one short one."""
 
     atomic = False
 

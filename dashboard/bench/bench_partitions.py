@@ -66,7 +66,8 @@ def generate(rows: int, days: int) -> None:
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("INSERT INTO results_cluster (name, created) VALUES ('default', now()) RETURNING id")
+        cur.execute("INSERT INTO results_cluster (name, created) VALUES ('default', now()) "
+                    "ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id")
         cluster = cur.fetchone()[0]
         cur.execute("INSERT INTO results_node (cluster_id, name, site, address, labels, first_seen, last_seen) "
                     "SELECT %s, 'n' || i, '', '', '{}', now(), now() FROM generate_series(0, 9) i", [cluster])
@@ -107,12 +108,18 @@ def main() -> int:
         generate(args.rows, args.days)
         print(f"generated {args.rows:,} measurements over {args.days} days in {time.perf_counter() - t:.1f} s")
 
+        from results import partitions
+
+        start = time.perf_counter()
+        upgrade = partitions.partition_table  # the migration's, with each step's time printed
+        partitions.partition_table = lambda now: upgrade(
+            now, log=lambda s: print(f"  {time.perf_counter() - start:5.2f} s  {s}"))
         took, read, write = probed(server.url, lambda: call_command("migrate", "results",
                                                                    "0019_measurement_partitions", verbosity=0))
         print(f"upgrade (migrate 0019): {took:.1f} s; a reader blocked at most {read * 1000:.0f} ms, "
               f"a writer {write * 1000:.0f} ms")
 
-        from results import partitions, rollups
+        from results import rollups
 
         t = time.perf_counter()
         today = datetime.now(UTC).date()

@@ -304,6 +304,7 @@ def partition_table(now: datetime, log: Callable[[str], None] = lambda _: None) 
         if row and not row[0]:  # a concurrent build (by hand) that failed leaves an invalid index
             cur.execute(f"DROP INDEX {UNIQUE}")
         cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {UNIQUE} ON {TABLE} (id, finished_at)")
+        log(f"Built {UNIQUE}.")
         cur.execute(f"SELECT EXISTS (SELECT 1 FROM {TABLE} WHERE finished_at >= {_literal(first)})")
         ahead = cur.fetchone()[0]
         cur.execute(f"ALTER TABLE {TABLE} DROP CONSTRAINT IF EXISTS {BOUND_CHECK}")
@@ -311,15 +312,17 @@ def partition_table(now: datetime, log: Callable[[str], None] = lambda _: None) 
             cur.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {BOUND_CHECK} CHECK (finished_at < {_literal(first)}) "
                         "NOT VALID")
             cur.execute(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT {BOUND_CHECK}")
-    log(f"Built {UNIQUE}; {'moving rows from a wrong clock' if ahead else 'CHECK validated'}.")
+    log("Rows from a wrong clock ahead: they move, ATTACH scans." if ahead else "CHECK validated.")
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
         indexes, fks = _index_defs(cur, TABLE), _fk_defs(cur, TABLE)
         cur.execute(f"ALTER TABLE {TABLE} RENAME TO {LEGACY}")
-        # its key on id alone goes: a partition takes the partitioned key, (id, finished_at), built above
+        # its key becomes (id, finished_at), on the index built above: ATTACH adopts a key's index, never a plain
+        # unique one (it would build another, under this lock)
         cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'p'", [LEGACY])
         for (pkey,) in cur.fetchall():
             cur.execute(f"ALTER TABLE {LEGACY} DROP CONSTRAINT {pkey}")
+        cur.execute(f"ALTER TABLE {LEGACY} ADD CONSTRAINT {LEGACY}_pkey PRIMARY KEY USING INDEX {UNIQUE}")
         for i, (name, _) in enumerate(indexes):
             if name != UNIQUE:  # the new table's indexes take their names
                 cur.execute(f"ALTER INDEX {name} RENAME TO {LEGACY}_{i}")
@@ -343,8 +346,10 @@ def partition_table(now: datetime, log: Callable[[str], None] = lambda _: None) 
             cur.execute(f"WITH moved AS (DELETE FROM {LEGACY} WHERE finished_at >= {_literal(first)} RETURNING *) "
                         f"INSERT INTO {TABLE} SELECT * FROM moved")
             log(f"Moved {cur.rowcount} row(s) finished after {first:%Y-%m-%d} to their partitions.")
+        log("Swapped; attaching.")
         cur.execute(f"ALTER TABLE {TABLE} ATTACH PARTITION {LEGACY} FOR VALUES FROM (MINVALUE) TO ({_literal(first)})")
         cur.execute(f"ALTER TABLE {LEGACY} DROP CONSTRAINT IF EXISTS {BOUND_CHECK}")
+        log("Attached.")
 
 
 def unpartition_table() -> None:

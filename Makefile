@@ -61,6 +61,10 @@ bench-planner: setup ## Mesh planner: planning time and rounds vs the lower boun
 bench-loss: setup ## Loss mesh at 100 agents, one run: an agent's probe CPU at 10 and 100 peers on loopback, then the archive's summary ingest rate (and server CPU) and the 100 × 100 loss grid p95 on PostgreSQL
 	$(PY) dashboard/bench/bench_loss.py
 
+.PHONY: bench-partitions
+bench-partitions: setup ## Partitioned archive (PostgreSQL): the in-place upgrade of 1 M unpartitioned measurements and the drop of the old table, with how long a reader and a writer were blocked
+	$(PY) dashboard/bench/bench_partitions.py
+
 LOSS ?= 0.01
 .PHONY: bench-loss-window
 bench-loss-window: setup ## Loss mesh (root): the loss reported over a long window on a lossy lab link vs its binomial interval (LOSS=0.01 percent; 1 h 55 min at 10 packets/s)

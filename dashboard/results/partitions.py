@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 TABLE = "results_measurement"
 DEFAULT = f"{TABLE}_default"
@@ -150,6 +150,7 @@ def create_month(start: date) -> int:
     name, lo, hi = month_name(start), at(start), at(add_months(start, 1))
     cols = _columns()
     with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")  # ATTACH waits for queries on the default one
         cur.execute(f"CREATE TABLE {name} (LIKE {TABLE} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)")
         cur.execute(f"WITH moved AS (DELETE FROM {DEFAULT} WHERE finished_at >= {_literal(lo)} AND finished_at < "
                     f"{_literal(hi)} RETURNING {cols}) INSERT INTO {name} ({cols}) SELECT {cols} FROM moved")
@@ -159,11 +160,22 @@ def create_month(start: date) -> int:
     return moved
 
 
-def create_ahead(now: datetime, ahead: int = AHEAD) -> list[str]:
+def busy(e: OperationalError) -> bool:
+    """The error is LOCK_TIMEOUT running out (lock_not_available): the next prune tries again."""
+    return getattr(e.__cause__, "pgcode", None) == "55P03"
+
+
+def create_ahead(now: datetime, ahead: int = AHEAD, log: Callable[[str], None] = lambda _: None) -> list[str]:
     """Create the months up to ``ahead`` after ``now``'s that are missing; their names."""
     made = []
     for start in months_to_create(partitions(), now, ahead):
-        create_month(start)
+        try:
+            create_month(start)
+        except OperationalError as e:
+            if not busy(e):
+                raise
+            log(f"Partition {month_name(start)} not created: the default partition stayed busy {LOCK_TIMEOUT}.")
+            break  # the months stay contiguous: the next prune goes on from here
         made.append(month_name(start))
     return made
 
@@ -258,7 +270,13 @@ def resume() -> list[Retired]:
 def retire_past(cutoff: datetime, log: Callable[[str], None] = lambda _: None) -> list[Retired]:
     out = resume()
     for p in past(partitions(), cutoff):
-        r = retire(p)
+        try:
+            r = retire(p)
+        except OperationalError as e:
+            if not busy(e):
+                raise
+            log(f"Partition {p.name} not dropped: the measurement table stayed busy {LOCK_TIMEOUT}.")
+            break  # oldest first: the next prune goes on from here
         log(f"Dropped partition {r.name}: {r.dropped} measurement(s), {r.moved} kept (moved to {DEFAULT}).")
         out.append(r)
     return out

@@ -236,7 +236,7 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
     report.late = _outside(_unprotected(report.raw_cutoff), span).count()
     report.awaiting = _unprotected(report.raw_cutoff).count() - report.late
     if parts:
-        report.created = partitions.create_ahead(now)
+        report.created = partitions.create_ahead(now, log=log)
     raw_since = horizon() or EPOCH
     for day in raw_days(_completed_start(raw_since), day_start(now)):
         rollups.roll_up(day, day)

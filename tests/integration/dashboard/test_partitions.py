@@ -236,3 +236,33 @@ def test_a_detached_partition_left_by_a_stopped_prune_is_finished(client, write_
     finally:
         migrate(BEFORE)
         latest()
+
+
+def test_a_busy_table_postpones_the_drop_to_the_next_prune(client, write_key, monkeypatch):
+    """A query holding the measurement table past LOCK_TIMEOUT: the prune drops nothing and fails nothing; the
+    next one, the table free, drops the month."""
+    import psycopg2
+    from results import partitions, retention
+
+    monkeypatch.setattr(partitions, "LOCK_TIMEOUT", "200ms")
+    first = min(p.lower for p in partitions.partitions() if p.lower)
+    now = partitions.at(partitions.add_months(first.date(), 1)) + timedelta(days=40)
+    policy = retention.Policy(raw_days=30, file_days=30)
+    ingest(client, write_key, [measurement("a", "b", finished=first + timedelta(days=3)),
+                               measurement("a", "b", finished=now)], ingested_at=datetime.now(UTC) - timedelta(hours=1))
+    s = connection.settings_dict
+    reader = psycopg2.connect(dbname=s["NAME"], user=s["USER"], host=s["HOST"], port=s["PORT"],
+                              password=s["PASSWORD"] or None)
+    try:
+        with reader.cursor() as cur:  # a long read, in a transaction still open
+            cur.execute("SELECT count(*) FROM results_measurement")
+        busy = retention.prune(now, policy)
+        assert busy.partitions == [] and partitions.month_name(first.date()) in layout()
+        reader.rollback()
+        done = retention.prune(now, policy)
+        assert done.partitions == [partitions.LEGACY, partitions.month_name(first.date())]
+        assert done.measurements == 1
+    finally:
+        reader.close()
+        migrate(BEFORE)
+        latest()

@@ -38,9 +38,6 @@ test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its im
 	TPCMESH_TEST_UPGRADE=1 $(PYTEST) tests/cluster/test_real_cluster_upgrade.py
 
 .PHONY: test-unit
-test-diagnosis: setup ## The WAN lab's injected causes, each labelled by the limit model (root; runs apart from `make test`: CPU quotas need a quiet machine)
-	TPCMESH_TEST_DIAGNOSIS=1 $(PYTEST) tests/integration/lab/test_lab_diagnosis.py
-
 test-unit: setup ## Run the fast unit tests only
 	$(PYTEST) tests/unit
 

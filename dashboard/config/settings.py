@@ -16,6 +16,7 @@ TPCMESH_DASHBOARD_* variables:
   RETENTION_RAW_DAYS   days raw measurements are kept (default 180) before `manage.py prune_archive` removes
                  them, whole UTC days at a time, after rolling them up into daily per-cell summaries (kept for good)
   RETENTION_FILE_DAYS  days per-file transfer rows are kept (default 30); at most RETENTION_RAW_DAYS in effect
+  RETENTION_LOSS_DAYS  days loss summaries are kept (default 30), by their period's start, whole UTC days
 DATABASE_URL: any dj-database-url URL (postgres://...); a SQLite file dashboard/db.sqlite3 when unset.
 """
 
@@ -60,6 +61,7 @@ def _days(name: str, default: int) -> int:
 
 RETENTION_RAW_DAYS = _days("RETENTION_RAW_DAYS", 180)
 RETENTION_FILE_DAYS = _days("RETENTION_FILE_DAYS", 30)
+RETENTION_LOSS_DAYS = _days("RETENTION_LOSS_DAYS", 30)
 # The whole ingest body is read at once; Django's own limit must not refuse it before our 413 does.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES
 

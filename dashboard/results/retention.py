@@ -8,6 +8,10 @@ transaction, so a prune stopped at any point leaves every day readable once, fro
 grid cell still shows (its PairLatest row) or that a found change points at stays, however old. Deletes go in
 batches, each its own short transaction, so a first prune of a years-old archive never holds one huge transaction.
 
+Loss summaries (one a minute per directed pair: ~14 M a day at 100 agents) go after ``loss_days`` by their period's
+start, in batches the same way, with the default cells (LossCell) whose newest period is that old: the grid no
+longer shows those. They are not rolled up: the pair page's loss plot reaches back ``loss_days``.
+
 On PostgreSQL the archive is partitioned by month (results.partitions): a month goes whole, its partition dropped,
 once all of it is past the age (its kept rows move out first), so a raw row there stays up to a month longer than
 the age (reads below the horizon use the rollups all the same). Rows outside the month partitions (the upgraded
@@ -41,7 +45,16 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from results import partitions, rollups, selectors
-from results.models import ArchiveHorizon, Change, DailyRollup, FileTransfer, Measurement, PairLatest
+from results.models import (
+    ArchiveHorizon,
+    Change,
+    DailyRollup,
+    FileTransfer,
+    LossCell,
+    LossSummary,
+    Measurement,
+    PairLatest,
+)
 
 BATCH = 5000  # measurements (or per-file rows) per delete transaction
 
@@ -57,15 +70,17 @@ class Policy:
 
     raw_days: int = 180
     file_days: int = 30
+    loss_days: int = 30
 
     def __post_init__(self) -> None:
-        for name in ("raw_days", "file_days"):
+        for name in ("raw_days", "file_days", "loss_days"):
             if getattr(self, name) < 1:
                 raise ValueError(f"retention {name} must be 1 or more, not {getattr(self, name)}")
 
     @classmethod
     def from_settings(cls) -> Policy:
-        return cls(raw_days=settings.RETENTION_RAW_DAYS, file_days=settings.RETENTION_FILE_DAYS)
+        return cls(raw_days=settings.RETENTION_RAW_DAYS, file_days=settings.RETENTION_FILE_DAYS,
+                   loss_days=settings.RETENTION_LOSS_DAYS)
 
     def raw_cutoff(self, now: datetime) -> datetime:
         """Raw measurements that finished before this go: the start of the day ``raw_days`` ago (whole days)."""
@@ -75,6 +90,10 @@ class Policy:
         """Per-file rows of measurements that finished before this go (never later than the raw cutoff)."""
         return max(day_start(now - timedelta(days=self.file_days)), self.raw_cutoff(now))
 
+    def loss_cutoff(self, now: datetime) -> datetime:
+        """Loss summaries whose period started before this go (whole days, as raw measurements)."""
+        return day_start(now - timedelta(days=self.loss_days))
+
 
 @dataclass
 class Report:
@@ -82,8 +101,10 @@ class Report:
 
     raw_cutoff: datetime
     file_cutoff: datetime
+    loss_cutoff: datetime
     measurements: int = 0
     files: int = 0
+    loss_summaries: int = 0
     kept: int = 0  # past the age but still shown by a grid cell or pointed at by a change
     late: int = 0  # past the age, delivered after their day was rolled up: kept raw, not in the rollups
     pruned_days: list[date] = field(default_factory=list)  # rolled up, then their raw rows removed
@@ -157,6 +178,11 @@ def old_files(cutoff: datetime) -> QuerySet[FileTransfer]:
     return FileTransfer.objects.filter(measurement__finished_at__lt=cutoff)
 
 
+def old_loss(cutoff: datetime) -> QuerySet[LossSummary]:
+    # by family too: the loss_window index (family, period_start) then finds each batch without a table scan
+    return LossSummary.objects.filter(family__in=(4, 6), period_start__lt=cutoff)
+
+
 def _delete_in_batches(select: Callable[[], QuerySet], batch: int, report: Report,
                        log: Callable[[str], None]) -> int:
     """Delete the rows ``select()`` gives, ``batch`` at a time, each batch one transaction; the number deleted.
@@ -198,7 +224,8 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
     measurements past their age; roll up the days completed since the last run (dry: find and count only)."""
     now = now or timezone.now()
     policy = policy or Policy.from_settings()
-    report = Report(raw_cutoff=policy.raw_cutoff(now), file_cutoff=policy.file_cutoff(now))
+    report = Report(raw_cutoff=policy.raw_cutoff(now), file_cutoff=policy.file_cutoff(now),
+                    loss_cutoff=policy.loss_cutoff(now))
     raw_since = horizon() or EPOCH
     report.pruned_days = list(raw_days(raw_since, report.raw_cutoff))
     report.kept = Measurement.objects.filter(finished_at__lt=report.raw_cutoff).count() - _unprotected(
@@ -215,6 +242,7 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
         report.measurements = unprotected.filter(Q(finished_at__gte=raw_since) | Q(rolled_up())).count()
         report.late = unprotected.count() - report.measurements
         report.awaiting = _unprotected(report.raw_cutoff).count() - unprotected.count()
+        report.loss_summaries = old_loss(report.loss_cutoff).count()
         return report
     for day in report.pruned_days:
         with transaction.atomic():
@@ -237,6 +265,8 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
     report.awaiting = _unprotected(report.raw_cutoff).count() - report.late
     if parts:
         report.created = partitions.create_ahead(now, log=log)
+    report.loss_summaries = _delete_in_batches(lambda: old_loss(report.loss_cutoff), batch, report, log)
+    LossCell.objects.filter(newest__lt=report.loss_cutoff).delete()
     raw_since = horizon() or EPOCH
     for day in raw_days(_completed_start(raw_since), day_start(now)):
         rollups.roll_up(day, day)

@@ -66,7 +66,7 @@ def cluster_named(name: str) -> Cluster:
     return cluster
 
 
-def _upsert_benchmark(cluster: Cluster, data: dict[str, Any]) -> Benchmark:
+def upsert_benchmark(cluster: Cluster, data: dict[str, Any]) -> Benchmark:
     bench, _ = Benchmark.objects.get_or_create(cluster=cluster, namespace=data["namespace"], name=data["name"])
     changed = []
     for key in ("uid", "spec", "thresholds"):
@@ -333,7 +333,7 @@ def ingest(batch: dict[str, Any], token: object = None) -> IngestResult:
     (nothing stored) when the batch writes a record of a cluster `token` may not write, or names a run of
     another cluster."""
     cluster = cluster_named(scope.batch_cluster(token, batch.get("cluster"), DEFAULT_CLUSTER))
-    bench = _upsert_benchmark(cluster, batch["benchmark"])
+    bench = upsert_benchmark(cluster, batch["benchmark"])
     run = _upsert_run(bench, batch["run"])
     measurements = batch["measurements"]
     names = {m["source"] for m in measurements} | {m["destination"] for m in measurements}

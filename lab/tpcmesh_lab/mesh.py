@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from tpcmesh_operator.credentials import pki
+import tpcmesh_operator.credentials.pki as pki
 from tpcmesh_operator.protocols import PROTOCOLS as ALL_PROTOCOLS
 from tpcmesh_operator.run.agents import DEFAULT_PORTS, Agent
 

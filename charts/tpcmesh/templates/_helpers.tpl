@@ -224,6 +224,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.dashboard.retention.rawDays | quote }}
 - name: TPCMESH_DASHBOARD_RETENTION_FILE_DAYS
   value: {{ .Values.dashboard.retention.fileDays | quote }}
+- name: TPCMESH_DASHBOARD_RETENTION_LOSS_DAYS
+  value: {{ .Values.dashboard.retention.lossDays | quote }}
 {{- if eq .Values.database.mode "external" }}
 - name: DATABASE_URL
   valueFrom:

@@ -153,10 +153,14 @@ def _insert(rows: list[list[Any]]) -> int:
 @transaction.atomic
 def ingest(body: dict[str, Any], summaries: list[dict[str, Any]], token: object = None) -> Result:
     """Store checked summaries of the batch's cluster (its nodes created when new, as the measurement ingest
-    does). Raises scope.OtherCluster (nothing stored) for a cluster the token may not write."""
+    does); with a benchmark, attach the batch's described nodes to it. Raises scope.OtherCluster (nothing stored) for a cluster the token may not write."""
     cluster = services.cluster_named(scope.batch_cluster(token, body.get("cluster"), DEFAULT_CLUSTER))
     names = {_name(s["node"]) for s in summaries} | {_name(s["peer"]) for s in summaries}
-    nodes = services.upsert_nodes([], names, cluster, token)
+    members = body.get("nodes") or [] if body.get("benchmark") else []
+    nodes = services.upsert_nodes(members, names, cluster, token)
+    if body.get("benchmark"):  # the probe mesh's members join its benchmark: its loss grid shows them at once
+        bench = services.upsert_benchmark(cluster, body["benchmark"])
+        bench.nodes.add(*(nodes[n["name"]] for n in members))
     now = timezone.now()
     unique: dict[tuple, list[Any]] = {}
     for s in summaries:

@@ -113,12 +113,14 @@ class ResultsClient(OwnsHttpClient):
         r = await self._post_authenticated(self.url, batch)
         return self._read(self.url, r, len(batch.get("measurements") or []))
 
-    async def post_loss(self, cluster: str, summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    async def post_loss(self, cluster: str, summaries: Sequence[Mapping[str, Any]],
+                        mesh: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """POST /api/v1/loss/ingest/ {cluster, summaries} (at most LOSS_MAX_BATCH; idempotent on node, peer,
         family and period), with the same token: {accepted, duplicates}, or BatchRejected (400/422, its errors
-        name the refused summaries by `index`), BatchTooLarge (413), DeliveryFailed (anything else)."""
+        name the refused summaries by `index`), BatchTooLarge (413), DeliveryFailed (anything else). `mesh`:
+        {benchmark, nodes} of the probe mesh, whose members the dashboard attaches to the benchmark."""
         url = self.url.removesuffix(INGEST_PATH) + LOSS_INGEST_PATH
-        r = await self._post_authenticated(url, {"cluster": cluster, "summaries": list(summaries)})
+        r = await self._post_authenticated(url, {"cluster": cluster, "summaries": list(summaries), **(mesh or {})})
         return self._read(url, r, len(summaries), ("accepted", "duplicates"), "loss summaries")
 
     async def _post_authenticated(self, url: str, body: Mapping[str, Any]) -> httpx.Response:

@@ -34,6 +34,7 @@ from ..config import Settings
 from ..plan import lossprobe as plan
 from ..plan.spec import BenchmarkSpec, SpecError, parse_spec
 from .agents import Agent, AgentError, AgentsClient
+from .batch import node_description
 from .delivery import LOSS_MAX_BATCH, BatchRejected, BatchTooLarge, DeliveryFailed
 from .driver import EventFn, results_client
 
@@ -72,7 +73,8 @@ class LossAgents(Protocol):
 class LossResults(Protocol):
     """The dashboard as a pass uses it (run/delivery.py's ResultsClient)."""
 
-    async def post_loss(self, cluster: str, summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
+    async def post_loss(self, cluster: str, summaries: Sequence[Mapping[str, Any]],
+                        mesh: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
 
 
 AgentsOf = Callable[[Benchmark, BenchmarkSpec], Awaitable[Sequence[Agent]]]
@@ -159,8 +161,22 @@ async def run_pass(me: Benchmark, probing: Iterable[Benchmark], agents_of: Agent
                 log.warning("Loss probe of %s on node %s: %s", me, agent.node, e)
 
     await asyncio.gather(*(one(a) for a in mine))
+    if results is not None and not release and mine:
+        await _send_members(me, mine, results, cluster, report)
     report.problems.sort()
     return report
+
+
+async def _send_members(me: Benchmark, mine: Sequence[Agent], results: LossResults, cluster: str,
+                        report: PassReport) -> None:
+    """The probe mesh's members to the dashboard, attached to the benchmark: its loss grid lists them before any
+    transfer ran (a benchmark may probe and never transfer). Each pass: members come and go."""
+    mesh = {"benchmark": {"namespace": me.namespace, "name": me.name},
+            "nodes": [node_description(a) for a in mine]}
+    try:
+        await results.post_loss(cluster, [], mesh)
+    except (DeliveryFailed, BatchRejected, BatchTooLarge) as e:
+        report.problems.append(f"the mesh's members were not sent to the dashboard: {e}")
 
 
 async def _configure(agent: Agent, agents: LossAgents, wanted: Mapping[str, Any], report: PassReport) -> bool:

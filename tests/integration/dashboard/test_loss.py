@@ -197,3 +197,18 @@ def test_the_cell_has_one_definition_in_sql_and_python(client, write_key, bench_
         4, datetime.now(UTC) - loss.DEFAULT_WINDOW, datetime.now(UTC), list(names))),
         key=lambda c: (ids[c["source"]], ids[c["destination"]]))
     assert python == stored
+
+
+def test_a_probe_mesh_names_its_benchmark_and_members_before_any_transfer(client, write_key):
+    """A loss-only benchmark: its members arrive with the summaries (or alone, summaries empty) and the loss grid
+    lists them at once; a batch without a benchmark attaches nothing."""
+    store(client, write_key, periods("x", "y", 2))
+    r = client.get("/api/v1/loss/grid/", {"benchmark": "mesh/probe-only"}, **auth(write_key))
+    assert r.status_code == 404, r.content  # no such benchmark yet
+    members = [{"name": "x", "site": "east"}, {"name": "y", "site": "west"}, {"name": "z"}]
+    body = {"benchmark": {"namespace": "mesh", "name": "probe-only"}, "nodes": members, "summaries": []}
+    assert post(client, body, write_key).json() == {"accepted": 0, "duplicates": 0}
+    r = client.get("/api/v1/loss/grid/", {"benchmark": "mesh/probe-only"}, **auth(write_key))
+    assert r.status_code == 200, r.content
+    assert [(n["name"], n["site"]) for n in r.json()["nodes"]] == [("x", "east"), ("y", "west"), ("z", "")]
+    assert {(c["source"], c["destination"]) for c in r.json()["cells"]} == {("x", "y")}

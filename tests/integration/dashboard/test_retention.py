@@ -139,3 +139,31 @@ def test_a_measurement_delivered_after_its_day_was_rolled_up_stays(client, write
     out = StringIO()
     call_command("prune_archive", stdout=out)
     assert "Kept 1 older measurement(s) delivered after their day was rolled up" in out.getvalue()
+
+
+def test_loss_summaries_go_after_their_own_age(client, write_key):
+    """Whole days by the period's start (lossDays=3: from June 12 on they stay), with the default cells of pairs
+    whose newest period is that old; the command's dry run counts them and removes nothing."""
+    from results import retention
+    from results.models import LossCell, LossSummary
+
+    from tests.support.dashboard import loss_summary
+
+    loss_cutoff = datetime(2026, 6, 12, tzinfo=UTC)
+    periods = {("a", "b"): [loss_cutoff - timedelta(minutes=1), loss_cutoff, NOW - timedelta(minutes=5)],
+               ("b", "a"): [loss_cutoff - timedelta(days=2), loss_cutoff - timedelta(minutes=1)]}  # silent since
+    summaries = [loss_summary(src, dst, t) for (src, dst), ts in periods.items() for t in ts]
+    r = client.post("/api/v1/loss/ingest/", json.dumps({"summaries": summaries}), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {write_key}")
+    assert r.status_code == 200, r.content
+    policy = retention.Policy(raw_days=10, file_days=3, loss_days=3)
+    assert policy.loss_cutoff(NOW) == loss_cutoff
+    cells_before = LossCell.objects.count()
+    assert retention.prune(NOW, policy, dry_run=True).loss_summaries == 3
+    assert LossSummary.objects.count() == 5
+    report = retention.prune(NOW, policy, batch=2)
+    assert report.loss_summaries == 3
+    assert sorted(LossSummary.objects.values_list("period_start", flat=True)) == [loss_cutoff,
+                                                                                   NOW - timedelta(minutes=5)]
+    # b -> a's newest period is before the cutoff: its default cell goes too, a -> b's stays
+    assert LossCell.objects.count() == cells_before - 1

@@ -125,6 +125,7 @@ class RecordingDashboard:
         self.max_batch = 1000  # more summaries in one request: 413, as an ingress's body limit answers
         self.refuse: set[tuple[str, str]] = set()
         self.requests: list[dict] = []
+        self.members: list[dict] = []
         self.stored: dict[tuple, dict] = {}
 
     async def acknowledged(self, node: str) -> int:
@@ -134,6 +135,9 @@ class RecordingDashboard:
 
     async def ingest(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if "benchmark" in body:  # a pass's mesh members (summaries empty): recorded apart, always taken
+            self.members.append(body)
+            return web.json_response({"accepted": 0, "duplicates": 0})
         nodes = {s["node"] for s in body["summaries"]}
         self.requests.append({"auth": request.headers.get("Authorization"), "body": body,
                               "acknowledged": {n: await self.acknowledged(n) for n in nodes}})
@@ -228,6 +232,11 @@ async def test_summaries_reach_the_dashboard_acknowledged_only_after_its_2xx(han
         pairs = {(s["node"], s["peer"]) for s in stored}
         everyone = {(x.name, y.name) for x in handles for y in handles if x is not y}
         assert pairs == everyone - {(a.name, c.name)}
+        # each pass also named the mesh's members, attached to the benchmark (a probe-only mesh's grid)
+        assert len(dash.members) == 4
+        assert all(m["benchmark"] == {"namespace": "default", "name": "mesh"} and m["summaries"] == []
+                   for m in dash.members), dash.members
+        assert {n["name"] for n in dash.members[-1]["nodes"]} == {h.name for h in handles}
         for s in stored:
             assert s["family"] == 4 and s["sent"] > 0 and s["lost"] == 0 and s["rtt_ms"]["median"] < 10
         refused = [r.getMessage() for r in caplog.records if "Dashboard refused the loss summary" in r.getMessage()]

@@ -8,8 +8,9 @@ from results import retention
 
 
 class Command(BaseCommand):
-    help = ("Roll up into daily per-cell summaries, then remove, per-file rows and raw measurements past their "
-            "retention age (TPCMESH_DASHBOARD_RETENTION_*); a grid cell's newest measurement stays however old.")
+    help = ("Roll up into daily per-cell summaries, then remove, per-file rows, raw measurements and loss "
+            "summaries past their retention age (TPCMESH_DASHBOARD_RETENTION_*); a grid cell's newest measurement "
+            "stays however old.")
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
@@ -29,6 +30,8 @@ class Command(BaseCommand):
         self.stdout.write(f"{verb} {report.files} per-file row(s) of measurements finished before "
                           f"{report.file_cutoff:%Y-%m-%d} and {report.measurements} measurement(s) finished before "
                           f"{report.raw_cutoff:%Y-%m-%d} (UTC).")
+        self.stdout.write(f"{verb} {report.loss_summaries} loss summar{'y' if report.loss_summaries == 1 else 'ies'} "
+                          f"of periods that began before {report.loss_cutoff:%Y-%m-%d} (UTC).")
         if report.removed:
             self.stdout.write("Rows removed: " + ", ".join(f"{k}: {v}" for k, v in sorted(report.removed.items())))
         if report.partitions:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from generated import sync
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
 from grafana_foundation_sdk.cog.builder import Builder
@@ -304,25 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=REPO, help="the repository to work on (default: this one)")
     args = ap.parse_args(argv)
     wanted = render()
-    out = args.root / OUT
-    stale = [p.relative_to(args.root) for p in out.glob("*.json") if p.relative_to(args.root) not in wanted]
-    drifted = [p for p, body in wanted.items()
-               if not (args.root / p).is_file() or (args.root / p).read_text() != body]
-    if args.check:
-        for p in drifted:
-            print(f"{p} is not what hack/grafana.py makes: run `make grafana`", file=sys.stderr)
-        for p in stale:
-            print(f"{p} is no dashboard hack/grafana.py makes: run `make grafana`", file=sys.stderr)
-        return 1 if drifted or stale else 0
-    out.mkdir(parents=True, exist_ok=True)
-    for p in stale:
-        (args.root / p).unlink()
-        print(f"removed {p}")
-    for p in drifted:
-        (args.root / p).write_text(wanted[p])
-        print(f"wrote {p}")
-    return 0
-
+    found = [p.relative_to(args.root) for p in (args.root / OUT).glob("*.json")]
+    stale = [p for p in found if p not in wanted]
+    return sync(args.root, wanted, check=args.check, made_by="hack/grafana.py", remake="make grafana", stale=stale,
+                stale_is="no dashboard")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from generated import sync
 
 REPO = Path(__file__).resolve().parent.parent
 REGISTRY = Path("manifests/protocols.yaml")
@@ -38,8 +39,10 @@ class RegistryError(ValueError):
 
 @dataclass(frozen=True)
 class Protocol:
+    """One entry of the registry, as load() checked it (the YAML's fields and their types: FIELDS)."""
+
     name: str
-    kind: str
+    kind: str  # one of KINDS
     description: str
     schemes: tuple[str, ...]
     streams: bool
@@ -218,17 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RegistryError, OSError, KeyError, yaml.YAMLError, json.JSONDecodeError) as e:
         print(f"hack/protocols.py: {e}", file=sys.stderr)
         return 2
-    drifted = [p for p, text in wanted.items()
-               if not (args.root / p).is_file() or (args.root / p).read_text() != text]
-    if args.check:
-        for p in drifted:
-            print(f"{p} is not what {REGISTRY} makes: run `make manifests`", file=sys.stderr)
-        return 1 if drifted else 0
-    for p in drifted:
-        (args.root / p).write_text(wanted[p])
-        print(f"wrote {p}")
-    return 0
-
+    return sync(args.root, wanted, check=args.check, made_by=str(REGISTRY), remake="make manifests")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .protocols import PROTOCOLS as ALL_PROTOCOLS
+from .subpath import Subpath
 
 ENV_PREFIX = "TPCMESH_AGENT_"
 GRIDFTP_SECURITY = ("gsi", "anonymous")
@@ -133,13 +134,8 @@ class Settings:
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING, ERROR"})
 
     # ---- derived -------------------------------------------------------------------------------------------
-    @property
-    def sets_dir(self) -> Path:
-        return self.data_dir / "sets"
-
-    @property
-    def incoming_dir(self) -> Path:
-        return self.data_dir / "incoming"
+    sets_dir = Subpath("data_dir", "sets")
+    incoming_dir = Subpath("data_dir", "incoming")
 
     def storage_dir(self, storage: str) -> Path:
         """The directory holding ``storage``'s files (sets/, incoming/): data_dir, or disk_dir for disk."""

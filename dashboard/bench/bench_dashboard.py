@@ -28,6 +28,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -293,26 +294,33 @@ def make_batch(b: int, size: int, tag: str) -> bytes:
                        "measurements": ms}).encode()
 
 
-def ingest_rate(base: str, key: str, batches: int, size: int, clients: int) -> tuple[float, int, float]:
-    """Measurements/s through POST /api/v1/ingest/ with `clients` concurrent posters: by wall time, and per
-    second of server CPU (gunicorn + PostgreSQL)."""
+def post_rate(url: str, key: str, bodies: list[bytes], clients: int,
+              count: Callable[[dict], int]) -> tuple[float, int, float]:
+    """Items/s POSTed to `url` by `clients` concurrent posters: by wall time, and per second of server CPU
+    (gunicorn + PostgreSQL). `count` checks a response and says how many items it took."""
     from concurrent.futures import ThreadPoolExecutor
 
-    bodies = [make_batch(b, size, f"c{clients}") for b in range(batches)]
-
     def post(body: bytes) -> int:
-        req = urllib.request.Request(f"{base}/api/v1/ingest/", data=body, method="POST",
+        req = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Authorization": f"Token {key}", "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=300) as r:
-            result = json.loads(r.read())
-        assert result["created"] == size, result
-        return size
+            return count(json.loads(r.read()))
 
     t0, cpu0 = time.perf_counter(), tree_cpu_seconds(*SERVER_PIDS)
     with ThreadPoolExecutor(clients) as pool:
         total = sum(pool.map(post, bodies))
     rate = total / (time.perf_counter() - t0)
     return rate, total, total / max(1e-9, tree_cpu_seconds(*SERVER_PIDS) - cpu0)
+
+
+def ingest_rate(base: str, key: str, batches: int, size: int, clients: int) -> tuple[float, int, float]:
+    """Measurements/s through POST /api/v1/ingest/ (post_rate)."""
+    def created(result: dict) -> int:
+        assert result["created"] == size, result
+        return size
+
+    bodies = [make_batch(b, size, f"c{clients}") for b in range(batches)]
+    return post_rate(f"{base}/api/v1/ingest/", key, bodies, clients, created)
 
 
 def write_section(text: str, start: str = START, end: str = END) -> None:

@@ -22,13 +22,12 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 
 from section import publish  # first: it puts the repository on the path
 
 # isort: split
-from bench_dashboard import DASHBOARD, SERVER_PIDS, get, start_archive, start_gunicorn, timings, tree_cpu_seconds
+from bench_dashboard import DASHBOARD, SERVER_PIDS, get, post_rate, start_archive, start_gunicorn, timings
 
 NODES = 100
 GRID_GOAL_MS = 100.0
@@ -98,22 +97,12 @@ def make_batches(n: int, start: datetime) -> list[bytes]:
 
 
 def ingest_rate(base: str, key: str, bodies: list[bytes], clients: int) -> tuple[float, int, float]:
-    """Summaries/s through POST /api/v1/loss/ingest/ by wall time, and per second of server CPU."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def post(body: bytes) -> int:
-        req = urllib.request.Request(f"{base}/api/v1/loss/ingest/", data=body, method="POST",
-                                     headers={"Authorization": f"Token {key}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=300) as r:
-            result = json.loads(r.read())
+    """Summaries/s through POST /api/v1/loss/ingest/ (post_rate)."""
+    def accepted(result: dict) -> int:
         assert result == {"accepted": BATCH, "duplicates": 0}, result
         return BATCH
 
-    t0, cpu0 = time.perf_counter(), tree_cpu_seconds(*SERVER_PIDS)
-    with ThreadPoolExecutor(clients) as pool:
-        total = sum(pool.map(post, bodies))
-    rate = total / (time.perf_counter() - t0)
-    return rate, total, total / max(1e-9, tree_cpu_seconds(*SERVER_PIDS) - cpu0)
+    return post_rate(f"{base}/api/v1/loss/ingest/", key, bodies, clients, accepted)
 
 
 def main() -> int:

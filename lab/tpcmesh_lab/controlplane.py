@@ -13,7 +13,6 @@ authorization is `Node,RBAC`.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import os
 import shutil
 import socket
@@ -29,6 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tpcmesh_operator.credentials.pki import CA_KEY_USAGE, cert_builder, subject_alt_names
 
 K8S_VERSION = os.environ.get("TPCMESH_K8S_VERSION", "v1.34.4")
 CACHE = Path(os.environ.get("TPCMESH_CACHE", Path.home() / ".cache" / "tpcmesh"))
@@ -79,15 +79,8 @@ def issue(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_
           ca: bool = False, server_names: list[str] | None = None, client: bool = False,
           days: int = 2) -> x509.Certificate:
     """A certificate for ``key``: a CA, a server (``server_names``: IPs and DNS names), a client, or both."""
-    now = dt.datetime.now(dt.UTC)
     b = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
+        cert_builder(subject, issuer, key.public_key(), dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         # Key identifiers: Python 3.13's default TLS context (VERIFY_X509_STRICT; the images' Python) refuses a
         # certificate without an Authority Key Identifier ("Missing Authority Key Identifier"), as kubeadm's have
@@ -95,19 +88,10 @@ def issue(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
     )
     if ca:
-        b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                          content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                          key_agreement=False, encipher_only=False, decipher_only=False),
-                            critical=True)
+        b = b.add_extension(CA_KEY_USAGE, critical=True)
     usages = []
     if server_names:
-        sans: list[x509.GeneralName] = []
-        for n in server_names:
-            try:
-                sans.append(x509.IPAddress(ipaddress.ip_address(n)))
-            except ValueError:
-                sans.append(x509.DNSName(n))
-        b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        b = b.add_extension(subject_alt_names(server_names), critical=False)
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
     if client:
         usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
@@ -197,6 +181,17 @@ def write_kubeconfig(path: Path, config: dict) -> Path:
 # --- processes ------------------------------------------------------------------------------------------------
 
 
+def stop_process(popen: subprocess.Popen, grace: float = 10) -> None:
+    """SIGTERM, ``grace`` seconds to exit, then SIGKILL; the process is reaped either way."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)
+
+
 @dataclass
 class Proc:
     name: str
@@ -204,13 +199,7 @@ class Proc:
     log: Path
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        stop_process(self.popen)
 
     def tail(self, n: int = 30) -> str:
         try:

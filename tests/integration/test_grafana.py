@@ -32,7 +32,7 @@ import httpx
 import pytest
 import yaml
 from prometheus_client import start_http_server
-from tpcmesh_lab.controlplane import free_port
+from tpcmesh_lab.controlplane import free_port, stop_process
 from tpcmesh_operator.plan.spec import parse_spec
 from tpcmesh_operator.run.agents import Agent, AgentsClient
 from tpcmesh_operator.run.delivery import ResultsClient
@@ -95,12 +95,7 @@ class Prometheus:
         return bool(active) and all(t["health"] == "up" for t in active)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        stop_process(self.proc, grace=15)
 
 
 class Lab:

@@ -19,6 +19,7 @@ def generator() -> ModuleType:
     """hack/grafana.py, imported (it is a script, not a package)."""
     name = "hack_grafana"
     if name not in sys.modules:
+        sys.path.insert(0, str(REPO / "hack"))  # as when run: its sibling hack/generated.py is importable
         spec = importlib.util.spec_from_file_location(name, REPO / "hack" / "grafana.py")
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)

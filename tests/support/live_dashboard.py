@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from tpcmesh_lab.controlplane import stop_process
 
 from tests.support.paths import REPO
 
@@ -77,13 +78,8 @@ class LiveDashboard:
         raise AssertionError(f"dashboard not healthy: {self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc:
+            stop_process(self.proc)
         self.proc = None
 
     def reset(self) -> None:

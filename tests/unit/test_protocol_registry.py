@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "hack"))  # as when run: its sibling hack/generated.py is importable
 _spec = importlib.util.spec_from_file_location("hack_protocols", REPO / "hack" / "protocols.py")
 assert _spec and _spec.loader
 gen = importlib.util.module_from_spec(_spec)

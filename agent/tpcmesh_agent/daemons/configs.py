@@ -24,6 +24,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from ..subpath import Subpath
+
 # The Debian package that provides each program (kept in step with hack/debian-packages.txt by a unit test).
 PACKAGES: dict[str, str] = {
     "xrootd": "xrootd-server",
@@ -64,37 +66,17 @@ class XrootdPaths:
     def admin(self) -> Path:
         return self.admin_dir or self.runtime_dir
 
-    @property
-    def config(self) -> Path:
-        return self.runtime_dir / "xrootd.cfg"
-
-    @property
-    def log(self) -> Path:
-        return self.runtime_dir / "xrootd.log"
-
-    @property
-    def scitokens_config(self) -> Path:
-        return self.runtime_dir / "scitokens.cfg"
-
-    @property
-    def token_cache(self) -> Path:
-        """XDG_CACHE_HOME of the instance: scitokens-cpp keeps the issuer's keys in <it>/scitokens/ (the run user's
-        home, e.g. nobody's /nonexistent, is not writable)."""
-        return self.runtime_dir / "token-cache"
-
-    @property
-    def ca_bundle(self) -> Path:
-        """The system CA bundle plus the token issuer's CA, bound over the system one in the instance's mount
-        namespace (xrootd_private_ca_argv)."""
-        return self.runtime_dir / "ca-bundle.crt"
-
-    @property
-    def gridmap(self) -> Path:
-        return self.runtime_dir / "gridmap"
-
-    @property
-    def authdb(self) -> Path:
-        return self.runtime_dir / "authdb"
+    config = Subpath("runtime_dir", "xrootd.cfg")
+    log = Subpath("runtime_dir", "xrootd.log")
+    scitokens_config = Subpath("runtime_dir", "scitokens.cfg")
+    # XDG_CACHE_HOME of the instance: scitokens-cpp keeps the issuer's keys in <it>/scitokens/ (the run user's home,
+    # e.g. nobody's /nonexistent, is not writable)
+    token_cache = Subpath("runtime_dir", "token-cache")
+    # the system CA bundle plus the token issuer's CA, bound over the system one in the instance's mount namespace
+    # (xrootd_private_ca_argv)
+    ca_bundle = Subpath("runtime_dir", "ca-bundle.crt")
+    gridmap = Subpath("runtime_dir", "gridmap")
+    authdb = Subpath("runtime_dir", "authdb")
 
 
 def instance_name(protocol: str, port: int) -> str:

@@ -115,7 +115,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _port_open(host: str, port: int) -> bool:
+def port_open(host: str, port: int) -> bool:
+    """Something accepts TCP connections at host:port (the supervisor's readiness check; the tests' too)."""
     try:
         with socket.create_connection((host, port), timeout=0.5):
             return True
@@ -400,7 +401,7 @@ class ServerSupervisor:
     async def _wait_listening(self, server: ManagedServer) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
         while server.running and time.monotonic() < deadline:
-            if await asyncio.to_thread(_port_open, server.spec.host, server.spec.port):
+            if await asyncio.to_thread(port_open, server.spec.host, server.spec.port):
                 server.message = None
                 server.ready.set()
                 return

@@ -34,13 +34,17 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 NTP_UNIX_OFFSET = 2_208_988_800  # seconds from 1900-01-01 to 1970-01-01
 SENDER_HEADER = 14
 REFLECTOR_HEADER = 41
 MIN_SENDER_PADDING = REFLECTOR_HEADER - SENDER_HEADER  # 27: what a sender pads so its packet can be reflected
 MAX_PACKET = 65_507  # the largest UDP payload over IPv4
+
+P = TypeVar("P")
 
 _SENDER = struct.Struct("!IQH")
 _REFLECTOR = struct.Struct("!IQHHQIQHHB")
@@ -165,6 +169,16 @@ def parse_reflector(data: bytes) -> ReflectorPacket:
         raise ParseError("a reflector packet's MBZ fields (bytes 14-15 and 38-39) are not zero")
     return ReflectorPacket(sequence, timestamp, ErrorEstimate.unpack(error), receive, s_seq, s_time,
                            ErrorEstimate.unpack(s_error), ttl, bytes(data[REFLECTOR_HEADER:]))
+
+
+def parse_counted(parse: Callable[[bytes], P], data: bytes, counters: dict[str, int]) -> P | None:
+    """``parse(data)``, or None with ``counters["malformed"]`` raised: the reflector and the sender count a datagram
+    that is not a packet of theirs and go on reading."""
+    try:
+        return parse(data)
+    except ParseError:
+        counters["malformed"] += 1
+        return None
 
 
 def reflect(request: SenderPacket, request_size: int, *, sequence: int, receive_timestamp: int, timestamp: int,

@@ -86,10 +86,8 @@ class Reflector:
         if not allowed:
             c["not_allowed"] += 1
             return
-        try:
-            request = codec.parse_sender(dgram.data)
-        except codec.ParseError:
-            c["malformed"] += 1
+        request = codec.parse_counted(codec.parse_sender, dgram.data, c)
+        if request is None:
             return
         if len(dgram.data) < codec.REFLECTOR_HEADER:
             c["too_short"] += 1

@@ -274,10 +274,8 @@ class Sender:
         if st is None:
             c["unknown_source"] += 1
             return
-        try:
-            pkt = codec.parse_reflector(dgram.data)
-        except codec.ParseError:
-            c["malformed"] += 1
+        pkt = codec.parse_counted(codec.parse_reflector, dgram.data, c)
+        if pkt is None:
             return
         seq = pkt.sender_sequence
         b = st.bucket_of(seq)

@@ -14,6 +14,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_LIFETIME = dt.timedelta(days=3650)
@@ -38,6 +39,28 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+# a CA key's usage: signing certificates and CRLs (and digital signatures)
+CA_KEY_USAGE = x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                             key_encipherment=False, data_encipherment=False, key_agreement=False,
+                             encipher_only=False, decipher_only=False)
+
+
+def cert_builder(subject: x509.Name, issuer: x509.Name, public_key: CertificatePublicKeyTypes,
+                 lifetime: dt.timedelta) -> x509.CertificateBuilder:
+    """What every certificate made here starts with: a random serial, valid from five minutes ago (a peer's clock
+    a little behind still takes it) for ``lifetime``."""
+    now = _now()
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + lifetime)
+    )
+
+
 def _key_pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
@@ -53,26 +76,18 @@ def create_ca(common_name: str = "tpcmesh CA", lifetime: dt.timedelta = CA_LIFET
     key = new_key()
     name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tpcmesh"),
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = _now()
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + lifetime)
+        cert_builder(name, name, key.public_key(), lifetime)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(CA_KEY_USAGE, critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def _san(names: list[str]) -> x509.SubjectAlternativeName:
+def subject_alt_names(names: list[str]) -> x509.SubjectAlternativeName:
+    """The SAN extension's value: each name an IP address when it parses as one, else a DNS name."""
     entries: list[x509.GeneralName] = []
     for n in names:
         try:
@@ -88,7 +103,7 @@ def build_csr(node_name: str, addresses: list[str], key: rsa.RSAPrivateKey) -> b
         x509.CertificateSigningRequestBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tpcmesh"),
                                  x509.NameAttribute(NameOID.COMMON_NAME, node_name)]))
-        .add_extension(_san([node_name, *addresses]), critical=False)
+        .add_extension(subject_alt_names([node_name, *addresses]), critical=False)
         .sign(key, hashes.SHA256())
     )
     return csr.public_bytes(serialization.Encoding.PEM)
@@ -105,15 +120,8 @@ def sign_csr(ca: KeyPair, csr_pem: bytes, lifetime: dt.timedelta = HOST_LIFETIME
         san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         san = x509.SubjectAlternativeName([])
-    now = _now()
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(csr.subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(csr.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + lifetime)
+        cert_builder(csr.subject, ca_cert.subject, csr.public_key(), lifetime)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(san, critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),

@@ -40,7 +40,7 @@ class Reflector:
     """A TWAMP-light reflector outside the mesh (a router, a perfSONAR host): probed by every agent."""
 
     name: str
-    address: str
+    address: str  # canonical IPv4 or IPv6 (as the agent reports it)
     port: int = DEFAULT_PORT
 
 

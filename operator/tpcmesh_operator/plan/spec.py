@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,9 +224,7 @@ def _labels(v: Any, path: str) -> dict[str, str]:
 def _efficiency(d: Mapping[str, Any], path: str) -> dict[str, float]:
     """{warning, critical}: numbers in (0, 1] (defaults for the missing ones), warning above critical; the CRD
     checks the same."""
-    unknown = sorted(set(d) - set(DEFAULT_EFFICIENCY))
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(DEFAULT_EFFICIENCY)})")
+    _only_known(d, path, DEFAULT_EFFICIENCY)
     out: dict[str, float] = {}
     for key, default in DEFAULT_EFFICIENCY.items():
         v = _get(d, key, path, (int, float), default)
@@ -246,9 +244,7 @@ def _thresholds(d: Mapping[str, Any], path: str) -> dict[str, Any]:
     throughput and good <= warn for RTT; efficiency: {warning, critical} when given (_efficiency). The CRD checks
     the same."""
     known = (*DEFAULT_THRESHOLDS, "efficiency")
-    unknown = sorted(set(d) - set(known))
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
+    _only_known(d, path, known)
     out: dict[str, Any] = {}
     for key, default in DEFAULT_THRESHOLDS.items():
         v = _get(d, key, path, (int, float), default)
@@ -359,7 +355,7 @@ def _parse_spec(spec: Mapping[str, Any] | None, path: str) -> BenchmarkSpec:
     )
 
 
-def _only_known(d: Mapping[str, Any], path: str, known: tuple[str, ...]) -> None:
+def _only_known(d: Mapping[str, Any], path: str, known: Collection[str]) -> None:
     unknown = sorted(set(d) - set(known))
     if unknown:
         raise SpecError(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(known)})")
@@ -498,9 +494,7 @@ def _optimize(d: Mapping[str, Any], path: str, protocols: list[str], file_set: F
         raise SpecError(f"{path}.optimize", f"tunes the file movers' streams and files ({', '.join(TPC_PROTOCOLS)}): "
                                             f"{path}.protocols has none of them")
     bounds = bounds or {}
-    unknown = sorted(set(bounds) - set(OPTIMIZE_BOUNDS))
-    if unknown:
-        raise SpecError(f"{bpath}.{unknown[0]}", f"unknown field (known: {', '.join(OPTIMIZE_BOUNDS)})")
+    _only_known(bounds, bpath, OPTIMIZE_BOUNDS)
     count = file_set.count
     default_files = min(16, count) if count else 16
     lo_hi = OPTIMIZE_BOUNDS
@@ -540,9 +534,7 @@ def _congestion_control(d: Any, path: str) -> tuple[str, ...]:
         return ()
     if not isinstance(d, Mapping):
         raise SpecError(path, f"expected an object {{congestionControl: [...]}}, got {d!r}")
-    unknown = sorted(set(d) - {"congestionControl"})
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", "unknown field (known: congestionControl)")
+    _only_known(d, path, ("congestionControl",))
     names = _get(d, "congestionControl", path, list, [])
     for i, n in enumerate(names):
         if not isinstance(n, str) or not CONGESTION_NAME.match(n):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tpcmesh_agent.daemons.supervisor import port_open
 
 from tests.integration.agent.test_protocols import xrootd_ports
 
@@ -44,14 +45,6 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"{what} did not happen within {timeout} s")
 
 
-def listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def test_killed_server_is_restarted_and_counted(agent_factory):
     agent = agent_factory(protocols=("builtin", "iperf3", "gridftp"), run_user="nobody")
     [pid] = server_pids("iperf3", agent.address)
@@ -64,7 +57,7 @@ def test_killed_server_is_restarted_and_counted(agent_factory):
     st = wait_for(restarted, 10, "iperf3 restart")
     assert st["available"] is True
     assert "exited" in (st["message"] or "") or st["message"] is None
-    assert wait_for(lambda: listening(agent.address, agent.ports["iperf3_port"]), 10, "iperf3 listening again")
+    assert wait_for(lambda: port_open(agent.address, agent.ports["iperf3_port"]), 10, "iperf3 listening again")
     [new_pid] = server_pids("iperf3", agent.address)
     assert new_pid != pid
     other = agent.get("/api/v1/info").json()["protocols"]["gridftp"]
@@ -100,8 +93,8 @@ def test_missing_program_is_reported_with_its_package_and_the_rest_works(agent_f
         assert "xrootd-server" in protocols[p]["message"] or "xrootd-client" in protocols[p]["message"]
     for p in ("gridftp", "iperf3", "builtin"):
         assert protocols[p]["available"] is True and protocols[p]["running"] is True, protocols[p]
-    assert listening(agent.address, agent.ports["iperf3_port"])
-    assert listening(agent.address, agent.ports["gridftp_port"])
+    assert port_open(agent.address, agent.ports["iperf3_port"])
+    assert port_open(agent.address, agent.ports["gridftp_port"])
     assert agent.metric("tpcmesh_agent_server_up", server="xrootd-root") == 0.0
     assert agent.metric("tpcmesh_agent_server_up", server="gridftp") == 1.0
     # a transfer on the missing protocol ends clearly, not in a hang
@@ -206,10 +199,10 @@ async def test_a_server_whose_chosen_port_was_taken_moves_to_a_free_one(tmp_path
         server.task = asyncio.create_task(supervisor._watch(server))
         try:
             for _ in range(200):
-                if moved and listening("127.0.0.1", moved[-1]):
+                if moved and port_open("127.0.0.1", moved[-1]):
                     break
                 await asyncio.sleep(0.1)
-            assert moved and server.spec.port == moved[-1] != taken and listening("127.0.0.1", moved[-1])
+            assert moved and server.spec.port == moved[-1] != taken and port_open("127.0.0.1", moved[-1])
             assert server.restarts == 1 and "address already in use" in server.last_exit_message.lower()
             assert f"moved to port {moved[-1]}" in server.last_exit_message
         finally:

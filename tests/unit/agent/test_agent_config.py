@@ -25,6 +25,10 @@ def test_env_and_flags(token):
     assert s.address == "127.0.1.9" and s.api_port == 9001 and s.budget_bytes == 8 * 2**30
     assert s.protocols == ("builtin", "iperf3") and s.token() == "0123456789abcdef0123"
     assert s.port_of("gridftp") == 2811 and s.sets_dir == s.data_dir / "sets"
+    s.data_dir = s.data_dir / "moved"  # the derived directories follow it, and cannot be set apart from it
+    assert (s.sets_dir, s.incoming_dir) == (s.data_dir / "sets", s.data_dir / "incoming")
+    with pytest.raises(AttributeError, match="sets follows data_dir"):
+        s.sets_dir = s.data_dir
 
 
 @pytest.mark.parametrize("env, words", [

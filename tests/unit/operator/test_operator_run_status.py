@@ -6,21 +6,13 @@ import random
 
 from tpcmesh_operator.plan.planner import RTT, Test, plan
 from tpcmesh_operator.plan.spec import parse_spec
+from tpcmesh_operator.run import status as run_status
 from tpcmesh_operator.run.agents import Agent
 from tpcmesh_operator.run.executor import (
     failed_measurement,
     measurement_from_record,
     rtt_measurement,
     status_size_bytes,
-)
-from tpcmesh_operator.run.status import (
-    MAX_RECENT_FAILURES,
-    book_test,
-    finish_round,
-    get_rtt,
-    initial_status,
-    migrate_status,
-    put_rtt,
 )
 
 PAPER = parse_spec({"protocols": ["xrootd-https", "gridftp"], "streams": [8, 1], "latency": True})
@@ -42,7 +34,7 @@ def agents(n: int) -> list[Agent]:
 def measurement(test: Test, rnd: random.Random, status: dict) -> dict:
     """What the executor books for one test: an RTT probe, a failed test with a long error, or an agent record."""
     tid = f"{rnd.getrandbits(128):032x}"
-    rtt = get_rtt(status, PLAN_AGENTS[0], test.source, test.destination)
+    rtt = run_status.get_rtt(status, PLAN_AGENTS[0], test.source, test.destination)
     if test.setting.protocol == RTT:
         base = rnd.uniform(0.05, 150.0)
         probe = {"median_ms": base * 1.01, "min_ms": base, "max_ms": base * 1.3}
@@ -69,7 +61,7 @@ def test_status_of_a_100_agent_paper_run_stays_small() -> None:
     p = plan({a.node: a.labels for a in mesh}, PAPER)
     PLAN_AGENTS[0] = p.agents
     assert len(p.settings) == 5 and p.num_tests == 100 + 5 * 100 * 99 and p.num_rounds == 1 + 990
-    status = initial_status(mesh)
+    status = run_status.initial_status(mesh)
     status.update(planned=p.num_tests, totalRounds=p.num_rounds, conditions=[])
     rnd = random.Random(7)
     sizes: list[int] = []
@@ -80,8 +72,8 @@ def test_status_of_a_100_agent_paper_run_stays_small() -> None:
             m = measurement(t, rnd, status)
             probe = m.pop("_probe", None)
             if probe is not None:
-                put_rtt(status, p.agents, t.source, t.destination, probe["median_ms"])
-            assert book_test(status, t.key, m)
+                run_status.put_rtt(status, p.agents, t.source, t.destination, probe["median_ms"])
+            assert run_status.book_test(status, t.key, m)
             failed += m["status"] != "succeeded"
             unsent += m["status"] != "succeeded" and t.setting.loopback  # a failed loopback has no figure to send
         if i % 9 == 0 or i >= p.num_rounds - 2:
@@ -91,48 +83,49 @@ def test_status_of_a_100_agent_paper_run_stays_small() -> None:
             status["outbox"] = outbox
         status["delivered"] += len(status["outbox"])  # the dashboard acknowledges after the round
         status["outbox"] = []
-        finish_round(status, i)
+        run_status.finish_round(status, i)
     assert max(sizes) < LIMIT, f"largest status {max(sizes)} bytes (+ outbox) at sample {sizes.index(max(sizes))}"
     assert max(s + w for s, w in zip(sizes, waiting, strict=True)) < 2 * LIMIT
     assert status_size_bytes(status) < LIMIT
-    assert (status["done"], status["failed"]) == (p.num_tests, failed) and failed > MAX_RECENT_FAILURES
+    assert (status["done"], status["failed"]) == (p.num_tests, failed) and failed > run_status.MAX_RECENT_FAILURES
     assert status["succeeded"] == p.num_tests - failed and status["delivered"] == p.num_tests - unsent
-    assert len(status["recentFailures"]) == MAX_RECENT_FAILURES
+    assert len(status["recentFailures"]) == run_status.MAX_RECENT_FAILURES
     assert all(len(f["error"]) <= 300 for f in status["recentFailures"])
     assert status["currentRound"] == p.num_rounds and status["tests"] == {}
     # every pair's RTT is still there for the measurements of a resumed run
     a, b = p.agents[3], p.agents[42]
-    rtt = get_rtt(status, p.agents, a, b)
+    rtt = run_status.get_rtt(status, p.agents, a, b)
     assert rtt is not None and 0.05 <= rtt["median_ms"] <= 152.0
 
 
 def test_a_round_keeps_its_finished_keys_until_it_is_over() -> None:
     mesh = agents(4)
     p = plan([a.node for a in mesh], PAPER)
-    status = initial_status(mesh)
+    status = run_status.initial_status(mesh)
     first = p.round(0)
     m = rtt_measurement("id-1", first[0], {"median_ms": 1.0, "min_ms": 0.5, "max_ms": 2.0}, "t")
-    assert book_test(status, first[0].key, m)
-    assert not book_test(status, first[0].key, dict(m, id="id-2"))  # a second result of one test is not counted
+    assert run_status.book_test(status, first[0].key, m)
+    # a second result of one test is not counted
+    assert not run_status.book_test(status, first[0].key, dict(m, id="id-2"))
     assert status["tests"] == {first[0].key: {"status": "succeeded", "id": "id-1", "gbps": None, "error": None}}
     assert (status["done"], status["succeeded"], status["failed"], status["undelivered"]) == (1, 1, 0, 1)
     # a resumed executor starts at currentRound and skips the keys in `tests`
     assert status["currentRound"] == 0
-    finish_round(status, 0)
+    run_status.finish_round(status, 0)
     assert status["currentRound"] == 1 and status["tests"] == {} and status["done"] == 1
 
 
 def test_rtt_table_round_trip_and_old_status_migrates() -> None:
     names = ("a", "b", "c")
     status: dict = {}
-    put_rtt(status, names, "c", "a", 12.34567)
-    assert get_rtt(status, names, "c", "a") == {"median_ms": 12.346}
-    assert get_rtt(status, names, "a", "c") is None and get_rtt(status, names, "a", "zz") is None
+    run_status.put_rtt(status, names, "c", "a", 12.34567)
+    assert run_status.get_rtt(status, names, "c", "a") == {"median_ms": 12.346}
+    assert run_status.get_rtt(status, names, "a", "c") is None and run_status.get_rtt(status, names, "a", "zz") is None
     old = {"rtt": {"a>b": {"median_ms": 1.0, "min_ms": 0.5, "max_ms": 2.0}}, "tests": {"rtt:a>b": {}},
            "done": 1, "succeeded": 1, "failed": 0}
-    migrate_status(old, names)
+    run_status.migrate_status(old, names)
     assert "rtt" not in old and old["recentFailures"] == [] and old["done"] == 1
-    assert get_rtt(old, names, "a", "b") == {"median_ms": 1.0}
+    assert run_status.get_rtt(old, names, "a", "b") == {"median_ms": 1.0}
     assert old["rttMs"] == [[None, 1.0, None], None, None]
 
 

@@ -32,8 +32,7 @@ from .telemetry import FETCH_TIMEOUT, fetch_sender_views
 
 
 class BuiltinMover(Mover):
-    protocol = "builtin"
-    implementation = "tpcmesh-agent"
+    protocol = "builtin"  # its implementation is the agent itself (Mover's default)
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)

@@ -47,7 +47,7 @@ lint: setup ## ruff and mypy
 	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator lab/tpcmesh_lab
 
 .PHONY: bench
-bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss ## Run every benchmark; results go to BENCHMARKS.md
+bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss bench-partitions ## Run every benchmark; results go to BENCHMARKS.md
 
 # ---- lab (lab/, tpcmesh-local): the WAN lab, the local mode, benches ----
 .PHONY: bench-planner

@@ -153,7 +153,8 @@ def _insert(rows: list[list[Any]]) -> int:
 @transaction.atomic
 def ingest(body: dict[str, Any], summaries: list[dict[str, Any]], token: object = None) -> Result:
     """Store checked summaries of the batch's cluster (its nodes created when new, as the measurement ingest
-    does); with a benchmark, attach the batch's described nodes to it. Raises scope.OtherCluster (nothing stored) for a cluster the token may not write."""
+    does); with a benchmark, attach the batch's described nodes to it. Raises scope.OtherCluster (nothing
+    stored) for a cluster the token may not write."""
     cluster = services.cluster_named(scope.batch_cluster(token, body.get("cluster"), DEFAULT_CLUSTER))
     names = {_name(s["node"]) for s in summaries} | {_name(s["peer"]) for s in summaries}
     members = body.get("nodes") or [] if body.get("benchmark") else []

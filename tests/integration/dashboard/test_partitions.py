@@ -68,6 +68,11 @@ def test_schema_after_migrate():
         cur.execute("SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' "
                     "AND confrelid = 'results_measurement'::regclass")
         assert cur.fetchall() == []
+        # its own keys to runs, benchmarks and nodes stay (every partition has them)
+        cur.execute("SELECT confrelid::regclass::text FROM pg_constraint WHERE contype = 'f' "
+                    "AND conrelid = 'results_measurement'::regclass")
+        assert sorted(r[0] for r in cur.fetchall()) == ["results_benchmark", "results_node", "results_node",
+                                                       "results_run"]
         cur.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'results_measurement'")
         assert {"meas_pair_finished", "meas_window", "meas_finished"} <= {r[0] for r in cur.fetchall()}
     first = partitions.at(partitions.add_months(partitions.month_of(now), 2))

@@ -52,7 +52,7 @@ lint: setup ## ruff and mypy
 	$(VENV)/bin/mypy agent/tpcmesh_agent operator/tpcmesh_operator lab/tpcmesh_lab
 
 .PHONY: bench
-bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss ## Run every benchmark; results go to BENCHMARKS.md
+bench: bench-movers bench-dashboard bench-planner bench-fidelity bench-changes bench-advice bench-loss bench-partitions ## Run every benchmark; results go to BENCHMARKS.md
 
 # ---- lab (lab/, tpcmesh-local): the WAN lab, the local mode, benches ----
 .PHONY: bench-planner
@@ -62,6 +62,10 @@ bench-planner: setup ## Mesh planner: planning time and rounds vs the lower boun
 .PHONY: bench-loss
 bench-loss: setup ## Loss mesh at 100 agents, one run: an agent's probe CPU at 10 and 100 peers on loopback, then the archive's summary ingest rate (and server CPU) and the 100 × 100 loss grid p95 on PostgreSQL
 	$(PY) dashboard/bench/bench_loss.py
+
+.PHONY: bench-partitions
+bench-partitions: setup ## Partitioned archive (PostgreSQL): the in-place upgrade of 1 M unpartitioned measurements and the drop of the old table, with how long a reader and a writer were blocked
+	$(PY) dashboard/bench/bench_partitions.py
 
 LOSS ?= 0.01
 .PHONY: bench-loss-window

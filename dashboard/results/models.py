@@ -199,7 +199,8 @@ class Measurement(models.Model):
 
 
 class FileTransfer(models.Model):
-    measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="files")
+    measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="files",
+                                    db_constraint=False)  # partitioned measurements (results.partitions)
     name = models.CharField(max_length=200)
     size = models.BigIntegerField()
     bytes = models.BigIntegerField()
@@ -239,7 +240,8 @@ class PairLatest(CellSettings):
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurement has no stream count")
     source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
-    measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+")
+    measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+",
+                                    db_constraint=False)  # partitioned measurements (results.partitions)
     finished_at = models.DateTimeField()
     # Copied from the measurement so the grid reads one narrow table, no join.
     throughput_gbps = models.FloatField(null=True, blank=True)
@@ -397,6 +399,7 @@ class Change(CellSettings):
     streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurements have no stream count")
     metric = models.CharField(max_length=20, choices=[(m, m) for m in METRICS])
     measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="+",
+                                    db_constraint=False,  # partitioned measurements (results.partitions)
                                     help_text="the first measurement after the step")
     at = models.DateTimeField(help_text="when that measurement finished")
     before = models.FloatField(help_text="median of the stretch before")
@@ -422,6 +425,7 @@ class Path(models.Model):
     """The path the source traced to the destination in a run's probe test (the rtt measurement's `path`)."""
 
     measurement = models.OneToOneField(Measurement, on_delete=models.CASCADE, related_name="path",
+                                       db_constraint=False,  # partitioned measurements (results.partitions)
                                        help_text="the rtt measurement it came with")
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
     source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")

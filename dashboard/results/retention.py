@@ -10,7 +10,13 @@ batches, each its own short transaction, so a first prune of a years-old archive
 
 Loss summaries (one a minute per directed pair: ~14 M a day at 100 agents) go after ``loss_days`` by their period's
 start, in batches the same way, with the default cells (LossCell) whose newest period is that old: the grid no
-longer shows those. They are not rolled up: the pair page's loss plot reaches back ``loss_days``."""
+longer shows those. They are not rolled up: the pair page's loss plot reaches back ``loss_days``.
+
+On PostgreSQL the archive is partitioned by month (results.partitions): a month goes whole, its partition dropped,
+once all of it is past the age (its kept rows move out first), so a raw row there stays up to a month longer than
+the age (reads below the horizon use the rollups all the same). Rows outside the month partitions (the upgraded
+archive's old table, the default partition) go by row deletes as on SQLite. The prune also creates the months
+ahead."""
 
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from results import rollups, selectors
+from results import partitions, rollups, selectors
 from results.models import (
     ArchiveHorizon,
     Change,
@@ -104,6 +110,9 @@ class Report:
     pruned_days: list[date] = field(default_factory=list)  # rolled up, then their raw rows removed
     completed_days: list[date] = field(default_factory=list)  # rolled up, raw rows kept (newly completed days)
     removed: dict[str, int] = field(default_factory=dict)  # per model label, as Django's delete counts them
+    partitions: list[str] = field(default_factory=list)  # month partitions dropped (or, dry, that would be)
+    awaiting: int = 0  # past the age in a month partition not all past it: they go with their month
+    created: list[str] = field(default_factory=list)  # month partitions created ahead
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -199,6 +208,17 @@ def _completed_start(raw_since: datetime) -> datetime:
     return max(raw_since, rollups.midnight(newest + timedelta(days=1))) if newest else raw_since
 
 
+def _outside(qs: QuerySet[Measurement], span: tuple[datetime, datetime] | None) -> QuerySet[Measurement]:
+    """The rows of ``qs`` that go by row deletes: all (SQLite), or those outside the month partitions."""
+    return qs if span is None else qs.exclude(finished_at__gte=span[0], finished_at__lt=span[1])
+
+
+def _span_after(parts: list[partitions.Partition], cutoff: datetime) -> tuple[datetime, datetime] | None:
+    """The month partitions' span once those past ``cutoff`` are dropped (None: not partitioned, or none left)."""
+    past = {p.name for p in partitions.past(parts, cutoff)}
+    return partitions.month_span([p for p in parts if p.name not in past])
+
+
 def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bool = False, batch: int = BATCH,
           log: Callable[[str], None] = lambda _: None) -> Report:
     """Roll up each day about to go and move the horizon past it; remove the per-file rows and then the raw
@@ -211,13 +231,18 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
     report.pruned_days = list(raw_days(raw_since, report.raw_cutoff))
     report.kept = Measurement.objects.filter(finished_at__lt=report.raw_cutoff).count() - _unprotected(
         report.raw_cutoff).count()
+    parts = partitions.partitions() if partitions.enabled() else []
+    span = _span_after(parts, report.raw_cutoff)
     if dry_run:
         report.completed_days = list(raw_days(_completed_start(max(raw_since, report.raw_cutoff)), day_start(now)))
         report.files = old_files(report.file_cutoff).count()
+        report.partitions = [p.name for p in partitions.past(parts, report.raw_cutoff)]
+        report.created = [partitions.month_name(m) for m in partitions.months_to_create(parts, now)] if parts else []
         # the days from the horizon on are rolled up first; below it, only what their rollups hold goes
-        pending = _unprotected(report.raw_cutoff).filter(Q(finished_at__gte=raw_since) | Q(rolled_up()))
-        report.measurements = pending.count()
-        report.late = _unprotected(report.raw_cutoff).count() - report.measurements
+        unprotected = _outside(_unprotected(report.raw_cutoff), span)
+        report.measurements = unprotected.filter(Q(finished_at__gte=raw_since) | Q(rolled_up())).count()
+        report.late = unprotected.count() - report.measurements
+        report.awaiting = _unprotected(report.raw_cutoff).count() - unprotected.count()
         report.loss_summaries = old_loss(report.loss_cutoff).count()
         return report
     for day in report.pruned_days:
@@ -228,8 +253,19 @@ def prune(now: datetime | None = None, policy: Policy | None = None, dry_run: bo
     if raw_since < report.raw_cutoff:  # also across days without rows
         _set_horizon(report.raw_cutoff)
     report.files = _delete_in_batches(lambda: old_files(report.file_cutoff), batch, report, log)
-    report.measurements = _delete_in_batches(lambda: removable(report.raw_cutoff), batch, report, log)
-    report.late = _unprotected(report.raw_cutoff).count()
+    if parts:  # the months all past the age go whole (their kept rows moved out first)
+        for r in partitions.retire_past(report.raw_cutoff, log):
+            report.partitions.append(r.name)
+            report.measurements += r.dropped
+            label = Measurement._meta.label
+            report.removed[label] = report.removed.get(label, 0) + r.dropped
+        span = partitions.month_span(partitions.partitions())
+    report.measurements += _delete_in_batches(lambda: _outside(removable(report.raw_cutoff), span), batch, report,
+                                              log)
+    report.late = _outside(_unprotected(report.raw_cutoff), span).count()
+    report.awaiting = _unprotected(report.raw_cutoff).count() - report.late
+    if parts:
+        report.created = partitions.create_ahead(now, log=log)
     report.loss_summaries = _delete_in_batches(lambda: old_loss(report.loss_cutoff), batch, report, log)
     LossCell.objects.filter(newest__lt=report.loss_cutoff).delete()
     raw_since = horizon() or EPOCH

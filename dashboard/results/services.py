@@ -253,9 +253,10 @@ MEASUREMENT_COLUMNS = ["id", "run_id", "benchmark_id", "source_id", "destination
 
 def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
     """PostgreSQL: insert the measurements whose id is not stored yet and move their grid cells forward, in one
-    statement; returns the ids inserted. Safe against a concurrent ingest of the same ids (ON CONFLICT DO NOTHING)
-    and of the same cells (_latest_upsert). Both inserts go in key order: two ingests sharing ids or cells wait
-    for each other in the same order (no deadlock)."""
+    statement; returns the ids inserted. An id stored already is skipped whatever its finished_at; safe against a
+    concurrent ingest of the same measurements (ON CONFLICT DO NOTHING: the partitioned table's key is (id,
+    finished_at), results.partitions) and of the same cells (_latest_upsert). Both inserts go in key order: two
+    ingests sharing ids or cells wait for each other in the same order (no deadlock)."""
     if not rows:
         return set()
     now = timezone.now()
@@ -274,8 +275,9 @@ def _copy_measurements(run: Run, rows: list[Row]) -> set[str]:
         # round trip of the batch): the SQL twin of _update_latest's loop.
         cur.execute(f"""
             WITH created AS (
-                INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp ORDER BY id
-                ON CONFLICT (id) DO NOTHING RETURNING {cols}
+                INSERT INTO {table} ({cols}) SELECT {cols} FROM ingest_tmp t
+                WHERE NOT EXISTS (SELECT 1 FROM {table} m WHERE m.id = t.id) ORDER BY id
+                ON CONFLICT (id, finished_at) DO NOTHING RETURNING {cols}
             ), newest AS (
                 SELECT DISTINCT ON ({cell}) benchmark_id, protocol, COALESCE(streams, 0) AS streams, address_family,
                        COALESCE(congestion_control, '') AS congestion_control, COALESCE(auth, '') AS auth,

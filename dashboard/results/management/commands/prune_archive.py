@@ -34,6 +34,14 @@ class Command(BaseCommand):
                           f"of periods that began before {report.loss_cutoff:%Y-%m-%d} (UTC).")
         if report.removed:
             self.stdout.write("Rows removed: " + ", ".join(f"{k}: {v}" for k, v in sorted(report.removed.items())))
+        if report.partitions:
+            self.stdout.write(f"{'Would drop' if dry_run else 'Dropped'} {len(report.partitions)} month partition(s) "
+                              f"all past the age: {', '.join(report.partitions)}.")
+        if report.awaiting:
+            self.stdout.write(f"{report.awaiting} measurement(s) past the age go with their month's partition.")
+        if report.created:
+            self.stdout.write(f"{'Would create' if dry_run else 'Created'} partition(s) ahead: "
+                              f"{', '.join(report.created)}.")
         self.stdout.write(f"Kept {report.kept} older measurement(s): a grid cell's newest or a change's.")
         if report.late:
             self.stdout.write(f"Kept {report.late} older measurement(s) delivered after their day was rolled up: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,26 @@ def rule_errors(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def _surrogates(value: Any, path: list[str | int]) -> Iterator[list[str | int]]:
+    """Paths of the strings (keys too) holding a lone surrogate: JSON can carry one (\\ud800), UTF-8 and so the
+    database cannot (DRF refuses them in the measurement ingest's fields the same way)."""
+    if isinstance(value, str) and _has_surrogate(value):
+        yield path
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            shown = k.encode("utf-8", "backslashreplace").decode()  # the error names it, and must encode
+            if _has_surrogate(k):
+                yield [*path, shown]
+            yield from _surrogates(v, [*path, shown])
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _surrogates(v, [*path, i])
+
+
 def check(body: Any) -> list[dict[str, Any]]:
     """Raise Refused for a batch that is too large (413), breaks the contract (400) or a rule across fields
     (422); the summaries otherwise."""
@@ -100,6 +121,9 @@ def check(body: Any) -> list[dict[str, Any]]:
     errors = contract_errors(body)
     if errors:
         raise Refused(400, "Loss batch violates measurement.v1.schema.json (lossBatch).", errors)
+    errors = [_error(p, "a lone surrogate character (U+D800-U+DFFF) cannot be stored") for p in _surrogates(body, [])]
+    if errors:
+        raise Refused(400, "Loss batch holds text that is not valid Unicode.", errors[:20])
     errors = rule_errors(body["summaries"])
     if errors:
         raise Refused(422, "Loss batch breaks a rule across fields.", errors)

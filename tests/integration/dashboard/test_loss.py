@@ -212,3 +212,14 @@ def test_a_probe_mesh_names_its_benchmark_and_members_before_any_transfer(client
     assert r.status_code == 200, r.content
     assert [(n["name"], n["site"]) for n in r.json()["nodes"]] == [("x", "east"), ("y", "west"), ("z", "")]
     assert {(c["source"], c["destination"]) for c in r.json()["cells"]} == {("x", "y")}
+
+
+@pytest.mark.parametrize("body", [
+    {"benchmark": {"namespace": "mesh", "name": "a\ud800"}, "nodes": [{"name": "x"}], "summaries": []},
+    {"benchmark": {"namespace": "mesh", "name": "b"}, "nodes": [{"name": "x", "labels": {"k\udfff": "v"}}],
+     "summaries": []},
+])
+def test_a_lone_surrogate_is_refused_by_name_not_a_500(client, write_key, body):
+    r = post(client, body, write_key)
+    assert r.status_code == 400, r.content
+    assert "surrogate" in r.json()["errors"][0]["message"]

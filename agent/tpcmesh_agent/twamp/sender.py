@@ -216,7 +216,7 @@ class Sender:
                 if st is None:
                     scheduled.discard(key)
                     continue
-                self._send(st)
+                self._send_due(st, wall + (due - mono))
                 nxt = due + interval
                 if nxt < mono - 10 * interval:  # far behind (a stalled loop): skip ahead, do not burst
                     nxt = mono + interval
@@ -238,10 +238,17 @@ class Sender:
             while st.closing and now >= st.closing[0].end + self.config.loss_timeout_s:
                 self._finish(st, st.closing.pop(0))
 
-    def _send(self, st: _PeerState) -> None:
+    def _send_due(self, st: _PeerState, due_wall: float) -> None:
+        """Send the packet due at wall-clock ``due_wall`` and count it in the period it is due in, not the one
+        it leaves in: sent up to BATCH_S early, or a wake-up late after the loop closed its period, it would
+        otherwise make a full period 51 or 49 packets at 50 per second."""
+        if st.current is not None and due_wall >= st.current.end:
+            self._periods(due_wall)
         b = st.current
         if b is None:
             return
+        if due_wall < b.start and st.closing and st.closing[-1].start <= due_wall:
+            b = st.closing[-1]
         family = udp.family_of(st.peer.key[0])
         sock = self.sockets.get(family)
         if sock is None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import socket
 
 import pytest
-from tpcmesh_agent.twamp import clock
+from tpcmesh_agent.twamp import clock, udp
 from tpcmesh_agent.twamp.outbox import Outbox
+from tpcmesh_agent.twamp.sender import Peer, ProbeConfig, Sender
 from tpcmesh_agent.twamp.service import ConfigError, parse_config
 
 
@@ -78,3 +80,31 @@ def test_outbox_is_saved_and_loaded_with_its_ids(tmp_path):
     assert Outbox().load(path) == 0  # nothing saved: nothing loaded
     path.write_text("{not json")
     assert Outbox().load(path) == 0 and path.exists()  # an unreadable file is left for a person
+
+
+def test_a_packet_counts_in_the_period_it_is_due_in_not_the_one_it_leaves_in():
+    """The loop sends packets up to BATCH_S early and wakes late; a full period at 50/s holds exactly 50."""
+    summaries: list[dict] = []
+    unsynced = clock.ClockState(synchronized=False, esterror_s=float("inf"), maxerror_s=float("inf"), source="test")
+    sender = Sender(["127.0.0.1"], ProbeConfig(rate_pps=50, period_s=1, loss_timeout_s=0.5), summaries.append,
+                    clock=lambda: unsynced)
+    sink = udp.open_socket("127.0.0.1", 0)
+    sender.sockets[socket.AF_INET] = udp.open_socket("127.0.0.1", 0)
+    try:
+        sender.set_peers([Peer("sink", "127.0.0.1", sink.getsockname()[1])])
+        st = next(iter(sender.peers.values()))
+        sender._periods(99.99)  # opened before the first period [100, 101) so that one is full
+        for k in range(49):  # due 100.0005 … 100.9605
+            sender._send_due(st, 100.0005 + 0.02 * k)
+        sender._periods(101.0003)  # a late wake-up: the loop crossed the boundary before the 50th went
+        sender._send_due(st, 100.9805)
+        sender._send_due(st, 101.0005)
+        for k in range(1, 50):  # the next period's, the first of them sent early at 101.9995
+            sender._send_due(st, 101.0005 + 0.02 * k)
+        sender._send_due(st, 102.0005)  # due in [102, 103), sent before the loop saw 102
+        sender._periods(102.6)
+    finally:
+        sink.close()
+        sender.sockets[socket.AF_INET].close()
+    assert [(s["period_start"][-10:], s["sent"], s["partial"]) for s in summaries] == [
+        ("01:40.000Z", 50, False), ("01:41.000Z", 50, False)]

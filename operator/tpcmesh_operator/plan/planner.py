@@ -81,6 +81,11 @@ class Setting:
         """An end reads or writes its disk path (spec.storage disk)."""
         return self.storage != MEMORY_TO_MEMORY
 
+    @property
+    def source_on_disk(self) -> bool:
+        """The source reads its disk set (made cold before each test)."""
+        return self.storage[0] == "disk"
+
     def storage_request(self) -> dict[str, str]:
         """The agent's `storage` of a transfer request and of its record: {source, destination}."""
         return {"source": self.storage[0], "destination": self.storage[1]}

@@ -469,7 +469,7 @@ class RunExecutor:
                                                f"file set {self.spec.file_set.name} not ready on {node}: {fs}",
                                                started, rtt, tuning=tuning)
                     return
-        if test.setting.storage[0] == "disk":  # the source's disk set, made cold again for this test
+        if test.setting.source_on_disk:  # the source's disk set, made cold again for this test
             disk = (self.status.get("diskFilesets") or {}).get(test.source)
             why = disk if disk != "ready" else await self._prepare_disk_set(src)
             if why:

@@ -16,8 +16,9 @@ setup: ## Install everything: Debian packages (as root), the virtualenv, the das
 	@hack/setup.sh
 
 .PHONY: control-plane
-control-plane: ## Build (once, cached in ~/.cache/tpcmesh) the control plane, kubelet, kube-proxy, CoreDNS, pause, helm
+control-plane: ## Build (once, cached in ~/.cache/tpcmesh) the control plane, kubelet, kube-proxy, CoreDNS, pause, helm, kube-network-policies
 	@tests/cluster/build-control-plane.sh >/dev/null
+	@tests/cluster/build-network-policies.sh >/dev/null
 
 .PHONY: demo
 demo: setup ## Run a measured mesh on this machine (local agents, dashboard on SQLite); Ctrl-C ends it
@@ -34,9 +35,8 @@ test-repeat: setup ## Find flakes: the modules that start real servers, N rounds
 	$(PY) hack/test_repeat.py --times $(N) --load $(LOAD) $(MODULES)
 
 .PHONY: test-netpol
-test-netpol: setup control-plane ## the chart's NetworkPolicies enforced by kube-network-policies on the real 3-node cluster (root; apart from `make test`: a cluster without masquerading between pods)
-	tests/cluster/build-network-policies.sh
-	TPCMESH_TEST_NETPOL=1 $(PYTEST) tests/cluster/test_network_policy.py
+test-netpol: setup control-plane ## Only the chart's NetworkPolicies enforced on the real 3-node cluster (root; part of `make test`)
+	$(PYTEST) tests/cluster/test_network_policy.py
 
 .PHONY: test-upgrade
 test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; apart from `make test`: ~9 min, +4 on a cold cache)

@@ -1,4 +1,5 @@
-"""The real cluster lives as long as this package's tests: its network namespaces must be gone before other
-packages' WAN-lab tests count theirs."""
+"""The real cluster, and the chart installed on it, live as long as this package's tests: the cluster's network
+namespaces must be gone before other packages' WAN-lab tests count theirs."""
 
 from tests.support.realcluster import real_cluster  # noqa: F401 - the fixture, package-scoped here
+from tests.support.realrelease import database, disks, installed  # noqa: F401 - the chart on it, package-scoped

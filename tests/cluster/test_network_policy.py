@@ -1,29 +1,24 @@
-"""The chart's NetworkPolicies enforced (issue #30): the real cluster with kube-network-policies on every node
-(ClusterOptions.network_policies; tests/cluster/build-network-policies.sh) and the chart installed with
-`networkPolicy.enabled=true`. Allowed: the operator -> the dashboard's Service (its ingest) and the agents' control
-API, a namespace the chart's `networkPolicy.ingressNamespaceSelector` names (the ingress controller's, Prometheus's)
--> the dashboard. Denied: a pod of another namespace, and a pod of the release's namespace that is not the
-release's, -> the dashboard. What no engine here polices: the agents run with hostNetwork, and kube-network-policies
-matches packets to pods by pod address, leaving hostNetwork pods out (its pod-IP index skips them), so their ports
-stay reachable from anywhere; what protects them is their own authentication and the nodes' firewall (README
-"Pod Security"). The bundled PostgreSQL's policy is not exercised: its image cannot be pulled here (the lab runs
-the chart's external-database mode).
+"""The chart's NetworkPolicies enforced (issue #30): the suite's real cluster runs kube-network-policies on every
+node (ClusterOptions.network_policies; tests/cluster/build-network-policies.sh, built by `make control-plane`) and
+its pods leave their nodes unmasqueraded, so a receiving node judges a packet by the sending pod's own address.
+The admin turns `networkPolicy.enabled` on in the package's release (tests/support/realrelease.py) with `helm
+upgrade`, and off again after. Allowed: the operator -> the dashboard's Service (its ingest) and the agents' control
+API, a namespace the chart's `networkPolicy.ingressNamespaceSelector` names (the ingress controller's,
+Prometheus's) -> the dashboard. Denied: a pod of another namespace, and a pod of the release's namespace that is not
+the release's, -> the dashboard. What no engine here polices: the agents run with hostNetwork, and
+kube-network-policies matches packets to pods by pod address, leaving hostNetwork pods out (its pod-IP index skips
+them), so their ports stay reachable from anywhere; what protects them is their own authentication and the nodes'
+firewall (README "Pod Security"). The bundled PostgreSQL's policy is not exercised: its image cannot be pulled here
+(the lab runs the chart's external-database mode).
 
-Each probe is a busybox pod on a node other than the dashboard's (the packet crosses the WAN lab and the engine
-judges it on the receiving node by the sending pod's own address) that tries a TCP connection; a control probe of
-the same kind reaches CoreDNS's pod, which no policy selects, so a refused flow is the policy's doing.
-
-Cost: `make test-netpol` (TPCMESH_TEST_NETPOL=1 turns enforcement on for the package's cluster, see
-tests/support/realcluster.py), apart from `make test`: the cluster without masquerading between pods is another
-cluster than the suite's. 342 s on the shared 2-core machine: cluster up with the engine 232 s, install until Ready
-about 70 s, the probes 11 s, uninstall 28 s. In the suite's own cluster (once it runs the whole package enforcing)
-it would add the install, the probes and the uninstall: about 110 s.
+Each probe is a busybox pod on a node other than the dashboard's (the packet crosses the WAN lab) that tries a TCP
+connection; a control probe of the same kind reaches CoreDNS's pod, which no policy selects, so a refused flow is
+the policy's doing. A deliberately wrong dashboard policy (its port 8001) failed the first test (seen once, stop 35).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 
@@ -33,52 +28,38 @@ from tpcmesh_lab import clusterinstall
 from tpcmesh_lab.cluster import BUSYBOX_IMAGE
 from tpcmesh_lab.clusterinstall import ready_pods
 from tpcmesh_lab.controlplane import binary
-from tpcmesh_lab.postgres import for_cluster
 
-pytestmark = [
-    pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(1200),
-    pytest.mark.skipif(not os.environ.get("TPCMESH_TEST_NETPOL"),
-                       reason="NetworkPolicy enforcement needs a cluster of its own: make test-netpol"),
-]
+from tests.support.realrelease import NS, RELEASE
 
-NS, RELEASE = "tpcmesh-netpol", "np"
+pytestmark = [pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(1200)]
+
 OUTSIDE, INGRESS = "netpol-outside", "netpol-ingress"
 INGRESS_LABEL = {"tpcmesh.test/ingress-controller": "true"}
 DASHBOARD_PORT, AGENT_API_PORT = 8000, 9443  # the dashboard container's port, the chart's agent.ports.api
 
 
-@pytest.fixture(scope="module")
-def enforcing(real_cluster):
-    assert real_cluster.options.network_policies, "TPCMESH_TEST_NETPOL=1 starts the package's cluster enforcing"
-    return real_cluster
+def set_policies(cluster, *values: str) -> None:
+    out = cluster.helm("upgrade", RELEASE, str(clusterinstall.CHART), "--namespace", NS, "--reuse-values",
+                       *values, "--wait", "--timeout", "300s", check=False, timeout=400)
+    assert out.returncode == 0, out.stderr
 
 
 @pytest.fixture(scope="module")
-def database(enforcing):
-    """PostgreSQL on the lab's host address; the dashboard connects from its pod's own address (no masquerading)."""
-    db = for_cluster(enforcing.lab.host_address, enforcing.lab.subnet,
-                     also=[str(enforcing.plan.pod_supernet)])
-    try:
-        yield db.url
-    finally:
-        db.close()
-
-
-@pytest.fixture(scope="module")
-def installed(enforcing, database):
-    core = client.CoreV1Api(enforcing.client())
+def enforcing(real_cluster, installed):
+    """The package's release with its NetworkPolicies on (off again after: the e2e reads the dashboard from the
+    nodes, which the policies do not admit)."""
+    assert real_cluster.options.network_policies, "the suite's cluster enforces NetworkPolicies (realcluster.py)"
     for ns, labels in ((OUTSIDE, {}), (INGRESS, INGRESS_LABEL)):
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns, labels=labels)))
-    clusterinstall.install(enforcing, database, NS, RELEASE, values=[
-        "--set", "networkPolicy.enabled=true",
-        "--set-json", f"networkPolicy.ingressNamespaceSelector={json.dumps({'matchLabels': INGRESS_LABEL})}"])
+        installed.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns, labels=labels)))
     try:
-        clusterinstall.wait_ready(enforcing, NS)
-        yield core
+        set_policies(real_cluster, "--set", "networkPolicy.enabled=true", "--set-json",
+                     f"networkPolicy.ingressNamespaceSelector={json.dumps({'matchLabels': INGRESS_LABEL})}")
+        clusterinstall.wait_ready(real_cluster, NS)
+        yield real_cluster
     finally:
-        enforcing.helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "180s", check=False)
+        set_policies(real_cluster, "--set", "networkPolicy.enabled=false")
         for ns in (OUTSIDE, INGRESS):
-            core.delete_namespace(ns)
+            installed.delete_namespace(ns)
 
 
 def probe_pod(name: str, node: str, target: str, port: int, labels: dict | None = None) -> dict:

@@ -11,11 +11,11 @@ chart's own.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import shutil
 import subprocess
-import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,82 +23,18 @@ import pytest
 from kubernetes import client
 from tpcmesh_lab import clusterinstall
 from tpcmesh_lab.clusterinstall import ready_pods
-from tpcmesh_lab.postgres import for_cluster
 
 from tests.support.paths import ARTIFACTS, REPO
+from tests.support.realrelease import FULLNAME, NS, RELEASE, wait_for
 
 # The first test pays the package's cluster (images imported into every node's containerd): minutes on a loaded
 # 2-core machine, beyond the suite's default 300 s.
 pytestmark = [pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(1200)]
 
 CHART = REPO / "charts" / "tpcmesh"
-NS = "tpcmesh"
-RELEASE = "tpcmesh"
-FULLNAME = "tpcmesh"  # the release name contains "tpcmesh": resources are named tpcmesh-<component>
 G, V = "tpcmesh.io", "v1alpha1"
 PROTOCOLS = ["builtin", "iperf3", "xrootd-https", "gridftp"]
 STREAMS = [1, 8]
-
-
-def wait_for(what: str, fn, timeout: float, detail=lambda: "", interval: float = 2.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except client.ApiException as e:
-            last = f"API error {e.status}: {e.reason}"
-        if last and not isinstance(last, str):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last}\n{detail()}")
-
-
-@pytest.fixture(scope="module")
-def database(real_cluster):
-    """PostgreSQL on the lab's host address, reachable from every node, password-protected for the lab's range (the
-    same one `tpcmesh-local cluster demo` starts)."""
-    db = for_cluster(real_cluster.lab.host_address, real_cluster.lab.subnet)
-    try:
-        yield db.url, db.server.psql()
-    finally:
-        db.close()
-
-
-AGENT_USER = 10001  # the chart's agent.podSecurityContext.runAsUser
-
-
-def node_disks(real_cluster) -> tuple[Path, dict[str, Path]]:
-    """Disk mode's hostPath: one path for the chart (as on real DTNs) behind which each node has a disk directory
-    of its own on the real disk: bind-mounted in the node's mount namespace, owned by the agent's user as a site
-    prepares it."""
-    shared = Path(real_cluster.state) / "disk"
-    shared.mkdir()
-    own = {}
-    for node in real_cluster.nodes:
-        own[node.name] = Path(real_cluster.state) / "disks" / node.name
-        own[node.name].mkdir(parents=True)
-        os.chown(own[node.name], AGENT_USER, AGENT_USER)
-        subprocess.run(node.enter(["mount", "--bind", str(own[node.name]), str(shared)]), check=True, timeout=30)
-    return shared, own
-
-
-@pytest.fixture(scope="module")
-def disks(real_cluster) -> dict[str, Path]:
-    return node_disks(real_cluster)[1]
-
-
-@pytest.fixture(scope="module")
-def installed(real_cluster, database, disks):
-    url, _ = database
-    # what `tpcmesh-local cluster demo` runs, with the chart's disk mode on (agent.disk: a hostPath)
-    clusterinstall.install(real_cluster, url, NS, RELEASE, values=[
-        "--set", "agent.disk.enabled=true", "--set", f"agent.disk.hostPath={Path(real_cluster.state) / 'disk'}",
-        "--set", "agent.disk.reserveBytes=100000000"])
-    try:
-        yield client.CoreV1Api(real_cluster.client())
-    finally:
-        real_cluster.helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "180s", check=False)
 
 
 def save_artifacts(real_cluster, core: client.CoreV1Api) -> None:
@@ -234,15 +170,8 @@ def test_dual_stack_nodes_measure_between_real_agent_pods_over_ipv6(real_cluster
           "spec": {"schedule": "@every 24h", "protocols": protocols, "streams": [1], "addressFamilies": ["ipv6"],
                    "concurrency": 2, "fileSet": {"count": 2, "size": "8MB"}, "latency": {"enabled": True, "count": 2},
                    "loopback": {"enabled": False}, "timeoutSeconds": 120, "retries": 0}}
-    objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
-    try:
-        first = wait_for("the ipv6 benchmark's first run", lambda: [
-            r["metadata"]["name"] for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
-            if r["metadata"]["name"].startswith("ipv6-")], timeout=60)[0]
-        status = wait_run(objs, first, real_cluster)
-        assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:3000]
+    with measured_run(objs, real_cluster, tb) as (first, status):
         assert not status.get("familySkipped"), status["familySkipped"]
-        wait_for("every record delivered", lambda: not run_status(objs, first).get("outbox"), timeout=120)
         _, psql = database
         out = subprocess.run([*psql, "-c", "SELECT s.name, d.name, m.protocol, m.address_family, m.status "
                                            "FROM results_measurement m JOIN results_run r ON r.id = m.run_id "
@@ -252,8 +181,6 @@ def test_dual_stack_nodes_measure_between_real_agent_pods_over_ipv6(real_cluster
         rows = {tuple(line.split("|")) for line in out.splitlines() if line}
         want = {(a, b, p, "ipv6", "succeeded") for a in nodes for b in nodes if a != b for p in [*protocols, "rtt"]}
         assert rows == want, sorted(rows ^ want)
-    finally:
-        objs.delete_namespaced_custom_object(G, V, NS, "transferbenchmarks", "ipv6")
 
 
 def fetch_json(netns: str, url: str) -> dict:
@@ -289,6 +216,24 @@ def wait_run(objs, name: str, real_cluster, timeout: float = 600) -> dict:
     return wait_for(f"run {name} to finish", lambda: (s := run_status(objs, name)).get("phase") in (
         "Succeeded", "Failed") and s, timeout=timeout, detail=lambda: json.dumps(run_status(objs, name))[:2000]
         + "\n" + real_cluster.describe_pods(NS))
+
+
+@contextlib.contextmanager
+def measured_run(objs, real_cluster, benchmark: dict) -> Iterator[tuple[str, dict]]:
+    """Create ``benchmark``, wait for its first run to succeed with nothing failed and every record delivered,
+    yield (the run's name, its status); the benchmark is deleted after."""
+    name = benchmark["metadata"]["name"]
+    objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", benchmark)
+    try:
+        first = wait_for(f"the {name} benchmark's first run", lambda: [
+            r["metadata"]["name"] for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
+            if r["metadata"]["name"].startswith(f"{name}-")], timeout=60)[0]
+        status = wait_run(objs, first, real_cluster)
+        assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:3000]
+        wait_for("every record delivered", lambda: not run_status(objs, first).get("outbox"), timeout=120)
+        yield first, status
+    finally:
+        objs.delete_namespaced_custom_object(G, V, NS, "transferbenchmarks", name)
 
 
 def stored_records(psql: list[str], run: str) -> list[list[str]]:
@@ -414,25 +359,16 @@ def test_disk_mode_measures_disk_to_disk_on_each_nodes_hostpath(real_cluster, in
           "spec": {"schedule": "@every 24h", "protocols": ["builtin"], "streams": [2], "storage": ["disk"],
                    "concurrency": 2, "fileSet": {"count": 2, "size": "8MB"}, "latency": {"enabled": False},
                    "loopback": {"enabled": False}, "timeoutSeconds": 120, "retries": 0}}
-    objs.create_namespaced_custom_object(G, V, NS, "transferbenchmarks", tb)
-    try:
-        first = wait_for("the disk benchmark's first run", lambda: [
-            r["metadata"]["name"] for r in objs.list_namespaced_custom_object(G, V, NS, "transferruns")["items"]
-            if r["metadata"]["name"].startswith("disk-")], timeout=60)[0]
-        status = wait_run(objs, first, real_cluster)
-        assert status["phase"] == "Succeeded" and status.get("failed", 0) == 0, json.dumps(status)[:3000]
+    with measured_run(objs, real_cluster, tb) as (first, status):
         assert status["diskFilesets"] == dict.fromkeys(nodes, "ready")
         for name in nodes:
             ceilings = status["ceilings"][name]
             assert ceilings["readGbps"] > 0 and ceilings["writeGbps"] > 0, status["ceilings"]
             assert (disks[name] / "sets" / "2x8000000").is_dir() and not list(disks[name].glob("incoming/*"))
-        wait_for("every record delivered", lambda: not run_status(objs, first).get("outbox"), timeout=120)
         _, psql = database
         records = stored_records(psql, first)
         assert sorted((r[1], r[2], r[3], r[4]) for r in records) == sorted(
             (a, b, "builtin", "succeeded") for a in nodes for b in nodes if a != b), records
-    finally:
-        objs.delete_namespaced_custom_object(G, V, NS, "transferbenchmarks", "disk")
 
 
 def test_helm_uninstall_leaves_nothing(real_cluster, installed):

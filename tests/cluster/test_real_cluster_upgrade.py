@@ -24,9 +24,10 @@ from kubernetes import client
 from tpcmesh_lab import clusterinstall
 from tpcmesh_lab.clusterinstall import ready_pods
 
-from tests.cluster.test_real_cluster_e2e import database, fetch_json, wait_for  # noqa: F401 - database: a fixture
+from tests.cluster.test_real_cluster_e2e import fetch_json
 from tests.support import oldrelease
 from tests.support.paths import REPO
+from tests.support.realrelease import cluster_database, wait_for
 
 pytestmark = [
     pytest.mark.cluster, pytest.mark.netns, pytest.mark.timeout(2400),
@@ -50,6 +51,13 @@ BENCH = "upg"
 VALUES = ["--set", "dashboard.replicas=2"]
 NEW_MIGRATIONS = ("0013_host", "0014_diagnosis")  # in the working tree, not in OLD
 REPEATS = 4
+
+
+@pytest.fixture(scope="module")
+def database(real_cluster):
+    """A database of its own: the old release migrates it from empty."""
+    with cluster_database(real_cluster) as db:
+        yield db
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +104,7 @@ class AgentWatch(threading.Thread):
             time.sleep(0.5)
 
 
-def test_helm_upgrade_from_an_earlier_commit_while_a_run_is_in_flight(real_cluster, database, old_release):  # noqa: F811
+def test_helm_upgrade_from_an_earlier_commit_while_a_run_is_in_flight(real_cluster, database, old_release):
     url, psql = database
     api = real_cluster.client()
     objs, core = client.CustomObjectsApi(api), client.CoreV1Api(api)

@@ -34,14 +34,14 @@ def build_images() -> list[Path]:
 
 @pytest.fixture(scope="package")
 def real_cluster() -> Iterator[Cluster]:
-    # NetworkPolicy enforcement (make test-netpol): another cluster than the suite's (no masquerading between pods)
-    enforce = bool(os.environ.get("TPCMESH_TEST_NETPOL"))
-    missing = missing_parts(enforce)
+    # NetworkPolicies enforced (kube-network-policies on every node, no masquerading between pods), as at a careful
+    # site: the chart's policies are tested on this cluster (test_network_policy.py)
+    missing = missing_parts(network_policies=True)
     if missing:
         pytest.skip("a real cluster needs: " + "; ".join(missing))
-    images = support_images(enforce) + build_images()
+    images = support_images(network_policies=True) + build_images()
     state = Path(tempfile.mkdtemp(prefix="tpcmesh-cluster-", dir="/var/tmp"))
-    cluster = Cluster(ClusterOptions(nodes=3, state_dir=state, images=images, network_policies=enforce))
+    cluster = Cluster(ClusterOptions(nodes=3, state_dir=state, images=images, network_policies=True))
     try:
         cluster.up()
         yield cluster

@@ -209,17 +209,31 @@ def _cluster_of(source: str) -> serializers.CharField:
     return serializers.CharField(source=source, read_only=True, help_text="the cluster whose operator measured it")
 
 
-class NodeSerializer(serializers.ModelSerializer):
+def _node_name() -> serializers.SlugRelatedField:
+    return serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+
+# Comments, not docstrings: drf-spectacular would give every subclass's schema the base's docstring.
+class OfCluster(serializers.ModelSerializer):
+    # a node or a benchmark, with its cluster
     cluster = _cluster_of("cluster.name")
 
+
+class OfBenchmark(serializers.ModelSerializer):
+    # a record of a benchmark's (a run, a measurement, a change, a problem): the benchmark as namespace/name, and
+    # the benchmark's cluster
+    cluster = _cluster_of("benchmark.cluster.name")
+    benchmark = serializers.StringRelatedField()
+
+
+class NodeSerializer(OfCluster):
     class Meta:
         model = models.Node
         fields = ["id", "name", "site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "disk_read_gbps",
                   "disk_write_gbps", "external", "first_seen", "last_seen", "cluster"]
 
 
-class BenchmarkSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("cluster.name")
+class BenchmarkSerializer(OfCluster):
     thresholds_effective = serializers.SerializerMethodField()
 
     class Meta:
@@ -231,10 +245,7 @@ class BenchmarkSerializer(serializers.ModelSerializer):
         return obj.effective_thresholds()
 
 
-class RunSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
-
+class RunSerializer(OfBenchmark):
     class Meta:
         model = models.Run
         fields = ["id", "uid", "name", "benchmark", "scheduled_at", "started_at", "finished_at", "state",
@@ -298,12 +309,10 @@ class FileTransferSerializer(serializers.ModelSerializer):
         fields = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
 
 
-class MeasurementSerializer(serializers.ModelSerializer):
-    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class MeasurementSerializer(OfBenchmark):
+    source = _node_name()
+    destination = _node_name()
     run = serializers.SlugRelatedField(slug_field="uid", read_only=True)
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
     implementation = ImplementationField(read_only=True)
     storage = StorageField(read_only=True)
 
@@ -429,7 +438,7 @@ class CellSettingsSerializer(serializers.Serializer):
     congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
     auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
     storage = serializers.ChoiceField(choices=models.STORAGE_SETTINGS, help_text="memory, disk, disk-to-memory or "
-                                                                           "memory-to-disk (disk mode)")
+                                                                                  "memory-to-disk (disk mode)")
 
     def get_fields(self):
         fields = super().get_fields()  # DRF puts a base class's fields first
@@ -488,11 +497,9 @@ class NonBlankText(Text):
     """Text that is not only whitespace (the contract's rule for names, so the schema says what is trimmed)."""
 
 
-class ChangeSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
-    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class ChangeSerializer(OfBenchmark):
+    source = _node_name()
+    destination = _node_name()
     ratio = serializers.FloatField(read_only=True, help_text="after / before")
 
     class Meta:
@@ -505,8 +512,8 @@ class ChangeSerializer(serializers.ModelSerializer):
 
 class PathSerializer(serializers.ModelSerializer):
     benchmark = serializers.StringRelatedField()
-    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    source = _node_name()
+    destination = _node_name()
     run = serializers.SlugRelatedField(source="measurement.run", slug_field="uid", read_only=True,
                                        help_text="the run's uid")
     hops = serializers.ListField(child=serializers.CharField(allow_null=True), read_only=True,
@@ -518,9 +525,7 @@ class PathSerializer(serializers.ModelSerializer):
                   "reached", "pmtu", "interface_mtu", "pmtu_reduced", "changed", "error"]
 
 
-class ProblemSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
+class ProblemSerializer(OfBenchmark):
     acknowledged = serializers.BooleanField(read_only=True,
                                             help_text="acknowledged for its current cells and severity")
     cells = serializers.ListField(child=serializers.ListField(), help_text=(

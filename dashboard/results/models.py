@@ -52,8 +52,18 @@ def default_cluster() -> int:
     return Cluster.objects.get_or_create(name=DEFAULT_CLUSTER)[0].pk
 
 
+# Federation's two rules for a node and a benchmark: each belongs to a cluster (the default one when made without),
+# which cannot be deleted while it has any, and its name is unique within its cluster only.
+def cluster_key(related_name: str) -> models.ForeignKey:
+    return models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name=related_name, default=default_cluster)
+
+
+def unique_in_cluster(model_name: str, *fields: str) -> models.UniqueConstraint:
+    return models.UniqueConstraint(fields=["cluster", *fields], name="_".join([model_name, "cluster", *fields]))
+
+
 class Node(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes", default=default_cluster)
+    cluster = cluster_key("nodes")
     name = models.CharField(max_length=253)
     site = models.CharField(max_length=200, blank=True, default="")
     address = models.CharField(max_length=253, blank=True, default="")
@@ -70,15 +80,14 @@ class Node(models.Model):
 
     class Meta:
         ordering = ["name", "cluster_id"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_cluster_name")]
+        constraints = [unique_in_cluster("node", "name")]
 
     def __str__(self) -> str:
         return self.name
 
 
 class Benchmark(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="benchmarks",
-                                default=default_cluster)
+    cluster = cluster_key("benchmarks")
     namespace = models.CharField(max_length=253)
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
@@ -90,8 +99,7 @@ class Benchmark(models.Model):
 
     class Meta:
         ordering = ["namespace", "name", "cluster_id"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "namespace", "name"],
-                                               name="benchmark_cluster_namespace_name")]
+        constraints = [unique_in_cluster("benchmark", "namespace", "name")]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

@@ -446,18 +446,20 @@ class CellSettingsSerializer(serializers.Serializer):
         return {**fields, **settings}
 
 
-class RttPointSerializer(CellSettingsSerializer):
+# A comparison chart's point: the pair's ends by name, then the subclass's own fields, then the cell's settings
+class PairPointSerializer(CellSettingsSerializer):
     source = serializers.CharField()
     destination = serializers.CharField()
+
+
+class RttPointSerializer(PairPointSerializer):
     streams = serializers.IntegerField()
     rtt_ms = serializers.FloatField()
     throughput_gbps = serializers.FloatField()
 
 
-class StreamsPairSerializer(CellSettingsSerializer):
+class StreamsPairSerializer(PairPointSerializer):
     protocol = serializers.CharField()
-    source = serializers.CharField()
-    destination = serializers.CharField()
     low_streams = serializers.IntegerField()
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()

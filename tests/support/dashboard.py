@@ -73,6 +73,17 @@ def batch(measurements: list[dict[str, Any]], *, namespace: str = "mesh", name: 
     return body
 
 
+def ingest(body: dict[str, Any]) -> Any:
+    """Store a batch as the ingest API does (its serializer's validation, then services.ingest), without HTTP."""
+    # imported here: the lab and cluster tests build batches with this module but have no Django
+    from results import services
+    from results.api.serializers import IngestBatchIn
+
+    s = IngestBatchIn(data=body)
+    assert s.is_valid(), s.errors
+    return services.ingest(s.validated_data)
+
+
 def page_table(client: Any, path: str, table_id: str) -> str:
     """The HTML of the table ``id=table_id`` on the page at ``path`` (asserting the page answers 200)."""
     page = client.get(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -82,6 +83,14 @@ def ingest(body: dict[str, Any]) -> Any:
     s = IngestBatchIn(data=body)
     assert s.is_valid(), s.errors
     return services.ingest(s.validated_data)
+
+
+def post_batch(client: Any, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST a batch to the ingest API with the write token ``key`` (asserting 200); the answer."""
+    r = client.post("/api/v1/ingest/", json.dumps(body), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {key}")
+    assert r.status_code == 200, r.content
+    return r.json()
 
 
 def page_table(client: Any, path: str, table_id: str) -> str:

@@ -24,21 +24,10 @@ from django.db.models import F, Q
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from results import maintenance, problems, thresholds
+from results import maintenance, models, problems, thresholds
 from results.diagnosis.cells import diagnose_benchmark
 from results.loss import rules as loss_rules
 from results.loss import selectors as loss_selectors
-from results.models import (
-    AnalysisMark,
-    Benchmark,
-    Change,
-    LossSummary,
-    Measurement,
-    Node,
-    PairLatest,
-    Problem,
-    Run,
-)
 from results.selectors import kind_for, metric_for
 from results.stats import changes
 
@@ -62,11 +51,11 @@ def _per_run(rows: list[tuple]) -> list[tuple]:
     return out
 
 
-def _history(cell: PairLatest) -> list[tuple]:
+def _history(cell: models.PairLatest) -> list[tuple]:
     """The cell's runs among its newest changes.WINDOW succeeded measurements, oldest first: (id, finished_at,
     value), a run's repeats as one (_per_run)."""
     metric = metric_for(cell.protocol)
-    qs = Measurement.objects.filter(
+    qs = models.Measurement.objects.filter(
         source_id=cell.source_id, destination_id=cell.destination_id, benchmark_id=cell.benchmark_id,
         protocol=cell.protocol, status="succeeded", **{f"{metric}__gt": 0},
     )
@@ -81,7 +70,7 @@ def _history(cell: PairLatest) -> list[tuple]:
     return _per_run(rows)
 
 
-def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
+def _histories(cells: list[models.PairLatest]) -> dict[int, list[tuple]]:
     """_history of each cell; on PostgreSQL in one statement (an index range per cell), not a round trip each."""
     if connection.vendor != "postgresql":
         return {c.id: _history(c) for c in cells}
@@ -93,7 +82,7 @@ def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
              AS c(id, s, d, b, p, st, af, cc, au, sto)
         CROSS JOIN LATERAL (
             SELECT m.id, m.finished_at, {value} AS value, m.run_id
-            FROM {Measurement._meta.db_table} m
+            FROM {models.Measurement._meta.db_table} m
             WHERE m.source_id = c.s AND m.destination_id = c.d AND m.benchmark_id = c.b AND m.protocol = c.p
               AND coalesce(m.streams, 0) = c.st AND m.address_family = c.af
               AND coalesce(m.congestion_control, '') = c.cc AND coalesce(m.auth, '') = c.au
@@ -111,7 +100,7 @@ def _histories(cells: list[PairLatest]) -> dict[int, list[tuple]]:
     return {cell_id: _per_run(rows) for cell_id, rows in out.items()}
 
 
-def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None) -> list[Change]:
+def detect_cell(cell: models.PairLatest, now: datetime, rows: list[tuple] | None = None) -> list[models.Change]:
     """New step changes in one cell's recent history (``rows``, else read here); a break near a stored one is
     that one."""
     rows = _history(cell) if rows is None else rows
@@ -121,7 +110,7 @@ def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None
     if not found:
         return []
     metric = metric_for(cell.protocol)
-    known = set(Change.objects.filter(measurement_id__in=[r[0] for r in rows], metric=metric)
+    known = set(models.Change.objects.filter(measurement_id__in=[r[0] for r in rows], metric=metric)
                 .values_list("measurement_id", flat=True))
     known_at = [i for i, r in enumerate(rows) if r[0] in known]
     higher_is_better = thresholds.HIGHER_IS_BETTER[kind_for(cell.protocol)]
@@ -130,28 +119,28 @@ def detect_cell(cell: PairLatest, now: datetime, rows: list[tuple] | None = None
         if any(abs(c.index - k) <= changes.MERGE_RUNS for k in known_at):
             continue
         mid, at, _ = rows[c.index]
-        out.append(Change(benchmark_id=cell.benchmark_id, source_id=cell.source_id,
-                          destination_id=cell.destination_id, protocol=cell.protocol, streams=cell.streams,
-                          address_family=cell.address_family, congestion_control=cell.congestion_control,
-                          auth=cell.auth, storage_setting=cell.storage_setting, metric=metric, measurement_id=mid,
-                          at=at, before=c.before, after=c.after,
-                          worse=(c.after < c.before) == higher_is_better, detected_at=now,
-                          runs_to_detect=len(rows) - c.index))
+        out.append(models.Change(benchmark_id=cell.benchmark_id, source_id=cell.source_id,
+                                 destination_id=cell.destination_id, protocol=cell.protocol, streams=cell.streams,
+                                 address_family=cell.address_family, congestion_control=cell.congestion_control,
+                                 auth=cell.auth, storage_setting=cell.storage_setting, metric=metric,
+                                 measurement_id=mid, at=at, before=c.before, after=c.after,
+                                 worse=(c.after < c.before) == higher_is_better, detected_at=now,
+                                 runs_to_detect=len(rows) - c.index))
     return out
 
 
-def _pending(after: int) -> list[PairLatest]:
+def _pending(after: int) -> list[models.PairLatest]:
     """The next BATCH cells (by id, after ``after``) whose newest measurement change detection has not seen."""
-    return list(PairLatest.objects.filter(id__gt=after)
+    return list(models.PairLatest.objects.filter(id__gt=after)
                 .filter(Q(mark__isnull=True) | Q(mark__analysed_at__lt=F("finished_at")))
                 .defer("cell_json").order_by("id")[:BATCH])
 
 
-def _mark(cells: list[PairLatest]) -> None:
+def _mark(cells: list[models.PairLatest]) -> None:
     """Mark the cells analysed up to the measurement each was read at: one upsert for the batch, in id order (two
     analysers marking overlapping batches lock in the same order), on AnalysisMark only."""
-    AnalysisMark.objects.bulk_create(
-        [AnalysisMark(cell_id=c.id, analysed_at=c.finished_at) for c in sorted(cells, key=lambda c: c.id)],
+    models.AnalysisMark.objects.bulk_create(
+        [models.AnalysisMark(cell_id=c.id, analysed_at=c.finished_at) for c in sorted(cells, key=lambda c: c.id)],
         update_conflicts=True, unique_fields=["cell"], update_fields=["analysed_at"])
 
 
@@ -172,7 +161,7 @@ def detect_changes(limit: int | None = None) -> set[int]:
         now = timezone.now()
         histories = _histories(cells)
         found = [c for cell in cells for c in detect_cell(cell, now, histories[cell.id])]
-        Change.objects.bulk_create(found, ignore_conflicts=True)
+        models.Change.objects.bulk_create(found, ignore_conflicts=True)
         _mark(cells)
         touched |= {c.benchmark_id for c in cells}
         done += len(cells)
@@ -181,16 +170,16 @@ def detect_changes(limit: int | None = None) -> set[int]:
     return touched
 
 
-def _runs_without_result(bench: Benchmark) -> dict[str, int]:
+def _runs_without_result(bench: models.Benchmark) -> dict[str, int]:
     """Node name -> how many of the newest runs with measurements (up to SILENT_RUNS) had none of it."""
     newest_first = F("started_at").desc(nulls_last=True)
-    runs = list(Run.objects.filter(benchmark=bench, measurements__isnull=False).distinct()
+    runs = list(models.Run.objects.filter(benchmark=bench, measurements__isnull=False).distinct()
                 .order_by(newest_first, "-id").values_list("id", flat=True)[: problems.SILENT_RUNS])
     if len(runs) < problems.SILENT_RUNS:
         return {}
     seen: dict[str, int] = defaultdict(int)
     for run_id in runs:
-        ids = Measurement.objects.filter(run_id=run_id)
+        ids = models.Measurement.objects.filter(run_id=run_id)
         present = set(ids.values_list("source__name", flat=True)) | set(ids.values_list("destination__name",
                                                                                            flat=True))
         for name in present:
@@ -198,13 +187,13 @@ def _runs_without_result(bench: Benchmark) -> dict[str, int]:
     return {n.name: len(runs) - seen[n.name] for n in bench.nodes.all() if seen[n.name] < len(runs)}
 
 
-def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
+def grid_cells(bench: models.Benchmark, now: datetime) -> list[problems.Cell]:
     """Every latest cell of the benchmark with its state; cells in maintenance get the state "maintenance"."""
     bounds = bench.effective_thresholds()
-    names = dict(Node.objects.filter(benchmarks=bench).values_list("id", "name"))
+    names = dict(models.Node.objects.filter(benchmarks=bench).values_list("id", "name"))
     cover = maintenance.overlay(now)
     out = []
-    cells = PairLatest.objects.filter(benchmark=bench).annotate(
+    cells = models.PairLatest.objects.filter(benchmark=bench).annotate(
         fix=KeyTextTransform("fix", "measurement__diagnosis"))  # the diagnosis' fix alone, not its bounds
     for src, dst, protocol, streams, family, cc, auth, store, tput, rtt, status, limit, fix in cells.values_list(
             "source_id", "destination_id", "protocol", "streams", "address_family", "congestion_control", "auth",
@@ -222,25 +211,26 @@ def grid_cells(bench: Benchmark, now: datetime) -> list[problems.Cell]:
     return out
 
 
-def evaluate_problems(bench: Benchmark, now: datetime | None = None) -> list[Problem]:
+def evaluate_problems(bench: models.Benchmark, now: datetime | None = None) -> list[models.Problem]:
     """Run the rules on the benchmark's grid and store what they find: a problem found again keeps its first
     sighting and acknowledgement; one no longer found is resolved; nodes in maintenance raise none."""
     now = now or timezone.now()
     cover = maintenance.overlay(now)
     # the benchmark's own nodes: another cluster's node of the same name is another node
-    in_maintenance = set(Node.objects.filter(id__in=cover.nodes, benchmarks=bench).values_list("name", flat=True))
+    in_maintenance = set(models.Node.objects.filter(id__in=cover.nodes, benchmarks=bench)
+                         .values_list("name", flat=True))
     silent = {n: k for n, k in _runs_without_result(bench).items() if n not in in_maintenance}
-    sites = dict(Node.objects.filter(benchmarks=bench).values_list("name", "site"))
+    sites = dict(models.Node.objects.filter(benchmarks=bench).values_list("name", "site"))
     findings = problems.find(grid_cells(bench, now), sites, silent)
     # the loss mesh's rules (results.loss.rules) on the same benchmark's nodes, pairs in maintenance left out
     periods, measured, loss_sites = loss_selectors.rule_input(bench, now, cover.covers)
     findings += loss_rules.find(periods, measured, loss_sites)
     with transaction.atomic():
-        stored = {p.key: p for p in Problem.objects.select_for_update().filter(benchmark=bench)}
+        stored = {p.key: p for p in models.Problem.objects.select_for_update().filter(benchmark=bench)}
         for f in findings:
             p = stored.get(f.key)
             if p is None or p.resolved_at is not None:
-                p = p or Problem(benchmark=bench, key=f.key)
+                p = p or models.Problem(benchmark=bench, key=f.key)
                 p.first_seen, p.resolved_at = now, None
                 p.ack_by, p.ack_at, p.ack_note, p.ack_fingerprint = "", None, "", ""
             p.kind, p.severity, p.summary, p.cells = f.kind, f.severity, f.summary[:1000], [list(c) for c in f.cells]
@@ -248,11 +238,11 @@ def evaluate_problems(bench: Benchmark, now: datetime | None = None) -> list[Pro
             p.save()
             stored[f.key] = p
         gone = [p.id for k, p in stored.items() if p.resolved_at is None and k not in {f.key for f in findings}]
-        Problem.objects.filter(id__in=gone).update(resolved_at=now)
+        models.Problem.objects.filter(id__in=gone).update(resolved_at=now)
     return [stored[f.key] for f in findings]
 
 
-def evaluate(bench: Benchmark) -> list[Problem]:
+def evaluate(bench: models.Benchmark) -> list[models.Problem]:
     """One benchmark now: its newest cells diagnosed, then the problem rules; its open problems."""
     diagnose_benchmark(bench)
     return evaluate_problems(bench)
@@ -262,7 +252,7 @@ def analyse(limit: int | None = None) -> set[int]:
     """Change detection on what is new, then the newest cells diagnosed (results.diagnosis) and the problem rules
     run on the benchmarks it touched."""
     touched = detect_changes(limit)
-    for bench in Benchmark.objects.filter(id__in=touched):
+    for bench in models.Benchmark.objects.filter(id__in=touched):
         evaluate(bench)  # the problem rules read each cell's binding limit
     return touched
 
@@ -329,8 +319,8 @@ def evaluate_loss(now: datetime | None = None) -> None:
     """The problem rules on every benchmark with a node that sent loss summaries lately."""
     now = now or timezone.now()
     since = now - timedelta(seconds=2 * LOSS_EVERY)
-    senders = LossSummary.objects.filter(period_start__gte=since - timedelta(minutes=5)).values("source_id")
-    for bench in Benchmark.objects.filter(nodes__in=senders).distinct():
+    senders = models.LossSummary.objects.filter(period_start__gte=since - timedelta(minutes=5)).values("source_id")
+    for bench in models.Benchmark.objects.filter(nodes__in=senders).distinct():
         evaluate_problems(bench, now)
 
 

@@ -10,25 +10,8 @@ from django.db.models import Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from results import problems, rfc3339
+from results import models, problems, rfc3339
 from results.diagnosis.limits import LIMITS
-from results.models import (
-    ADDRESS_FAMILIES,
-    AUTH_MODES,
-    METRICS,
-    SEVERITIES,
-    STATUSES,
-    STORAGE_SETTINGS,
-    ApiToken,
-    Benchmark,
-    Change,
-    Maintenance,
-    Measurement,
-    Node,
-    Path,
-    Problem,
-    Run,
-)
 from results.protocols import PROTOCOLS
 
 
@@ -118,7 +101,7 @@ class NodeFilterSet(filters.FilterSet):
     site = filters.CharFilter(field_name="site")
 
     class Meta:
-        model = Node
+        model = models.Node
         fields = ["name", "site"]
 
 
@@ -126,7 +109,7 @@ class BenchmarkFilterSet(filters.FilterSet):
     cluster = filters.CharFilter(field_name="cluster__name", help_text=CLUSTER_HELP)
 
     class Meta:
-        model = Benchmark
+        model = models.Benchmark
         fields = ["namespace", "name", "uid"]
 
 
@@ -154,26 +137,26 @@ class RunFilterSet(OfBenchmark):
     started_before = RFC3339Filter(field_name="started_at", lookup_expr="lt")
 
     class Meta:
-        model = Run
+        model = models.Run
         fields = ["uid", "name", "state"]
 
 
 class MeasurementFilterSet(OfPair):
     run = filters.CharFilter(field_name="run__uid", help_text="run uid")
-    status = MultipleChoiceFilter(choices=[(s, s) for s in STATUSES])
+    status = MultipleChoiceFilter(choices=[(s, s) for s in models.STATUSES])
     finished_after = RFC3339Filter(field_name="finished_at", lookup_expr="gte")
     finished_before = RFC3339Filter(field_name="finished_at", lookup_expr="lt")
     min_throughput_gbps = FloatFilter(field_name="throughput_gbps", lookup_expr="gte")
     congestion_control = filters.CharFilter(field_name="congestion_control",
                                             help_text="the congestion control the test asked for (cubic, bbr)")
-    address_family = filters.ChoiceFilter(choices=[(f, f) for f in ADDRESS_FAMILIES],
+    address_family = filters.ChoiceFilter(choices=[(f, f) for f in models.ADDRESS_FAMILIES],
                                           help_text="the IP version the test ran over")
-    storage_setting = filters.ChoiceFilter(choices=[(s, s) for s in STORAGE_SETTINGS],
+    storage_setting = filters.ChoiceFilter(choices=[(s, s) for s in models.STORAGE_SETTINGS],
                                            help_text="where the ends kept the files (memory, disk, disk-to-memory, "
                                                      "memory-to-disk)")
     retransmits_min = IntegerFilter(field_name="retransmits", lookup_expr="gte",
                                     help_text="at least this many TCP retransmits (senders' total)")
-    auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],
+    auth = MultipleChoiceFilter(choices=[(a, a) for a in models.AUTH_MODES],
                                 help_text="how the copy was authorised (token, x509, none; HTTP-based protocols)")
     # not `limit`: that is the page size (limit/offset pagination)
     binding_limit = MultipleChoiceFilter(choices=[(x, x) for x in LIMITS],
@@ -182,13 +165,13 @@ class MeasurementFilterSet(OfPair):
                                  help_text="at most this share of the pair's path capacity")
 
     class Meta:
-        model = Measurement
+        model = models.Measurement
         fields = ["benchmark", "run", "source", "destination", "protocol", "streams", "status"]
 
 
 class ApiTokenFilterSet(filters.FilterSet):
     class Meta:
-        model = ApiToken
+        model = models.ApiToken
         fields = ["name", "write", "enabled"]
 
 
@@ -202,23 +185,23 @@ class EitherEnd(filters.FilterSet):
 
 
 class ChangeFilterSet(OfPair, EitherEnd):
-    metric = MultipleChoiceFilter(choices=[(m, m) for m in METRICS])
+    metric = MultipleChoiceFilter(choices=[(m, m) for m in models.METRICS])
     worse = BooleanFilter(field_name="worse", help_text="true: only drops in throughput / rises in RTT")
     since = RFC3339Filter(field_name="at", lookup_expr="gte")
     until = RFC3339Filter(field_name="at", lookup_expr="lt")
     # a cell's other keys (results.selectors.Pick): each a setting of its own, like streams
-    address_family = filters.ChoiceFilter(choices=[(f, f) for f in ADDRESS_FAMILIES],
+    address_family = filters.ChoiceFilter(choices=[(f, f) for f in models.ADDRESS_FAMILIES],
                                           help_text="the IP version of the cell")
-    storage_setting = filters.ChoiceFilter(choices=[(s, s) for s in STORAGE_SETTINGS],
+    storage_setting = filters.ChoiceFilter(choices=[(s, s) for s in models.STORAGE_SETTINGS],
                                            help_text="the cell's storage (memory, disk, disk-to-memory, "
                                                      "memory-to-disk)")
     congestion_control = filters.CharFilter(field_name="congestion_control",
                                             help_text="the cell's congestion control (empty: the nodes' default)")
-    auth = MultipleChoiceFilter(choices=[(a, a) for a in AUTH_MODES],
+    auth = MultipleChoiceFilter(choices=[(a, a) for a in models.AUTH_MODES],
                                 help_text="the cell's authorization mode (token, x509, none)")
 
     class Meta:
-        model = Change
+        model = models.Change
         fields = ["benchmark", "source", "destination", "protocol", "streams", "metric", "worse"]
 
 
@@ -234,18 +217,18 @@ class PathFilterSet(OfBenchmark, EitherEnd):
     until = RFC3339Filter(field_name="at", lookup_expr="lt")
 
     class Meta:
-        model = Path
+        model = models.Path
         fields = ["benchmark", "source", "destination", "run", "changed", "pmtu_reduced", "reached"]
 
 
 class ProblemFilterSet(OfBenchmark):
     kind = MultipleChoiceFilter(choices=[(k, k) for k in problems.KINDS])
-    severity = MultipleChoiceFilter(choices=[(s, s) for s in SEVERITIES])
+    severity = MultipleChoiceFilter(choices=[(s, s) for s in models.SEVERITIES])
     active = BooleanFilter(field_name="resolved_at", lookup_expr="isnull",
                                    help_text="true: not resolved (default: every problem)")
 
     class Meta:
-        model = Problem
+        model = models.Problem
         fields = ["benchmark", "kind", "severity", "active"]
 
 
@@ -255,7 +238,7 @@ class MaintenanceFilterSet(filters.FilterSet):
     active = BooleanFilter(method="filter_active", help_text="true: in force now")
 
     class Meta:
-        model = Maintenance
+        model = models.Maintenance
         fields = ["node", "active"]
 
     def filter_node(self, queryset, name, value):

@@ -30,6 +30,11 @@ METRICS = ["throughput_gbps", "rtt_ms", "path"]
 SEVERITIES = ["critical", "warning"]
 
 
+def figure(help_text: str = "") -> models.FloatField:
+    """A measured or derived figure (Gbit/s, ms, a ratio): NULL where it was not measured or cannot be computed."""
+    return models.FloatField(null=True, blank=True, help_text=help_text)
+
+
 DEFAULT_CLUSTER = "default"  # rows from before federation, and batches that name no cluster (admin tokens)
 
 
@@ -52,16 +57,26 @@ def default_cluster() -> int:
     return Cluster.objects.get_or_create(name=DEFAULT_CLUSTER)[0].pk
 
 
+# Federation's two rules for a node and a benchmark: each belongs to a cluster (the default one when made without),
+# which cannot be deleted while it has any, and its name is unique within its cluster only.
+def cluster_key(related_name: str) -> models.ForeignKey:
+    return models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name=related_name, default=default_cluster)
+
+
+def unique_in_cluster(model_name: str, *fields: str) -> models.UniqueConstraint:
+    return models.UniqueConstraint(fields=["cluster", *fields], name="_".join([model_name, "cluster", *fields]))
+
+
 class Node(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes", default=default_cluster)
+    cluster = cluster_key("nodes")
     name = models.CharField(max_length=253)
     site = models.CharField(max_length=200, blank=True, default="")
     address = models.CharField(max_length=253, blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
-    nic_speed_gbps = models.FloatField(null=True, blank=True)
-    loopback_gbps = models.FloatField(null=True, blank=True, help_text="the node's own loopback ceiling, if measured")
-    disk_read_gbps = models.FloatField(null=True, blank=True, help_text="its disk path's read ceiling (fio)")
-    disk_write_gbps = models.FloatField(null=True, blank=True, help_text="its disk path's write ceiling (fio)")
+    nic_speed_gbps = figure()
+    loopback_gbps = figure("the node's own loopback ceiling, if measured")
+    disk_read_gbps = figure("its disk path's read ceiling (fio)")
+    disk_write_gbps = figure("its disk path's write ceiling (fio)")
     # db_default: rows inserted by SQL alone (the contract test's seed, the bench) are agents' nodes too
     external = models.BooleanField(default=False, db_default=False,
                                    help_text="an external endpoint (another site's storage), not an agent's node")
@@ -70,15 +85,14 @@ class Node(models.Model):
 
     class Meta:
         ordering = ["name", "cluster_id"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_cluster_name")]
+        constraints = [unique_in_cluster("node", "name")]
 
     def __str__(self) -> str:
         return self.name
 
 
 class Benchmark(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="benchmarks",
-                                default=default_cluster)
+    cluster = cluster_key("benchmarks")
     namespace = models.CharField(max_length=253)
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
@@ -90,8 +104,7 @@ class Benchmark(models.Model):
 
     class Meta:
         ordering = ["namespace", "name", "cluster_id"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "namespace", "name"],
-                                               name="benchmark_cluster_namespace_name")]
+        constraints = [unique_in_cluster("benchmark", "namespace", "name")]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -131,12 +144,12 @@ class Measurement(models.Model):
     file_size = models.BigIntegerField(null=True, blank=True)
     file_count = models.IntegerField(null=True, blank=True)
     total_bytes = models.BigIntegerField(null=True, blank=True)
-    throughput_gbps = models.FloatField(null=True, blank=True, help_text="bytes / mean transfer time")
-    aggregate_gbps = models.FloatField(null=True, blank=True, help_text="bytes / wall time")
-    peak_gbps = models.FloatField(null=True, blank=True)
-    rtt_ms = models.FloatField(null=True, blank=True)
-    rtt_min_ms = models.FloatField(null=True, blank=True)
-    rtt_max_ms = models.FloatField(null=True, blank=True)
+    throughput_gbps = figure("bytes / mean transfer time")
+    aggregate_gbps = figure("bytes / wall time")
+    peak_gbps = figure()
+    rtt_ms = figure()
+    rtt_min_ms = figure()
+    rtt_max_ms = figure()
     retransmits = models.BigIntegerField(null=True, blank=True,
                                          help_text="TCP segments the senders retransmitted (tcp.retransmits)")
     tcp = models.JSONField(null=True, blank=True, help_text="the TCP view of the test (the contract's testTcp)")
@@ -150,7 +163,7 @@ class Measurement(models.Model):
         "the bound the measurement sits at (results/diagnosis/limits.py): network-capacity, receive-window, "
         "send-buffer, loss, source-cpu, destination-cpu, protocol, source-storage, destination-storage, unknown; "
         "empty: not diagnosed"))
-    efficiency = models.FloatField(null=True, blank=True, help_text="measured ÷ the pair's path capacity (iperf3)")
+    efficiency = figure("measured ÷ the pair's path capacity (iperf3)")
     diagnosis = models.JSONField(null=True, blank=True, help_text=(
         "the limit model's bounds with their evidence figures, the binding one's fix, and what was missing"))
     congestion_control = models.CharField(max_length=15, null=True, blank=True,
@@ -206,7 +219,7 @@ class FileTransfer(models.Model):
     bytes = models.BigIntegerField()
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()
-    seconds = models.FloatField(null=True, blank=True)
+    seconds = figure()
     error = models.TextField(null=True, blank=True)
     checksum_ok = models.BooleanField(null=True, blank=True)
     tcp = models.JSONField(null=True, blank=True, help_text="the file's TCP view (the contract's fileTcp)")
@@ -244,8 +257,8 @@ class PairLatest(CellSettings):
                                     db_constraint=False)  # partitioned measurements (results.partitions)
     finished_at = models.DateTimeField()
     # Copied from the measurement so the grid reads one narrow table, no join.
-    throughput_gbps = models.FloatField(null=True, blank=True)
-    rtt_ms = models.FloatField(null=True, blank=True)
+    throughput_gbps = figure()
+    rtt_ms = figure()
     status = models.CharField(max_length=12)
     error = models.CharField(max_length=200, null=True, blank=True, help_text="first 200 characters")
     cell_json = models.TextField(null=True, blank=True,
@@ -253,8 +266,8 @@ class PairLatest(CellSettings):
     # A benchmark with spec.repeats: the value is the median of the newest run's repeats, with its interval.
     repeats = models.PositiveSmallIntegerField(db_default=1, help_text="succeeded measurements the value is the "
                                                                     "median of (1: the newest alone)")
-    low = models.FloatField(null=True, blank=True, help_text="95 % bootstrap interval of that median (3+ repeats)")
-    high = models.FloatField(null=True, blank=True)
+    low = figure("95 % bootstrap interval of that median (3+ repeats)")
+    high = figure()
 
     class Meta:
         constraints = [
@@ -285,10 +298,10 @@ class DailyRollup(CellSettings):
     count = models.PositiveIntegerField(help_text="measurements of the day")
     failures = models.PositiveIntegerField(help_text="of them, those that did not succeed (failed or cancelled)")
     succeeded = models.PositiveIntegerField(help_text="succeeded ones with a value: what the figures are of")
-    mean = models.FloatField(null=True, blank=True)
-    median = models.FloatField(null=True, blank=True)
-    p10 = models.FloatField(null=True, blank=True)
-    p90 = models.FloatField(null=True, blank=True)
+    mean = figure()
+    median = figure()
+    p10 = figure()
+    p90 = figure()
     last_at = models.DateTimeField(help_text="when the day's newest measurement finished")
     last_status = models.CharField(max_length=12, help_text="that measurement's status")
     rolled_at = models.DateTimeField(help_text="when it was computed: a measurement delivered later is not in it")
@@ -342,7 +355,7 @@ class CellDiagnosis(models.Model):
                                 related_name="diagnosis")
     measurement_id = models.UUIDField(help_text="the measurement judged: the cell's newest when it was")
     binding_limit = models.CharField(max_length=20, help_text="results/diagnosis/limits.py's LIMITS")
-    efficiency = models.FloatField(null=True, blank=True, help_text="measured ÷ the pair's path capacity (iperf3)")
+    efficiency = figure("measured ÷ the pair's path capacity (iperf3)")
     evidence = models.TextField(blank=True, default="", help_text="the model's reason, with its figures")
     fix = models.TextField(blank=True, default="", help_text="the binding limit's fix, citing the figures")
     members = models.TextField(help_text="the cell's JSON members of these fields (gridcell.diagnosis_members)")
@@ -519,25 +532,25 @@ class LossSummary(models.Model):
     period_start = models.DateTimeField()
     period_end = models.DateTimeField()
     partial = models.BooleanField(default=False)
-    rate_pps = models.FloatField(null=True, blank=True)
+    rate_pps = figure()
     sent = models.IntegerField()
     lost = models.IntegerField()
     duplicates = models.IntegerField(null=True, blank=True)
     reordered = models.IntegerField(null=True, blank=True)
-    rtt_min_ms = models.FloatField(null=True, blank=True)
-    rtt_median_ms = models.FloatField(null=True, blank=True)
-    rtt_p95_ms = models.FloatField(null=True, blank=True)
-    rtt_max_ms = models.FloatField(null=True, blank=True)
-    forward_min_ms = models.FloatField(null=True, blank=True, help_text="one-way delay source → destination")
-    forward_median_ms = models.FloatField(null=True, blank=True)
-    backward_min_ms = models.FloatField(null=True, blank=True, help_text="one-way delay destination → source")
-    backward_median_ms = models.FloatField(null=True, blank=True)
+    rtt_min_ms = figure()
+    rtt_median_ms = figure()
+    rtt_p95_ms = figure()
+    rtt_max_ms = figure()
+    forward_min_ms = figure("one-way delay source → destination")
+    forward_median_ms = figure()
+    backward_min_ms = figure("one-way delay destination → source")
+    backward_median_ms = figure()
     trusted = models.BooleanField(default=False, help_text="both clocks within the agent's bound: one-way delays "
                                                           "may be shown")
     untrusted_reason = models.CharField(max_length=500, blank=True, default="")
-    ipdv_ms = models.FloatField(null=True, blank=True, help_text="round-trip median |IPDV| (jitter)")
-    ipdv_forward_ms = models.FloatField(null=True, blank=True, help_text="forward median |IPDV|")
-    ipdv_backward_ms = models.FloatField(null=True, blank=True, help_text="backward median |IPDV|")
+    ipdv_ms = figure("round-trip median |IPDV| (jitter)")
+    ipdv_forward_ms = figure("forward median |IPDV|")
+    ipdv_backward_ms = figure("backward median |IPDV|")
     detail = models.TextField(default="{}", help_text="the summary's other fields as sent (JSON text)")
     ingested_at = models.DateTimeField(auto_now_add=True)
 

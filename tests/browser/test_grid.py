@@ -8,10 +8,8 @@ import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from results import services
-from results.api.serializers import IngestBatchIn
 
-from tests.support.dashboard import batch, host_end, measurement
+from tests.support.dashboard import batch, host_end, ingest, measurement
 from tests.support.paths import ARTIFACTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -21,12 +19,6 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 OK, WARNING, CRITICAL, FAILED, NONE = "#2e9e44", "#f2b33d", "#d83a34", "#7b1fa2", "#c9c9c9"
 WARNING_STALE, OK_STALE = "#f8dca6", "#a8d8b2"
 MAINTENANCE = "#4a7fc1"
-
-
-def ingest(body):
-    s = IngestBatchIn(data=body)
-    assert s.is_valid(), s.errors
-    return services.ingest(s.validated_data)
 
 
 @pytest.fixture(scope="module")

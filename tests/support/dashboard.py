@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -71,6 +72,25 @@ def batch(measurements: list[dict[str, Any]], *, namespace: str = "mesh", name: 
     if cluster is not None:
         body["cluster"] = cluster
     return body
+
+
+def ingest(body: dict[str, Any]) -> Any:
+    """Store a batch as the ingest API does (its serializer's validation, then services.ingest), without HTTP."""
+    # imported here: the lab and cluster tests build batches with this module but have no Django
+    from results import services
+    from results.api.serializers import IngestBatchIn
+
+    s = IngestBatchIn(data=body)
+    assert s.is_valid(), s.errors
+    return services.ingest(s.validated_data)
+
+
+def post_batch(client: Any, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST a batch to the ingest API with the write token ``key`` (asserting 200); the answer."""
+    r = client.post("/api/v1/ingest/", json.dumps(body), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Token {key}")
+    assert r.status_code == 200, r.content
+    return r.json()
 
 
 def page_table(client: Any, path: str, table_id: str) -> str:

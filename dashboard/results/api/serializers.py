@@ -10,23 +10,8 @@ import logging
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from results import contract, rfc3339, selectors, thresholds
+from results import contract, models, rfc3339, selectors, thresholds
 from results.diagnosis.limits import LIMITS
-from results.models import (
-    ADDRESS_FAMILIES,
-    AUTH_MODES,
-    STATUSES,
-    STORAGE_SETTINGS,
-    Benchmark,
-    Change,
-    FileTransfer,
-    Maintenance,
-    Measurement,
-    Node,
-    Path,
-    Problem,
-    Run,
-)
 from results.protocols import PROTOCOLS
 from results.stats.advice import ACTIONS
 
@@ -116,11 +101,11 @@ class MeasurementIn(serializers.Serializer):
     rtt_ms = serializers.FloatField(min_value=0, allow_null=True, required=False)
     rtt_min_ms = serializers.FloatField(min_value=0, allow_null=True, required=False)
     rtt_max_ms = serializers.FloatField(min_value=0, allow_null=True, required=False)
-    status = serializers.ChoiceField(choices=STATUSES)
+    status = serializers.ChoiceField(choices=models.STATUSES)
     error = serializers.CharField(allow_null=True, allow_blank=True, required=False)
     checksum = serializers.ChoiceField(choices=["ok", "mismatch", "skipped"], allow_null=True, required=False)
     destination_kind = serializers.ChoiceField(choices=["store", "sink"], allow_null=True, required=False)
-    auth = serializers.ChoiceField(choices=AUTH_MODES, allow_null=True, required=False)
+    auth = serializers.ChoiceField(choices=models.AUTH_MODES, allow_null=True, required=False)
     started_at = RFC3339Field()
     finished_at = RFC3339Field()
     files = FileResultIn(many=True, required=False)
@@ -133,7 +118,7 @@ class MeasurementIn(serializers.Serializer):
     path = PathIn(required=False, help_text="rtt rows: the source's path to the destination (tracepath)")
     repeat = serializers.IntegerField(min_value=0, max_value=19, allow_null=True, required=False,
                                       help_text="which of the benchmark's repeats of this setting in the run")
-    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES, default="ipv4", required=False,
+    address_family = serializers.ChoiceField(choices=models.ADDRESS_FAMILIES, default="ipv4", required=False,
                                              help_text="the IP version the test ran over (default ipv4)")
     storage = JSONObjectField(required=False, help_text=(
         "disk mode only: where each end kept the files (the contract's storage); absent: memory to memory"))
@@ -224,21 +209,35 @@ def _cluster_of(source: str) -> serializers.CharField:
     return serializers.CharField(source=source, read_only=True, help_text="the cluster whose operator measured it")
 
 
-class NodeSerializer(serializers.ModelSerializer):
+def _node_name() -> serializers.SlugRelatedField:
+    return serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+
+# Comments, not docstrings: drf-spectacular would give every subclass's schema the base's docstring.
+class OfCluster(serializers.ModelSerializer):
+    # a node or a benchmark, with its cluster
     cluster = _cluster_of("cluster.name")
 
+
+class OfBenchmark(serializers.ModelSerializer):
+    # a record of a benchmark's (a run, a measurement, a change, a problem): the benchmark as namespace/name, and
+    # the benchmark's cluster
+    cluster = _cluster_of("benchmark.cluster.name")
+    benchmark = serializers.StringRelatedField()
+
+
+class NodeSerializer(OfCluster):
     class Meta:
-        model = Node
+        model = models.Node
         fields = ["id", "name", "site", "address", "labels", "nic_speed_gbps", "loopback_gbps", "disk_read_gbps",
                   "disk_write_gbps", "external", "first_seen", "last_seen", "cluster"]
 
 
-class BenchmarkSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("cluster.name")
+class BenchmarkSerializer(OfCluster):
     thresholds_effective = serializers.SerializerMethodField()
 
     class Meta:
-        model = Benchmark
+        model = models.Benchmark
         fields = ["id", "namespace", "name", "uid", "spec", "thresholds", "thresholds_effective", "created",
                   "updated", "cluster"]
 
@@ -246,12 +245,9 @@ class BenchmarkSerializer(serializers.ModelSerializer):
         return obj.effective_thresholds()
 
 
-class RunSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
-
+class RunSerializer(OfBenchmark):
     class Meta:
-        model = Run
+        model = models.Run
         fields = ["id", "uid", "name", "benchmark", "scheduled_at", "started_at", "finished_at", "state",
                   "counts", "cluster"]
 
@@ -309,21 +305,19 @@ class FileTransferSerializer(serializers.ModelSerializer):
     tcp = FileTcpField(read_only=True)
 
     class Meta:
-        model = FileTransfer
+        model = models.FileTransfer
         fields = ["name", "size", "bytes", "started_at", "finished_at", "seconds", "error", "checksum_ok", "tcp"]
 
 
-class MeasurementSerializer(serializers.ModelSerializer):
-    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class MeasurementSerializer(OfBenchmark):
+    source = _node_name()
+    destination = _node_name()
     run = serializers.SlugRelatedField(slug_field="uid", read_only=True)
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
     implementation = ImplementationField(read_only=True)
     storage = StorageField(read_only=True)
 
     class Meta:
-        model = Measurement
+        model = models.Measurement
         fields = ["id", "benchmark", "run", "source", "destination", "protocol", "streams", "concurrency",
                   "file_size", "file_count", "total_bytes", "throughput_gbps", "aggregate_gbps", "peak_gbps",
                   "rtt_ms", "rtt_min_ms", "rtt_max_ms", "retransmits", "congestion_control", "address_family",
@@ -346,11 +340,11 @@ class GridCellSerializer(serializers.Serializer):
     source = serializers.CharField()
     destination = serializers.CharField()
     streams = serializers.IntegerField()
-    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
+    address_family = serializers.ChoiceField(choices=models.ADDRESS_FAMILIES)
     congestion_control = serializers.CharField(allow_blank=True, help_text="empty: the nodes' default")
-    auth = serializers.ChoiceField(choices=[*AUTH_MODES, ""], allow_blank=True, help_text=(
+    auth = serializers.ChoiceField(choices=[*models.AUTH_MODES, ""], allow_blank=True, help_text=(
         "how the copies were authorized (token, x509, none); empty: a protocol without auth modes"))
-    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text=(
+    storage = serializers.ChoiceField(choices=models.STORAGE_SETTINGS, help_text=(
         "where the ends kept the files: memory (memory to memory), disk (disk to disk), disk-to-memory or "
         "memory-to-disk (source first)"))
     value = serializers.FloatField(allow_null=True)
@@ -424,10 +418,10 @@ class HistoryPointSerializer(serializers.Serializer):
     aggregate_gbps = serializers.FloatField(allow_null=True)
     rtt_ms = serializers.FloatField(allow_null=True)
     congestion_control = serializers.CharField(allow_null=True, help_text="null: the nodes' default")
-    address_family = serializers.ChoiceField(choices=ADDRESS_FAMILIES)
-    auth = serializers.ChoiceField(choices=AUTH_MODES, allow_null=True,
+    address_family = serializers.ChoiceField(choices=models.ADDRESS_FAMILIES)
+    auth = serializers.ChoiceField(choices=models.AUTH_MODES, allow_null=True,
                                    help_text="token, x509 or none; null: a protocol without auth modes")
-    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text=(
+    storage = serializers.ChoiceField(choices=models.STORAGE_SETTINGS, help_text=(
         "where the ends kept the files: memory, disk, disk-to-memory or memory-to-disk (source first)"))
     status = serializers.CharField()
     error = serializers.CharField(allow_null=True)
@@ -443,8 +437,8 @@ class CellSettingsSerializer(serializers.Serializer):
     address_family = serializers.CharField()
     congestion_control = serializers.CharField(help_text='"" = the nodes\' default')
     auth = serializers.CharField(help_text='token, x509 or none; "" for a protocol without modes')
-    storage = serializers.ChoiceField(choices=STORAGE_SETTINGS, help_text="memory, disk, disk-to-memory or "
-                                                                           "memory-to-disk (disk mode)")
+    storage = serializers.ChoiceField(choices=models.STORAGE_SETTINGS, help_text="memory, disk, disk-to-memory or "
+                                                                                  "memory-to-disk (disk mode)")
 
     def get_fields(self):
         fields = super().get_fields()  # DRF puts a base class's fields first
@@ -452,18 +446,20 @@ class CellSettingsSerializer(serializers.Serializer):
         return {**fields, **settings}
 
 
-class RttPointSerializer(CellSettingsSerializer):
+# A comparison chart's point: the pair's ends by name, then the subclass's own fields, then the cell's settings
+class PairPointSerializer(CellSettingsSerializer):
     source = serializers.CharField()
     destination = serializers.CharField()
+
+
+class RttPointSerializer(PairPointSerializer):
     streams = serializers.IntegerField()
     rtt_ms = serializers.FloatField()
     throughput_gbps = serializers.FloatField()
 
 
-class StreamsPairSerializer(CellSettingsSerializer):
+class StreamsPairSerializer(PairPointSerializer):
     protocol = serializers.CharField()
-    source = serializers.CharField()
-    destination = serializers.CharField()
     low_streams = serializers.IntegerField()
     high_streams = serializers.IntegerField()
     low_gbps = serializers.FloatField()
@@ -503,15 +499,13 @@ class NonBlankText(Text):
     """Text that is not only whitespace (the contract's rule for names, so the schema says what is trimmed)."""
 
 
-class ChangeSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
-    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class ChangeSerializer(OfBenchmark):
+    source = _node_name()
+    destination = _node_name()
     ratio = serializers.FloatField(read_only=True, help_text="after / before")
 
     class Meta:
-        model = Change
+        model = models.Change
         fields = ["id", "benchmark", "source", "destination", "protocol", "streams", "address_family",
                   "congestion_control", "auth", "storage_setting", "metric", "measurement", "at", "before", "after",
                   "ratio", "worse",
@@ -520,22 +514,20 @@ class ChangeSerializer(serializers.ModelSerializer):
 
 class PathSerializer(serializers.ModelSerializer):
     benchmark = serializers.StringRelatedField()
-    source = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    destination = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    source = _node_name()
+    destination = _node_name()
     run = serializers.SlugRelatedField(source="measurement.run", slug_field="uid", read_only=True,
                                        help_text="the run's uid")
     hops = serializers.ListField(child=serializers.CharField(allow_null=True), read_only=True,
                                  help_text="hop addresses in order; null: a hop that did not answer")
 
     class Meta:
-        model = Path
+        model = models.Path
         fields = ["id", "benchmark", "source", "destination", "run", "measurement", "at", "hops", "hop_count",
                   "reached", "pmtu", "interface_mtu", "pmtu_reduced", "changed", "error"]
 
 
-class ProblemSerializer(serializers.ModelSerializer):
-    cluster = _cluster_of("benchmark.cluster.name")
-    benchmark = serializers.StringRelatedField()
+class ProblemSerializer(OfBenchmark):
     acknowledged = serializers.BooleanField(read_only=True,
                                             help_text="acknowledged for its current cells and severity")
     cells = serializers.ListField(child=serializers.ListField(), help_text=(
@@ -543,7 +535,7 @@ class ProblemSerializer(serializers.ModelSerializer):
         'default, or with an auth mode'))
 
     class Meta:
-        model = Problem
+        model = models.Problem
         fields = ["id", "benchmark", "key", "kind", "severity", "summary", "cells", "first_seen",
                   "last_seen", "resolved_at", "acknowledged", "ack_by", "ack_at", "ack_note", "cluster"]
 
@@ -556,7 +548,7 @@ class NodeRefField(serializers.SlugRelatedField):
     """A node by name, "cluster:node" when several clusters have that name (selectors.get_node)."""
 
     def __init__(self, **kwargs):
-        super().__init__(slug_field="name", queryset=Node.objects.select_related("cluster"), required=False,
+        super().__init__(slug_field="name", queryset=models.Node.objects.select_related("cluster"), required=False,
                          allow_null=True, **kwargs)
 
     def to_internal_value(self, data):
@@ -564,9 +556,9 @@ class NodeRefField(serializers.SlugRelatedField):
             self.fail("invalid")
         try:
             return selectors.get_node(data)
-        except Node.DoesNotExist:
+        except models.Node.DoesNotExist:
             self.fail("does_not_exist", slug_name=self.slug_field, value=data)
-        except Node.MultipleObjectsReturned:
+        except models.Node.MultipleObjectsReturned:
             raise serializers.ValidationError(f"node {data!r} is in several clusters: name it cluster:node") from None
 
 
@@ -581,7 +573,7 @@ class MaintenanceSerializer(StrictFields, serializers.ModelSerializer):
     active = serializers.SerializerMethodField()
 
     class Meta:
-        model = Maintenance
+        model = models.Maintenance
         fields = ["id", "node", "source", "destination", "reason", "starts_at", "ends_at", "active", "created_by",
                   "created"]
         read_only_fields = ["created_by", "created"]

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
@@ -17,6 +18,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
+from rest_framework.serializers import ModelSerializer
 from rest_framework.views import APIView
 
 from results import analysis, federation, filters, metrics, params, rfc3339, scope, selectors, services
@@ -39,7 +41,6 @@ from results.models import (
     Node,
     Path,
     Problem,
-    Run,
 )
 from results.protocols import PROTOCOLS
 from results.stats import advice
@@ -179,25 +180,39 @@ class ArchiveViewSet(CSVExportMixin, viewsets.ReadOnlyModelViewSet):
     renderer_classes = LIST_RENDERERS
 
 
-class NodeViewSet(ArchiveViewSet):
-    queryset = Node.objects.select_related("cluster")
-    serializer_class = serializers.NodeSerializer
-    filterset_class = filters.NodeFilterSet
-    ordering_fields = ["name", "site", "last_seen"]
+def _rows_read(serializer: type[ModelSerializer]) -> list[str]:
+    """The related rows a model serializer's fields read, as select_related paths: a field whose source is
+    "benchmark.cluster.name" reads the benchmark and its cluster."""
+    paths = []
+    for field in serializer().fields.values():
+        model, path = serializer.Meta.model, []
+        for attr in field.source.split("."):
+            try:
+                relation = model._meta.get_field(attr)
+            except FieldDoesNotExist:  # a column, a method, or "*"
+                break
+            if not (relation.many_to_one or relation.one_to_one):
+                break
+            path.append(attr)
+            model = relation.related_model
+        if path:
+            paths.append("__".join(path))
+    return paths
 
 
-class BenchmarkViewSet(ArchiveViewSet):
-    queryset = Benchmark.objects.select_related("cluster")
-    serializer_class = serializers.BenchmarkSerializer
-    filterset_class = filters.BenchmarkFilterSet
-    ordering_fields = ["namespace", "name", "created"]
+def archive_viewset(serializer: type[ModelSerializer], filterset: type, ordering: list[str]) -> type[ArchiveViewSet]:
+    """A plain archive resource: the serializer's model joined to the rows its fields read, its filters, and the
+    fields a list may be ordered by."""
+    model = serializer.Meta.model
+    return type(f"{model.__name__}ViewSet", (ArchiveViewSet,), {
+        "__module__": __name__, "queryset": model.objects.select_related(*_rows_read(serializer)),
+        "serializer_class": serializer, "filterset_class": filterset, "ordering_fields": ordering})
 
 
-class RunViewSet(ArchiveViewSet):
-    queryset = Run.objects.select_related("benchmark__cluster")
-    serializer_class = serializers.RunSerializer
-    filterset_class = filters.RunFilterSet
-    ordering_fields = ["started_at", "finished_at", "name"]
+NodeViewSet = archive_viewset(serializers.NodeSerializer, filters.NodeFilterSet, ["name", "site", "last_seen"])
+BenchmarkViewSet = archive_viewset(serializers.BenchmarkSerializer, filters.BenchmarkFilterSet,
+                                   ["namespace", "name", "created"])
+RunViewSet = archive_viewset(serializers.RunSerializer, filters.RunFilterSet, ["started_at", "finished_at", "name"])
 
 
 class MeasurementViewSet(ArchiveViewSet):

@@ -5,7 +5,6 @@ setting, measure it on a synthetic link, ingest it) reaching the link's known op
 from __future__ import annotations
 
 import html
-import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -13,16 +12,14 @@ import numpy as np
 import pytest
 from results.stats import synthetic
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 ADVICE = "/api/v1/advice/"
 
 
 def ingest(client, key, ms, name="tuning"):
-    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, name=name)), content_type="application/json",
-                    HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, name=name))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.dashboard import batch, host_end, measurement
+from tests.support.dashboard import batch, host_end, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 NODES = ["a1", "a2", "b1", "far"]
@@ -42,9 +42,7 @@ def _mesh(t: datetime, far_buffer: int, far_gbps: float, far_iperf3_gbps: float)
 
 
 def ingest(client, key, ms, run):
-    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, run=run, nodes=[{"name": n} for n in NODES])),
-                    content_type="application/json", HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, run=run, nodes=[{"name": n} for n in NODES]))
 
 
 def test_a_far_node_behind_a_small_receive_window_is_a_tuning_problem_with_its_figures(client, write_key):

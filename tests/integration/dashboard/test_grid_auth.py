@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from results.models import Change, Measurement, PairLatest, Problem
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 BENCH = "mesh/modes"
@@ -27,9 +27,7 @@ def _measurement(auth: str | None, gbps: float, finished: datetime, src="a", dst
 
 
 def _ingest(client, key, ms, run):
-    r = client.post("/api/v1/ingest/", batch(ms, name="modes", run=run), format="json",
-                    HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, name="modes", run=run))
 
 
 def _grid(client, query: str = "") -> list[dict]:

@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from results import celljson, federation, gridcell, selectors, services
-from results.api.serializers import GridCellSerializer, IngestBatchIn
+from results.api.serializers import GridCellSerializer
 from results.models import Benchmark, PairLatest
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, ingest, measurement
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -42,17 +42,11 @@ def python_cells(streams) -> list[str]:
     return [*gridcell.STORED_NAMES, *_extra(streams), *gridcell.PER_REQUEST_NAMES, *gridcell.DIAGNOSIS_NAMES]
 
 
-def _ingest(body):
-    s = IngestBatchIn(data=body)
-    assert s.is_valid(), s.errors
-    services.ingest(s.validated_data)
-
-
 @pytest.fixture
 def benches(db):
     """Two clusters' benchmark: succeeded, failed (with an error) and rtt cells, a tuned link at two settings."""
     for cluster in ("east", "west"):
-        _ingest(batch([
+        ingest(batch([
             measurement("a", "b", protocol="builtin", streams=1, gbps=10, finished=NOW - 3 * H),
             measurement("a", "b", protocol="builtin", streams=4, concurrency=2, gbps=20, finished=NOW - 2 * H),
             measurement("b", "a", protocol="builtin", status="failed", gbps=None, error="refused",

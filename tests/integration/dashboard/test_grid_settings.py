@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from results.models import Change, Measurement, PairLatest
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 GRID = "/api/v1/grid/?benchmark=mesh/settings&protocol=builtin"
@@ -24,9 +24,7 @@ def _measurement(family: str | None, cc: str | None, gbps: float, finished: date
 
 
 def _ingest(client, key, ms, run):
-    r = client.post("/api/v1/ingest/", batch(ms, name="settings", run=run), format="json",
-                    HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, name="settings", run=run))
 
 
 def _cells(client, query: str = "") -> dict[tuple, float]:

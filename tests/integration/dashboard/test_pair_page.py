@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.dashboard import batch, host_end, measurement
+from tests.support.dashboard import batch, host_end, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 NODES = ["near", "far"]
@@ -35,9 +35,7 @@ def far_pair(t: datetime) -> list[dict]:
 
 
 def ingest(client, key, ms, run):
-    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, run=run, nodes=[{"name": n} for n in NODES])),
-                    content_type="application/json", HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, run=run, nodes=[{"name": n} for n in NODES]))
 
 
 def why_rows(page: str) -> dict[str, dict[str, str]]:

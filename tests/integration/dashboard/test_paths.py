@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -24,9 +24,7 @@ def probe(source, destination, t, hops, pmtu=1500, interface_mtu=1500, error=Non
 
 
 def ingest(client, key, ms, run):
-    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, run=run)), content_type="application/json",
-                    HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, run=run))
 
 
 def test_a_route_change_is_a_path_change_and_a_small_pmtu_is_flagged(client, write_key):

@@ -11,16 +11,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 GRID = "/api/v1/grid/?benchmark=mesh/nightly&protocol=builtin&streams=8"
 
 
 def ingest(client, key, ms, run):
-    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, run=run)), content_type="application/json",
-                    HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, run=run))
 
 
 def repeat_rows(t, values, first=0):

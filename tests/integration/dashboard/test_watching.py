@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 NODES = ["a1", "a2", "b1", "b2"]
@@ -20,9 +20,7 @@ SITES = [{"name": n, "site": n[0].upper()} for n in NODES]
 
 
 def ingest(client, key, ms, run):
-    r = client.post("/api/v1/ingest/", json.dumps(batch(ms, run=run, nodes=SITES)), content_type="application/json",
-                    HTTP_AUTHORIZATION=f"Token {key}")
-    assert r.status_code == 200, r.content
+    post_batch(client, key, batch(ms, run=run, nodes=SITES))
 
 
 def mesh_run(t, gbps_of, protocol="builtin", streams=8):

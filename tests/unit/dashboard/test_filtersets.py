@@ -3,21 +3,13 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from results import services
-from results.api.serializers import IngestBatchIn
 from results.filters import MeasurementFilterSet, NodeFilterSet, RunFilterSet
 from results.models import Measurement, Node, Run
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, ingest, measurement
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 1, 10, 12, tzinfo=UTC)
-
-
-def ingest(body):
-    s = IngestBatchIn(data=body)
-    assert s.is_valid(), s.errors
-    return services.ingest(s.validated_data)
 
 
 @pytest.fixture

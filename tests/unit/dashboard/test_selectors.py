@@ -3,20 +3,13 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from results import selectors, services
-from results.api.serializers import IngestBatchIn
+from results import selectors
 from results.models import Benchmark, Node
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, ingest, measurement
 
 pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
-
-
-def ingest(body):
-    s = IngestBatchIn(data=body)
-    assert s.is_valid(), s.errors
-    return services.ingest(s.validated_data)
 
 
 @pytest.fixture

@@ -95,20 +95,30 @@ def kids(issuer: TokenIssuer) -> set[str]:
     return {k["kid"] for k in issuer.jwks()["keys"]}
 
 
+def signer(token: str) -> str:
+    """The kid of the key that signed ``token``."""
+    return jwt.get_unverified_header(token)["kid"]
+
+
+def rotating(clock: Clock, max_lifetime: int, publish_ahead: int, rotate_every: int) -> TokenIssuer:
+    """An issuer with a fresh keyring that rotates every ``rotate_every`` s, its next key published ahead."""
+    return TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=max_lifetime,
+                                                  publish_ahead=publish_ahead), rotate_every=rotate_every, clock=clock)
+
+
 def test_rotation_publishes_the_next_key_ahead_and_keeps_the_old_one_until_its_last_token_expired():
     clock = Clock()
-    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=3600, publish_ahead=900),
-                         rotate_every=86400, clock=clock)
+    issuer = rotating(clock, max_lifetime=3600, publish_ahead=900, rotate_every=86400)
     old_kid = issuer.active_kid()
     clock.now += 100
     new_kid = issuer.rotate()
     assert new_kid != old_kid and kids(issuer) == {old_kid, new_kid}  # published before it signs
     clock.now += 899
     old_token = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 3600))  # the last one of the old key, longest
-    assert jwt.get_unverified_header(old_token)["kid"] == old_kid
+    assert signer(old_token) == old_kid
     clock.now += 1  # publish_ahead after the rotation: the new key signs
     new_token = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 60))
-    assert jwt.get_unverified_header(new_token)["kid"] == new_kid == issuer.active_kid()
+    assert signer(new_token) == new_kid == issuer.active_kid()
     clock.now += 3599  # one second before the old key's last possible token expires
     assert kids(issuer) == {old_kid, new_kid}
     verify(old_token, issuer, clock.now - 1)  # its own last valid second
@@ -120,18 +130,17 @@ def test_rotation_publishes_the_next_key_ahead_and_keeps_the_old_one_until_its_l
 
 def test_rotation_is_scheduled_when_due_and_lifetime_is_bounded_by_the_keyring():
     clock = Clock()
-    issuer = TokenIssuer(ISS, keyring=Keyring.fresh(int(clock.now), max_lifetime=600, publish_ahead=100),
-                         rotate_every=1000, clock=clock)
+    issuer = rotating(clock, max_lifetime=600, publish_ahead=100, rotate_every=1000)
     first = issuer.active_kid()
     clock.now += 899
     issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
     assert len(issuer.jwks()["keys"]) == 1
     clock.now += 1  # rotate_every - publish_ahead: the next key is scheduled (published), the first still signs
     t = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
-    assert jwt.get_unverified_header(t)["kid"] == first and len(issuer.jwks()["keys"]) == 2
+    assert signer(t) == first and len(issuer.jwks()["keys"]) == 2
     clock.now += 100
     t = issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 600))
-    assert jwt.get_unverified_header(t)["kid"] != first
+    assert signer(t) != first
     assert len(issuer.keyring.keys) == 2  # issuing again does not schedule yet another key
     with pytest.raises(ClaimsError, match="at most 600 seconds"):
         issuer.issue(TokenRequest("n", AUD, (READ_SETS,), 601))

@@ -15,6 +15,28 @@ window.tpcmesh = (function () {
     return xs.length && Math.max(...xs) - Math.min(...xs) < TIMES_UNDER_MS ? timeTick : dateTick;
   }
 
+  const pointTime = (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ");
+  const RTT_AXIS = { position: "right", title: { display: true, text: "RTT (ms)" }, beginAtZero: true, grid: { drawOnChartArea: false } };
+
+  // The pair page's plots over time: x the time in ms (tickFor's ticks), y titled yTitle, with rtt: a right RTT axis.
+  function timeChart(el, datasets, yTitle, { rtt = false, plugins = [] } = {}) {
+    const scales = { x: { type: "linear", ticks: { callback: tickFor(datasets), maxTicksLimit: 8 } },
+      y: { title: { display: true, text: yTitle }, beginAtZero: true } };
+    if (rtt) scales.rtt = RTT_AXIS;
+    return new Chart(el, {
+      type: "scatter", data: { datasets }, plugins,
+      options: { animation: false, maintainAspectRatio: false, parsing: false, scales,
+        plugins: { tooltip: { callbacks: { title: pointTime } } } },
+    });
+  }
+
+  // Other series in a time chart (another protocol): their own time ticks.
+  function redraw(chart, datasets) {
+    chart.data.datasets = datasets;
+    chart.options.scales.x.ticks.callback = tickFor(datasets);
+    chart.update();
+  }
+
   function pairPage(data) {
     // One protocol at a time (the select above the plot): its series in both directions, their levels, the RTT.
     const select = document.getElementById("protocol");
@@ -60,36 +82,17 @@ window.tpcmesh = (function () {
       }
       ctx.restore();
     } };
-    const history = new Chart(document.getElementById("history"), {
-      type: "scatter", data: { datasets }, plugins: [pathMarks],
-      options: { animation: false, maintainAspectRatio: false, parsing: false,
-        scales: { x: { type: "linear", ticks: { callback: tickFor(datasets), maxTicksLimit: 8 } },
-          y: { title: { display: true, text: "throughput (Gbit/s)" }, beginAtZero: true },
-          rtt: { position: "right", title: { display: true, text: "RTT (ms)" }, beginAtZero: true, grid: { drawOnChartArea: false } } },
-        plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
-    });
+    const history = timeChart(document.getElementById("history"), datasets, "throughput (Gbit/s)",
+      { rtt: true, plugins: [pathMarks] });
     // Under the throughput: the senders' TCP retransmits of each test, same series, same colours, same time axis.
     const retransEl = document.getElementById("retransmits");
     let retrans = null;
     if (retransEl && Object.keys(data.retransmits).length) {
-      const sets = retransSets(data.protocol);
-      retrans = new Chart(retransEl, {
-        type: "scatter", data: { datasets: sets },
-        options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: { type: "linear", ticks: { callback: tickFor(sets), maxTicksLimit: 8 } },
-            y: { title: { display: true, text: "retransmitted segments" }, beginAtZero: true } },
-          plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
-      });
+      retrans = timeChart(retransEl, retransSets(data.protocol), "retransmitted segments");
     }
     if (select) select.addEventListener("change", () => {
-      history.data.datasets = historySets(select.value);
-      history.options.scales.x.ticks.callback = tickFor(history.data.datasets);
-      history.update();
-      if (retrans) {
-        retrans.data.datasets = retransSets(select.value);
-        retrans.options.scales.x.ticks.callback = tickFor(retrans.data.datasets);
-        retrans.update();
-      }
+      redraw(history, historySets(select.value));
+      if (retrans) redraw(retrans, retransSets(select.value));
     });
     // The loss probes' periods: loss % per direction, their RTT medians on the right axis, the same time ticks.
     const lossEl = document.getElementById("loss");
@@ -101,14 +104,7 @@ window.tpcmesh = (function () {
         sets.push({ label, data: points.map(([x, y]) => ({ x, y })), borderColor: color(c), backgroundColor: color(c),
           yAxisID: "rtt", pointRadius: 0, borderWidth: 1, borderDash: [4, 3], showLine: true });
       });
-      new Chart(lossEl, {
-        type: "scatter", data: { datasets: sets },
-        options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: { type: "linear", ticks: { callback: tickFor(sets), maxTicksLimit: 8 } },
-            y: { title: { display: true, text: "loss (%)" }, beginAtZero: true },
-            rtt: { position: "right", title: { display: true, text: "RTT (ms)" }, beginAtZero: true, grid: { drawOnChartArea: false } } },
-          plugins: { tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") } } } },
-      });
+      timeChart(lossEl, sets, "loss (%)", { rtt: true });
     }
     const filesEl = document.getElementById("files");
     if (filesEl && data.files.length) {

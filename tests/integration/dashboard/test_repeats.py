@@ -75,7 +75,8 @@ def test_change_detection_counts_runs_not_repeats(client, write_key):
     """A run whose three repeats are all low is one odd run (an outlier), not a step of three measurements; a
     level that stays lower for runs is one change, placed at the first low run."""
     rng = random.Random(5)
-    t0 = datetime.now(UTC) - timedelta(days=5)
+    # on a whole hour: the repeats finish at t, t+1 and t+2 min, which from hh:58 on would cross into the next hour
+    t0 = (datetime.now(UTC) - timedelta(days=5)).replace(minute=0, second=0, microsecond=0)
     for k in range(16):
         level = 8.0 if k == 6 else 10.0 if k >= 12 else 20.0
         t = t0 + timedelta(hours=6 * k)

@@ -10,10 +10,13 @@ Rules, in order; a cell explained by an earlier finding is not used again by a l
     one problem naming the setting and its figure (the first cell's fix), not the node; every one held by the
     *other* ends' window (tests to a far node waiting on the senders' send buffers): one problem naming those
     ends' setting, not the node;
+  - ``storage`` (disk mode): every one is held by the node's disk, read from it (``source-storage``) or written
+    to it (``destination-storage``): one problem naming the disk, not the NIC;
   - every one sits at the pair's path capacity or a window (network-capacity): the path allows no more, no problem
     (and no later rule uses those cells);
   - the node problem when its own evidence says so: at least half of the cells bound by its CPU or loopback
-    (``source-cpu`` from it, ``destination-cpu`` to it) or by loss on every path through it (its NIC, uplink);
+    (``source-cpu`` from it, ``destination-cpu`` to it), its disk, or by loss on every path through it (its NIC,
+    uplink);
     or when none of the cells is explained (not diagnosed, or ``unknown``), as before the diagnosis. Cells that
     other limits explain (a protocol, the other ends' windows) with too little of the node's own evidence raise no
     node problem: a healthy far-away node is not sent to look at its NIC.
@@ -32,13 +35,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 # and the loss mesh's (results.loss.rules): loss, loss-onset, loss-node, loss-site
-KINDS = ("silent", "node", "tuning", "site-pair", "one-direction", "loss", "loss-onset", "loss-node", "loss-site")
+KINDS = ("silent", "node", "tuning", "storage", "site-pair", "one-direction", "loss", "loss-onset", "loss-node",
+         "loss-site")
 # diagnoses that clear a node: its cells ran into the path or a window setting, not into the node's NIC or host
 WINDOW_LIMITS = {"destination": "receive-window", "source": "send-buffer"}
+# disk mode: the node's disk path at its read (sending) or write (receiving) side
+STORAGE_LIMITS = {"source": "source-storage", "destination": "destination-storage"}
 OTHER_SIDE = {"destination": "source", "source": "destination"}
 # diagnoses that are the node's own evidence, per side: its CPU or loopback, and loss on its paths (NIC, uplink)
 UNEXPLAINED = frozenset({"", "unknown"})  # not diagnosed, or no bound binds (often for want of figures)
-NODE_EVIDENCE = {"source": {"source-cpu", "loss"}, "destination": {"destination-cpu", "loss"}}
+NODE_EVIDENCE = {side: {f"{side}-cpu", STORAGE_LIMITS[side], "loss"} for side in ("source", "destination")}
 PATH_LIMIT = "network-capacity"
 BAD = frozenset({"critical", "failed"})
 DEGRADED = BAD | {"warning"}
@@ -148,6 +154,11 @@ def _node_findings(by_setting: Mapping[Setting, list[Cell]], explained: set) -> 
             out.append(_tuning_finding(node, side, mine))
         elif limits == {theirs}:
             out.append(_far_node_finding(node, side, mine))
+        elif limits == {STORAGE_LIMITS[side]}:
+            out.append(_storage_finding(node, side, mine))
+            found[(node, side)] = []  # explained: the node's disk, not its NIC or uplink
+            explained.update(c.ref for c in mine)
+            continue
         if limits <= {WINDOW_LIMITS[side], theirs, PATH_LIMIT} and "" not in limits:
             found[(node, side)] = []  # explained: not the node's NIC, uplink or host; nor a later rule's
             explained.update(c.ref for c in mine)
@@ -178,6 +189,17 @@ def _tuning_finding(node: str, side: str, mine: list[Cell]) -> Finding:
     return Finding(f"tuning:{node}:{limit}", "tuning", "warning",
                    f"every slow test {what} {node} is {limit}-limited ({len(mine)} cells; {_settings(mine)}): {fix}",
                    tuple(sorted({c.ref for c in mine})))
+
+
+def _storage_finding(node: str, side: str, mine: list[Cell]) -> Finding:
+    """Every bad test from (to) ``node`` was held by its disk's read (write) rate in disk mode: the storage, not the
+    network; its memory-to-memory tests are fine or not in this finding."""
+    action, what = ("reads", "from") if side == "source" else ("writes", "to")
+    fix = next((c.fix for c in mine if c.fix), f"look at {node}'s disk path (its fio ceiling, the filesystem, the "
+                                                f"device's other load)")
+    return Finding(f"storage:{node}:{STORAGE_LIMITS[side]}", "storage", "warning",
+                   f"every slow disk test {what} {node} is held by the disk it {action} ({len(mine)} cells; "
+                   f"{_settings(mine)}): the storage, not the network: {fix}", tuple(sorted({c.ref for c in mine})))
 
 
 def _far_node_finding(node: str, side: str, mine: list[Cell]) -> Finding:

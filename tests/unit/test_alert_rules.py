@@ -80,15 +80,16 @@ def test_every_rule_has_a_case_that_fires(groups):
     cases = yaml.safe_load(CASES.read_text())["tests"]
     firing = {t["alertname"] for c in cases for t in c.get("alert_rule_test", []) if t.get("exp_alerts")}
     names = alert_names(groups)
-    assert len(names) == 15 and len(set(names)) == len(names), names
+    assert len(names) == 16 and len(set(names)) == len(names), names
     assert set(names) == firing, f"no case fires these rules: {sorted(set(names) - firing)}; " \
                                  f"cases of no rule: {sorted(firing - set(names))}"
 
 
 @pytest.mark.parametrize("alert", ["TpcmeshPairBelowCritical", "TpcmeshRunFailed", "TpcmeshResultsUndelivered",
                                    "TpcmeshProblemNode", "TpcmeshProblemSitePair", "TpcmeshProblemOneDirection",
-                                   "TpcmeshProblemSilent", "TpcmeshProblemTuning", "TpcmeshPairLoss",
-                                   "TpcmeshLossProbeDown", "TpcmeshLossSummariesPiling", "TpcmeshProblemLoss",
+                                   "TpcmeshProblemSilent", "TpcmeshProblemTuning", "TpcmeshProblemStorage",
+                                   "TpcmeshPairLoss", "TpcmeshLossProbeDown", "TpcmeshLossSummariesPiling",
+                                   "TpcmeshProblemLoss",
                                    "TpcmeshProblemLossOnset", "TpcmeshProblemLossNode", "TpcmeshProblemLossSite"])
 def test_a_broken_rule_fails_its_case(groups, tmp_path, alert):
     broken = [{**g, "rules": [{**r, "expr": f"({r['expr']}) and on () vector(0) > 0"} if r.get("alert") == alert

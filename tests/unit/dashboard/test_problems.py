@@ -143,3 +143,22 @@ def test_its_own_evidence_on_half_the_cells_still_names_the_node():
 def test_undiagnosed_cells_keep_the_node_rule():
     (f,) = find(diagnosed(""), SITES, {})
     assert f.key == "node:b1"
+
+
+def test_a_node_whose_slow_disk_tests_wait_on_its_disk_is_a_storage_problem_not_its_nic():
+    """Disk mode: every slow test to b1 held by the disk it writes (destination-storage): one storage problem, not
+    "look at the node (NIC, uplink)"; from it, the disk it reads."""
+    (f,) = find(diagnosed("destination-storage"), SITES, {})
+    assert (f.kind, f.key, f.severity) == ("storage", "storage:b1:destination-storage", "warning")
+    assert "every slow disk test to b1 is held by the disk it writes" in f.summary and "NIC" not in f.summary
+    cells = [Cell(d, s, p, st, c.state, "", "source-storage" if c.limit else "")
+             for c in diagnosed("x") for s, d, p, st in [(c.source, c.destination, c.protocol, c.streams)]]
+    (f,) = find(cells, SITES, {})
+    assert f.key == "storage:b1:source-storage" and "from b1 is held by the disk it reads" in f.summary
+
+
+def test_its_disk_on_half_the_cells_is_the_nodes_own_evidence():
+    limits = itertools.cycle(["destination-storage", "protocol"])
+    cells = [replace(c, limit=next(limits)) if c.destination == "b1" else c for c in diagnosed("x")]
+    (f,) = find(cells, SITES, {})
+    assert f.key == "node:b1" and "destination-storage" in f.summary

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.dashboard import batch, host_end, measurement
+from tests.support.dashboard import batch, host_end, measurement, post_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 GRID = "/api/v1/grid/?benchmark=mesh/disks&protocol=builtin"
@@ -118,3 +118,27 @@ def test_the_database_paths_pick_a_storage_as_the_portable_one_does(disks):
             want = {s: v for s, v in RATES.items() if store in (None, s)}
             assert {c["storage"]: c["value"] for c in portable} == want, (mode, store)
             assert {c["storage"]: c["value"] for c in fast} == want, (mode, store)
+
+
+def test_a_node_whose_disk_holds_every_test_into_it_is_a_storage_problem_not_its_nic(client, write_key):
+    """Disk mode, four nodes: every disk-to-disk test into `slow` runs at its disk's write ceiling (0.16 Gbit/s, the
+    lab's 20 MB/s throttle of test_lab_disk.py), the rest at 3 Gbit/s: each of those cells says destination-storage
+    and the problems page has one storage problem naming slow's disk, no "look at its NIC"."""
+    names = ["a1", "a2", "b1", "slow"]
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    ms = []
+    for s in names:
+        for d in names:
+            if s != d:
+                m = _transfer("builtin", 1, 0.16 if d == "slow" else 3.0, at, "disk")
+                m["source"], m["destination"] = s, d
+                ms.append(m)
+    nodes = [{"name": n, "loopback_gbps": 40.0, "disk_read_gbps": 9.0,
+              "disk_write_gbps": 0.16 if n == "slow" else 9.0} for n in names]
+    post_batch(client, write_key, batch(ms, name="disks", run="d2", nodes=nodes,
+                                        thresholds={"goodGbps": 2.0, "warnGbps": 1.0}))
+    into = client.get("/api/v1/measurements/?destination=slow&storage_setting=disk").json()["results"]
+    assert sorted(m["binding_limit"] for m in into) == ["destination-storage"] * 3, into
+    active = client.get("/api/v1/problems/?active=true").json()["results"]
+    assert [(p["kind"], p["key"]) for p in active] == [("storage", "storage:slow:destination-storage")], active
+    assert "every slow disk test to slow is held by the disk it writes" in active[0]["summary"]

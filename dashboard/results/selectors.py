@@ -824,8 +824,10 @@ def measurement_diagnoses(ids: list[Any]) -> dict[Any, dict[str, Any]]:
 def link_observations(source: Node, destination: Node, protocol: str, bench: Benchmark | None = None,
                       since: datetime | None = None) -> list[Observation]:
     """One direction's runs of one protocol, oldest first, as the advice reads them (Observation.of: failures as
-    0 Gbit/s, cancelled runs left out)."""
-    qs = Measurement.objects.filter(source=source, destination=destination, protocol=protocol)
+    0 Gbit/s, cancelled runs left out): memory to memory only, the network link's own rate (a disk mode run's is
+    its disks' too, and would pull the climb down)."""
+    qs = Measurement.objects.filter(source=source, destination=destination, protocol=protocol,
+                                    storage_setting="memory")
     if bench is not None:
         qs = qs.filter(benchmark=bench)
     if since is not None:

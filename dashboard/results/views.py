@@ -506,11 +506,12 @@ def _with_telemetry(rows: list[dict]) -> list[dict]:
 
 def _advice(history: list[dict]) -> list[dict]:
     """Per protocol and direction with transfers in the shown history: each setting's level, the best and the
-    knee (stats.advice; a failed run counts as 0 Gbit/s), as the page's tables show them."""
+    knee (stats.advice; a failed run counts as 0 Gbit/s; memory to memory only, as the advice API), as the page's
+    tables show them."""
     links: dict[tuple[str, str, str], list[Observation]] = {}
     for p in history:
         seen = Observation.of(p["streams"], p["concurrency"], p["throughput_gbps"], p["status"])
-        if p["protocol"] != "rtt" and seen is not None:
+        if p["protocol"] != "rtt" and p["storage"] == "memory" and seen is not None:
             links.setdefault((p["protocol"], p["source"], p["destination"]), []).append(seen)
     out = []
     for (protocol, source, destination), observations in sorted(links.items()):

@@ -500,11 +500,11 @@ def _bound(q, name: str, default: int, hi: int) -> int:
 
 
 class AdviceView(APIView):
-    """Advice for one link (source → destination, one protocol), from its runs (a failed one counts as 0 Gbit/s,
-    a cancelled one not at all): each streams × concurrency setting's median with its 95 % interval, the best,
-    the knee (the cheapest setting within 5 % of the best: beyond it more streams or files stop helping), and the
-    setting for the next run within the given bounds, by the rule of results.stats.advice (what a benchmark with
-    `optimize: true` runs next)."""
+    """Advice for one link (source → destination, one protocol), from its memory-to-memory runs (a failed one
+    counts as 0 Gbit/s, a cancelled one not at all, a disk mode one measures its disks too): each streams ×
+    concurrency setting's median with its 95 % interval, the best, the knee (the cheapest setting within 5 % of the
+    best: beyond it more streams or files stop helping), and the setting for the next run within the given bounds,
+    by the rule of results.stats.advice (what a benchmark with `optimize: true` runs next)."""
 
     @extend_schema(
         parameters=[

@@ -33,8 +33,11 @@ def link(client, write_key):
                       finished=now - timedelta(hours=len(runs) - i)) for i, (s, c, g) in enumerate(runs)]
     ms.append(measurement("a", "b", protocol="builtin", streams=8, gbps=None, status="failed", error="refused",
                           finished=now))
-    # not the link: the other direction, another protocol, a cancelled run, the RTT
-    ms += [measurement("b", "a", protocol="builtin", streams=1, gbps=50.0, finished=now),
+    # not the link: the other direction, another protocol, a cancelled run, the RTT, a disk-to-disk run (its disks'
+    # rate, not the network's)
+    disk = measurement("a", "b", protocol="builtin", streams=4, gbps=0.3, finished=now)
+    disk["storage"] = {"source": "disk", "destination": "disk", "direct_write": True, "fallback": None}
+    ms += [disk, measurement("b", "a", protocol="builtin", streams=1, gbps=50.0, finished=now),
            measurement("a", "b", protocol="gridftp", streams=1, gbps=50.0, finished=now),
            measurement("a", "b", protocol="builtin", streams=16, gbps=None, status="cancelled", finished=now),
            measurement("a", "b", protocol="rtt", rtt_ms=3, finished=now)]

@@ -187,6 +187,18 @@ def test_disk_mode_mounts_the_hostpath_as_the_agents_disk_path_only_when_enabled
     out = helm("template", "t", str(CHART), "--kube-version", K8S_VERSION.lstrip("v"),
                "--set", "agent.disk.hostPath=tpcmesh")
     assert out.returncode != 0 and "agent.disk.hostPath" in out.stderr
+    # a volume per agent: a generic ephemeral volume's claim from the site's StorageClass, no hostPath
+    claim = {"storageClassName": "local-nvme", "accessModes": ["ReadWriteOnce"],
+             "resources": {"requests": {"storage": "200Gi"}}}
+    disk.write_text(yaml.safe_dump({"agent": {"disk": {"enabled": True, "volumeClaimSpec": claim}}}))
+    ds, agent = agent_spec(disk)
+    [volume] = [v for v in ds["volumes"] if v["name"] == "disk"]
+    assert volume["ephemeral"]["volumeClaimTemplate"]["spec"] == claim and "hostPath" not in volume
+    assert volume["ephemeral"]["volumeClaimTemplate"]["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
+    assert {"name": "disk", "mountPath": "/disk"} in agent["volumeMounts"] and ds["securityContext"]["fsGroup"] == 10001
+    out = helm("template", "t", str(CHART), "--kube-version", K8S_VERSION.lstrip("v"),
+               "--set", "agent.disk.enabled=true", "--set", "agent.disk.volumeClaimSpec.storageClassName=local-nvme")
+    assert out.returncode != 0 and "volumeClaimSpec" in out.stderr and "resources" in out.stderr, out.stderr
 
 
 # Every API call the operator makes, (apiGroup, resource, verb, resourceName or None) -> where. The chart's RBAC

@@ -19,12 +19,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from results import maintenance, models, problems, thresholds
+from results import maintenance, models, partitions, problems, thresholds
 from results.diagnosis.cells import diagnose_benchmark
 from results.loss import rules as loss_rules
 from results.loss import selectors as loss_selectors
@@ -248,9 +248,27 @@ def evaluate(bench: models.Benchmark) -> list[models.Problem]:
     return evaluate_problems(bench)
 
 
+AHEAD_EVERY = 3600.0  # seconds: the month partitions ahead are checked at most this often per process
+_ahead_last = [float("-inf")]
+
+
+def months_ahead() -> list[str]:
+    """The measurement partitions of the months ahead (PostgreSQL), made after ingest at most hourly: they exist
+    with retention off too (its prune makes them as well), so new rows never pile up in the default partition."""
+    if time.monotonic() - _ahead_last[0] < AHEAD_EVERY or not partitions.enabled():
+        return []
+    _ahead_last[0] = time.monotonic()
+    try:
+        return partitions.create_ahead(timezone.now(), log=log.info)
+    except DatabaseError as e:  # another replica made the month first: the next hour looks again
+        log.warning("Month partitions ahead not made (tried again in an hour): %s", e)
+        return []
+
+
 def analyse(limit: int | None = None) -> set[int]:
-    """Change detection on what is new, then the newest cells diagnosed (results.diagnosis) and the problem rules
-    run on the benchmarks it touched."""
+    """The months ahead made (hourly), change detection on what is new, then the newest cells diagnosed
+    (results.diagnosis) and the problem rules run on the benchmarks it touched."""
+    months_ahead()
     touched = detect_changes(limit)
     for bench in models.Benchmark.objects.filter(id__in=touched):
         evaluate(bench)  # the problem rules read each cell's binding limit

@@ -271,3 +271,23 @@ def test_a_busy_table_postpones_the_drop_to_the_next_prune(client, write_key, mo
         reader.close()
         migrate(BEFORE)
         latest()
+
+
+def test_the_months_ahead_are_made_after_ingest_with_retention_off(client, write_key, monkeypatch):
+    """The prune makes them, and so does the analysis after an ingest (hourly): with retention off (no prune),
+    next months' rows still get a month of their own, not the default partition."""
+    from results import analysis, partitions
+
+    newest = max((p for p in partitions.partitions() if p.lower), key=lambda p: p.lower)
+    with connection.cursor() as cur:
+        cur.execute(f"DROP TABLE {newest.name}")  # ahead of now: empty
+    assert newest.name not in layout()
+    monkeypatch.setattr(analysis, "_ahead_last", [float("-inf")])
+    monkeypatch.setattr(analysis, "_mode", lambda: "inline")
+    ingest(client, write_key, [measurement("a", "b", finished=datetime.now(UTC) - timedelta(hours=1))])
+    assert layout()[newest.name] == (newest.lower, newest.upper)
+    with connection.cursor() as cur:
+        cur.execute(f"DROP TABLE {newest.name}")
+    ingest(client, write_key, [measurement("a", "b", finished=datetime.now(UTC) - timedelta(minutes=5))])
+    assert newest.name not in layout()  # within the hour: not looked at again
+    partitions.create_ahead(datetime.now(UTC))

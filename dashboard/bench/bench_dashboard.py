@@ -332,6 +332,25 @@ def post_rate(url: str, key: str, bodies: list[bytes], clients: int,
     return rate, total, total / max(1e-9, tree_cpu_seconds(*SERVER_PIDS) - cpu0)
 
 
+def drain_analysis(timeout: float = 1800.0) -> tuple[float, float]:
+    """Wait for the dashboard's background analysis (change detection, diagnosis, problem rules) to finish what
+    ingest left it: every cell marked seen, then the server's CPU at rest. Returns the seconds waited and the
+    server CPU seconds spent meanwhile (the analysis' cost, apart from the ingest requests')."""
+    from results import analysis
+
+    t0, cpu0 = time.perf_counter(), tree_cpu_seconds(*SERVER_PIDS)
+    while analysis._pending(0) and time.perf_counter() - t0 < timeout:
+        time.sleep(0.5)
+    last = tree_cpu_seconds(*SERVER_PIDS)
+    while time.perf_counter() - t0 < timeout:  # the round's diagnosis and rules after the last mark
+        time.sleep(1.0)
+        now = tree_cpu_seconds(*SERVER_PIDS)
+        if now - last < 0.05:
+            break
+        last = now
+    return time.perf_counter() - t0, tree_cpu_seconds(*SERVER_PIDS) - cpu0
+
+
 def ingest_rate(base: str, key: str, batches: int, size: int, clients: int) -> tuple[float, int, float]:
     """Measurements/s through POST /api/v1/ingest/ (post_rate)."""
     def created(result: dict) -> int:
@@ -488,8 +507,12 @@ def main() -> int:
             assert comparable(new_body) == comparable(old_body), "the new and the old median grids differ"
         load_reads = os.getloadavg()[0]
         log("Timed reads; timing ingest")
+        drain_analysis()  # the reads' era at rest
         rate1, ingested1, per_cpu1 = ingest_rate(base, key, args.ingest_batches, 5000, 1)
+        drained1 = drain_analysis()
         rate2, ingested2, per_cpu2 = ingest_rate(base, key, args.ingest_batches, 5000, 2)
+        drained2 = drain_analysis()
+        log(f"Ingest {rate1:,.0f}/s and {rate2:,.0f}/s; analysis after it {drained1[0]:.0f} s and {drained2[0]:.0f} s")
         load_ingest = os.getloadavg()[0]
         for scale in (s for s in others if s > args.scale):
             grow(scale)
@@ -562,11 +585,17 @@ def main() -> int:
         f"thread busy for about {detect_ms * NODES * (NODES - 1) * (len(SETTINGS) - 1) / 1000:.0f} s after ingest.",
         "",
         "Bulk ingest through `POST /api/v1/ingest/` (batches of 5 000 measurements without per-file rows, each "
-        "validated field by field by DRF and against the JSON schema, stored in one transaction with COPY):",
+        "checked against the JSON schema and by its serializer compiled (results.api.compiled), stored in one "
+        "transaction with COPY):",
         f"one client **{rate1:,.0f} measurements/s** ({ingested1:,}); two concurrent clients (the two gunicorn "
         f"workers) **{rate2:,.0f} measurements/s** ({ingested2:,}). Per second of server CPU: "
         f"{per_cpu1:,.0f} and {per_cpu2:,.0f} measurements, i.e. about {min(per_cpu1, per_cpu2) * os.cpu_count():,.0f}"
-        f"/s when the {os.cpu_count()} cores are free for the dashboard.",
+        f"/s when the {os.cpu_count()} cores are free for the dashboard. That is the requests' CPU: "
+        f"{1e6 / per_cpu1:,.0f} and {1e6 / per_cpu2:,.0f} µs per measurement. The background analysis of the cells "
+        "they moved (change detection, the limit model, the problem rules; waited for after each, so it does not "
+        f"fall on the next) then took {drained1[0]:.0f} s and {drained2[0]:.0f} s, "
+        f"{drained1[1] * 1e6 / ingested1:,.0f} and {drained2[1] * 1e6 / ingested2:,.0f} µs of server CPU per "
+        "measurement.",
         "",
         f"1-minute load average after the reads {load_reads:.1f}, after ingest {load_ingest:.1f} on {os.cpu_count()} "
         "cores: the machine is shared with other work, so these numbers are upper bounds.",

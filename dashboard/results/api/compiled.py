@@ -229,3 +229,26 @@ def converter(serializer_class: type[serializers.Serializer]) -> Convert:
         return out
 
     return run
+
+
+# ---- output: a serializer's representation of dicts, without DRF's generic loop ----
+
+@cache
+def representer(serializer_class: type[serializers.Serializer]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """``serializer_class``'s representation of a dict (its ``.data`` for one item): each field's own
+    ``to_representation`` (a nested serializer's compiled alike), null kept null, in the fields' order. DRF's
+    generic loop around those calls (attribute lookup, readable fields, checks per field) cost more than the
+    calls themselves: a 90-day pair history's 1 440 points. A dict that lacks a field raises KeyError."""
+    plan = []
+    for name, field in serializer_class().fields.items():
+        if field.write_only or field.source != name:
+            raise TypeError(f"{serializer_class.__name__}.{name}: no representer for this field's options")
+        if isinstance(field, serializers.ListSerializer | serializers.ListField | serializers.SerializerMethodField):
+            raise TypeError(f"{serializer_class.__name__}.{name}: no representer for {type(field).__name__}")
+        rep = representer(type(field)) if isinstance(field, serializers.Serializer) else field.to_representation
+        plan.append((name, rep))
+
+    def run(item: dict[str, Any]) -> dict[str, Any]:
+        return {name: None if (v := item[name]) is None else rep(v) for name, rep in plan}
+
+    return run

@@ -625,9 +625,10 @@ CELL_REF = "{alias}.id AS cell_id, {alias}.measurement_id AS cell_measurement_id
 
 def _diagnosis_join(cell: str, measurement: str) -> str:
     """The LEFT JOIN of a cell's diagnosis (alias ``cd``): by primary key, and only while it judged the cell's
-    newest measurement."""
-    return (f"LEFT JOIN {CellDiagnosis._meta.db_table} cd ON cd.cell_id = {cell} "
-            f"AND cd.measurement_id = {measurement}")
+    newest measurement. A probe of its primary key per cell (OFFSET 0 keeps the subquery a subquery): as a plain
+    join PostgreSQL hashes the whole table, every benchmark's cells, for each grid."""
+    return (f"LEFT JOIN LATERAL (SELECT * FROM {CellDiagnosis._meta.db_table} cd WHERE cd.cell_id = {cell} "
+            f"AND cd.measurement_id = {measurement} OFFSET 0) cd ON true")
 
 
 # gridcell.DIAGNOSIS from the joined ``cd`` (none: "" and nulls, as gridcell.NOT_DIAGNOSED)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from functools import cache
 
 from django.conf import settings
 from django.db import connection
@@ -119,6 +120,11 @@ def _params(fn, *args, **kwargs):
         raise ValidationError({err.param: err.message}) from None
 
 
+@cache
+def _measurements_converter() -> compiled.Convert:
+    return compiled.field_converter(serializers.IngestBatchIn().fields["measurements"])
+
+
 def _valid_batch(data: object) -> dict | None:
     """A batch's validated data the quick way: the contract accepts it (compiled, results.contract), DRF checks
     the small rest (benchmark, run, nodes) and the measurements go through their serializer compiled
@@ -130,8 +136,7 @@ def _valid_batch(data: object) -> dict | None:
     if not rest.is_valid():
         return None
     try:
-        measurements = compiled.field_converter(serializers.IngestBatchIn().fields["measurements"])(
-            data.get("measurements"))
+        measurements = _measurements_converter()(data.get("measurements"))
     except compiled.Declined:
         return None
     return {**rest.validated_data, "measurements": measurements}

@@ -145,8 +145,8 @@ bench-advice: setup ## Advice per link: runs the optimize rule needs to reach th
 	$(PY) dashboard/bench/bench_advice.py
 
 .PHONY: bench-dashboard
-bench-dashboard: setup ## Dashboard: grid/history latency and ingest rate on ~7 M measurements (SCALE=0.1 for 9 days; CLUSTERS=10: a federation)
-	$(PY) dashboard/bench/bench_dashboard.py --scale $(SCALE) $(if $(CLUSTERS),--clusters $(CLUSTERS) --baseline "")
+bench-dashboard: setup ## Dashboard: grid/history latency and ingest rate on ~7 M measurements (SCALE=0.1 for 9 days; SCALES=0.1,3: the 7-day median grid at those scales too; CLUSTERS=10: a federation)
+	$(PY) dashboard/bench/bench_dashboard.py --scale $(SCALE) $(if $(SCALES),--scales $(SCALES)) $(if $(CLUSTERS),--clusters $(CLUSTERS) --baseline "")
 
 .PHONY: dashboard-run
 dashboard-run: setup ## Run the dashboard on http://127.0.0.1:8000 (SQLite file unless DATABASE_URL is set)

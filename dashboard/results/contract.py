@@ -48,24 +48,53 @@ def validator(definition: str) -> Draft202012Validator:
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
+STRING_KEYWORDS = {"type", "description", "minLength", "maxLength", "pattern", "format"}
+
+
+def _nullable_strings(node: Any) -> Any:
+    """The schema with each ``anyOf: [a string schema, {"type": "null"}]`` written as one schema of type
+    ["string", "null"]: the same documents pass (a string keyword says nothing about null), but fastjsonschema
+    tries anyOf's branches in turn and builds a refusal's message for each that fails, which made a null error
+    (every succeeded measurement's) cost more than the rest of its checks."""
+    if isinstance(node, list):
+        return [_nullable_strings(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _nullable_strings(v) for k, v in node.items()}
+    branches = node.get("anyOf")
+    if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+        other = branches[1 - branches.index({"type": "null"})]
+        if isinstance(other, dict) and other.get("type") == "string" and set(other) <= STRING_KEYWORDS:
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            if not set(rest) & set(other) - {"description"}:
+                return {**other, **rest, "type": ["string", "null"]}
+    return node
+
+
 @lru_cache(maxsize=4)
 def fast_check(definition: str) -> Any:
     """The same sub-schema compiled to Python code by fastjsonschema (the contract uses draft-07's keywords only):
     a valid 5 000-measurement batch passes in a fraction of jsonschema's time. It stops at the first problem, so
     a document it refuses is walked again by jsonschema for every complaint and its messages."""
     root = schema()
-    sub = _inline(root["$defs"][definition], root["$defs"])
+    sub = _nullable_strings(_inline(root["$defs"][definition], root["$defs"]))
     return fastjsonschema.compile(sub, formats={"uuid": UUID_PATTERN}, use_default=False)
+
+
+def passes(definition: str, document: Any) -> bool:
+    """The document satisfies the contract's definition (the compiled check alone: no messages)."""
+    try:
+        fast_check(definition)(document)
+        return True
+    except fastjsonschema.JsonSchemaValueException:
+        return False
 
 
 def contract_errors(definition: str, document: Any, limit: int = 20) -> list[dict[str, str]]:
     """The contract's complaints about a document, each naming the field by its JSON path."""
-    try:
-        fast_check(definition)(document)
+    if passes(definition, document):
         return []
-    except fastjsonschema.JsonSchemaValueException:
-        pass  # jsonschema says what is wrong, and where
-    out = []
+    out = []  # jsonschema says what is wrong, and where
     for err in validator(definition).iter_errors(document):
         path = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(err.path))
         out.append({"field": path or "(body)", "message": err.message})

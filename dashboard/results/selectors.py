@@ -86,6 +86,20 @@ class Pick:
         return {"streams": self.stream_count, "family": self.address_family, "cc": self.congestion_control,
                 "auth": self.auth, "storage": self.storage}
 
+    def measurement_sql(self, alias: str) -> str:
+        """The settings but streams (filter_measurements' conditions) on a Measurement row ``alias``, written only
+        for the settings picked, each on its raw column: PostgreSQL estimates them from the column's statistics
+        (a condition on coalesce(column, '') gets a guessed 0.5 % of the rows, and the window's plan with it)."""
+        out = []
+        for column, value, arg in (("address_family", self.address_family, "family"),
+                                   ("congestion_control", self.congestion_control, "cc"), ("auth", self.auth, "auth"),
+                                   ("storage_setting", self.storage, "storage")):
+            if value == "" and column in ("congestion_control", "auth"):
+                out.append(f"({alias}.{column} IS NULL OR {alias}.{column} = '')")
+            elif value is not None:
+                out.append(f"{alias}.{column} = %({arg})s")
+        return " AND ".join(out) or "true"
+
     def filter_latest(self, qs: Any) -> Any:
         if self.stream_count is not None:
             qs = qs.filter(streams=self.stream_count)
@@ -194,11 +208,40 @@ def get_node(ref: str, cluster: str | None = None) -> Node:
     return qs.get(cluster__name=cluster) if cluster else qs.get()
 
 
+# PairLatest's unique key after the benchmark, in its index's order (pairlatest_storage_cell): a cell's setting
+SETTING_KEY = ("protocol", "auth", "streams", "address_family", "congestion_control", "storage_setting")
+
+
+def cell_setting_rows(bench: Benchmark, protocol: str | None = None) -> list[tuple]:
+    """The distinct settings (SETTING_KEY) of a benchmark's cells (of one protocol when given). PostgreSQL: a
+    skip scan of the cell key's index, one probe per setting, instead of reading every cell (a 100-node mesh has
+    ~10 000 per setting; a DISTINCT over them cost the grid page more than its grid)."""
+    qs = PairLatest.objects.filter(benchmark=bench)
+    if protocol is not None:
+        qs = qs.filter(protocol=protocol)
+    if connection.vendor != "postgresql":
+        return sorted(set(qs.values_list(*SETTING_KEY).distinct()))
+    key = ", ".join(SETTING_KEY)
+    where = "benchmark_id = %(bench)s" + (" AND protocol = %(protocol)s" if protocol is not None else "")
+    first = f"SELECT {key} FROM {PairLatest._meta.db_table} WHERE {where} ORDER BY {key} LIMIT 1"
+    sql = f"""
+        WITH RECURSIVE s AS (
+            ({first})
+            UNION ALL
+            SELECT n.* FROM s CROSS JOIN LATERAL (
+                SELECT {key} FROM {PairLatest._meta.db_table}
+                WHERE {where} AND ({key}) > ({", ".join(f"s.{c}" for c in SETTING_KEY)})
+                ORDER BY {key} LIMIT 1) n
+        ) SELECT {key} FROM s"""
+    with connection.cursor() as cur:
+        cur.execute(sql, {"bench": bench.id, "protocol": protocol})
+        return sorted(cur.fetchall())
+
+
 def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
     """Protocols measured by a benchmark with their stream settings (0 = no stream count)."""
     out: dict[str, list[int]] = defaultdict(list)
-    rows = PairLatest.objects.filter(benchmark=bench).values_list("protocol", "streams").distinct()
-    for protocol, streams in sorted(rows):
+    for protocol, streams in sorted({(r[0], r[2]) for r in cell_setting_rows(bench)}):
         out[protocol].append(streams)
     return dict(out)
 
@@ -206,8 +249,7 @@ def benchmark_protocols(bench: Benchmark) -> dict[str, list[int]]:
 def cell_settings(bench: Benchmark, protocol: str) -> dict[str, list[str]]:
     """The address families, congestion controls ("" = the nodes' default), auth modes ("" = none: a protocol
     without modes, or cells from before modes were recorded) and storage settings a protocol's cells have."""
-    rows = set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
-               .values_list("address_family", "congestion_control", "auth", "storage_setting").distinct())
+    rows = {(family, cc, auth, store) for _, auth, _, family, cc, store in cell_setting_rows(bench, protocol)}
     return {"address_family": sorted({r[0] for r in rows}), "congestion_control": sorted({r[1] for r in rows}),
             "auth": sorted({r[2] for r in rows}),
             "storage": [s for s in STORAGE_SETTINGS if s in {r[3] for r in rows}]}
@@ -510,12 +552,20 @@ def _latest_rows_sql(pick: Pick, alias: str) -> tuple[str, str, str]:
 def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, mode: str,
                       window: timedelta) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: the grid's cells as a window's mean or median, aggregated by the database from the covering
-    index meas_window (no table reads). One index range per stream setting (a condition on streams that the index
-    cannot use would scan the protocol's whole history). A cell's newest measurement in the window is its PairLatest
-    row (a window always ends now), which gives its status when no measurement in the window succeeded."""
+    index meas_window (no table reads), so the cost follows the window's measurements, not the archive's. One
+    index range per stream setting (a condition on streams that the index cannot use would scan the protocol's
+    whole history); the other settings picked on their raw columns (Pick.measurement_sql). The cells are grouped by
+    hashing (no sort of the window's rows); a median gathers each cell's values and takes percentile_cont of that
+    cell's few: the same figure as percentile_cont over the rows. A cell's newest measurement in the window is its
+    PairLatest row (a window always ends now), which gives its status when no measurement in the window succeeded."""
     column = f"m.{metric_for(protocol)}"
-    value = f"avg({column})" if mode == "mean" else f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {column})"
     ok = f"m.status = 'succeeded' AND {column} IS NOT NULL"
+    if mode == "mean":
+        gathered, value, median = f"avg({column}) FILTER (WHERE {ok})", "w.gathered", ""
+    else:
+        gathered, value = f"array_agg({column}) FILTER (WHERE {ok})", "med.value"
+        median = ("CROSS JOIN LATERAL (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x) AS value "
+                  "FROM unnest(w.gathered) x) med")
     if pick.stream_count is None:
         settings_ = sorted(set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
                                .values_list("streams", flat=True)))
@@ -523,7 +573,7 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         settings_ = [pick.stream_count]
     ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
     columns = gridcell.select_sql({
-        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED}, "storage": "w.storage_setting",
+        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED}, "storage": "w.storage_setting", "value": value,
         "status": "CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END",
         "error": "NULL", "low": "NULL::float8", "high": "NULL::float8",
     }, gridcell.STORED, as_rows=True)
@@ -532,19 +582,19 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
         FROM (
             SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
                    coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
-                   m.storage_setting, {value} FILTER (WHERE {ok}) AS value, count(*) FILTER (WHERE {ok}) AS succeeded,
+                   m.storage_setting, {gathered} AS gathered, count(*) FILTER (WHERE {ok}) AS succeeded,
                    count(*) AS count, max(m.finished_at) AS finished_at
             FROM {Measurement._meta.db_table} m
             WHERE m.benchmark_id = %(bench)s AND m.protocol = %(protocol)s AND m.finished_at >= %(since)s
-              AND ({ranges})
+              AND ({ranges}) AND {pick.measurement_sql("m")}
             GROUP BY 1, 2, 3, 4, 5, 6, 7
         ) w
+        {median}
         LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
             AND l.streams = w.streams AND l.address_family = w.address_family
             AND l.congestion_control = w.congestion_control AND l.auth = w.auth
             AND l.storage_setting = w.storage_setting
             AND l.source_id = w.source_id AND l.destination_id = w.destination_id
-        WHERE {pick.sql("w")}
     """
     if pick.newest:  # each link's cell of its newest measurement's streams; no one concurrency over a window
         sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql, NEWEST_ORDER_CELLS)}) n"
@@ -575,9 +625,10 @@ CELL_REF = "{alias}.id AS cell_id, {alias}.measurement_id AS cell_measurement_id
 
 def _diagnosis_join(cell: str, measurement: str) -> str:
     """The LEFT JOIN of a cell's diagnosis (alias ``cd``): by primary key, and only while it judged the cell's
-    newest measurement."""
-    return (f"LEFT JOIN {CellDiagnosis._meta.db_table} cd ON cd.cell_id = {cell} "
-            f"AND cd.measurement_id = {measurement}")
+    newest measurement. A probe of its primary key per cell (OFFSET 0 keeps the subquery a subquery): as a plain
+    join PostgreSQL hashes the whole table, every benchmark's cells, for each grid."""
+    return (f"LEFT JOIN LATERAL (SELECT * FROM {CellDiagnosis._meta.db_table} cd WHERE cd.cell_id = {cell} "
+            f"AND cd.measurement_id = {measurement} OFFSET 0) cd ON true")
 
 
 # gridcell.DIAGNOSIS from the joined ``cd`` (none: "" and nulls, as gridcell.NOT_DIAGNOSED)
@@ -631,15 +682,18 @@ def grid_cells_json(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     grid()["cells"]); spares Python ~10 µs per cell, which matters at 100×100.
 
     Latest: each cell's stored JSON body (celljson.py) with its age, staleness and state joined in front, about
-    2.5 times less database time than converting the rows. A window's aggregates: json_agg over rows of named
-    columns (not json_build_object per cell: the column names are looked up once).
+    2.5 times less database time than converting the rows. A window's aggregates: each row's members written
+    as text (celljson) and joined, as the latest cells' are (json_agg over the rows cost as much again as the
+    window's aggregation).
     """
     if mode == "latest":
         sql, args = _latest_json_sql(bench, protocol, pick, now, bounds, cover or maintenance.Overlay())
     else:
         sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover or maintenance.Overlay(),
-                               iso_times=True)
-        sql = f"SELECT COALESCE(json_agg(c), '[]')::text FROM ({sql}) c"
+                               iso_times=False)
+        fields = (*gridcell.FIELDS, *((gridcell.CONCURRENCY,) if pick.newest else ()), *gridcell.DIAGNOSIS)
+        members = celljson.json_members_sql({f.name: f"c.{f.name}" for f in fields}, fields)
+        sql = f"SELECT '[' || coalesce(string_agg('{{' || {members} || '}}', ','), '') || ']' FROM ({sql}) c"
     with connection.cursor() as cur:
         cur.execute(sql, args)
         return cur.fetchone()[0]

@@ -62,7 +62,8 @@ class SharedDevicePlan:
     def argv(self, fio: str = "fio") -> list[str]:
         return [fio, "--output-format=json", f"--bs={BLOCK}", "--direct=1", "--ioengine=psync",
                 f"--numjobs={self.concurrency}", f"--size={self.size}", "--time_based", f"--runtime={self.runtime}",
-                "--flow=1", f"--flow_sleep={FLOW_SLEEP_US}", "--group_reporting", "--filename_format=tpcmesh-fio.$jobnum",
+                "--flow=1", f"--flow_sleep={FLOW_SLEEP_US}", "--group_reporting",
+                "--filename_format=tpcmesh-fio.$jobnum",
                 "--name=read", "--rw=read", f"--directory={self.read_dir}",
                 "--name=write", "--new_group", "--rw=write", f"--directory={self.write_dir}", "--end_fsync=1"]
 

@@ -70,7 +70,10 @@ def read_range(fd: int, offset: int, count: int, send: Callable[[memoryview], No
                block: int = BLOCK) -> int:
     """Read [offset, offset+count) of an O_DIRECT ``fd`` in aligned ``block``s, a reader thread up to ``depth``
     blocks ahead, and hand each piece to ``send`` (in the calling thread). Returns the bytes sent (fewer when the
-    file is shorter). A ``send`` that raises stops the reader; a failed read is raised here."""
+    file is shorter). A ``send`` that raises stops the reader; a failed read is raised here. ``depth`` 1: no
+    reader thread, each block read and then sent."""
+    if depth <= 1:
+        return _read_inline(fd, offset, count, send, block)
     ring = _Ring(depth, block)
     stop = threading.Event()
 
@@ -114,6 +117,34 @@ def read_range(fd: int, offset: int, count: int, send: Callable[[memoryview], No
         ring.close()
     if ring.failed:
         raise ring.failed[0]
+    return sent
+
+
+def _read_inline(fd: int, offset: int, count: int, send: Callable[[memoryview], None], block: int) -> int:
+    buf = aligned_buffer(block)
+    view = memoryview(buf)
+    pos = offset - offset % ALIGN
+    skip, sent = offset - pos, 0
+    try:
+        while sent < count:
+            n = os.preadv(fd, [view], pos)
+            if n <= skip:
+                break
+            piece = view[skip:min(n, skip + count - sent)]
+            got = len(piece)
+            try:
+                send(piece)
+            finally:
+                piece.release()
+            sent += got
+            pos += n
+            skip = 0
+            if n < block:  # end of file
+                break
+    finally:
+        view.release()
+        with contextlib.suppress(BufferError):
+            buf.close()
     return sent
 
 

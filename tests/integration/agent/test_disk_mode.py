@@ -186,3 +186,64 @@ def test_direct_file_bypasses_the_page_cache(disk_dir):
     out.close()
     assert _resident_pages(path) <= 1
     assert path.read_bytes() == data
+
+
+def test_read_ahead_sends_exactly_the_range_and_stops_with_its_sender(disk_dir):
+    """The source's reader thread: an unaligned range over several blocks comes out exact and in order; a sender
+    that fails (the client went away) stops the reader and is raised, leaving no thread behind."""
+    import threading
+
+    from tpcmesh_agent.directio import ALIGN, open_direct, read_range
+
+    path = disk_dir / "src.dat"
+    data = os.urandom(10 * ALIGN + 77)
+    path.write_bytes(data)
+    fd, fallback = open_direct(path, os.O_RDONLY)
+    assert fallback is None
+    try:
+        def gone(piece):
+            raise BrokenPipeError("client gone")
+
+        for depth in (2, 1):  # a reader thread ahead of the sender; none (read, then send)
+            got = bytearray()
+            assert read_range(fd, 123, 7 * ALIGN, got.extend, depth, 2 * ALIGN) == 7 * ALIGN
+            assert got == data[123:123 + 7 * ALIGN]
+            got.clear()  # past the end: what there is
+            assert read_range(fd, 9 * ALIGN, 5 * ALIGN, got.extend, depth, 2 * ALIGN) == ALIGN + 77
+            assert got == data[9 * ALIGN:]
+            before = threading.active_count()
+            with pytest.raises(BrokenPipeError):
+                read_range(fd, 0, len(data), gone, depth, ALIGN)
+            assert threading.active_count() == before
+    finally:
+        os.close(fd)
+
+
+def test_write_behind_lands_every_block_at_its_offset_and_reports_a_failed_write(disk_dir):
+    """The destination's writer thread: blocks filled one after another land where they belong (the unaligned tail
+    too); a write that fails is raised to the receiving side."""
+    from tpcmesh_agent.directio import ALIGN, DirectFile, WriteBehind
+
+    path = disk_dir / "dst.dat"
+    start, data = 3 * ALIGN, os.urandom(9 * ALIGN + 5)
+    out = DirectFile(path, start + len(data))
+    behind = WriteBehind(out, start, depth=2, block=2 * ALIGN)
+    for at in range(0, len(data), 2 * ALIGN):
+        piece = data[at:at + 2 * ALIGN]
+        behind.buffer()[:len(piece)] = piece
+        behind.submit(len(piece))
+    behind.finish()
+    out.sync()
+    out.close()
+    assert path.read_bytes()[start:] == data
+
+    out = DirectFile(disk_dir / "closed.dat", 4 * ALIGN)
+    out.close()  # its descriptors are gone: the writer's pwrite fails
+    behind = WriteBehind(out, 0, depth=2, block=ALIGN)
+    behind.buffer()[:ALIGN] = data[:ALIGN]
+    behind.submit(ALIGN)
+    with pytest.raises(OSError):
+        for _ in range(3):
+            behind.buffer()
+            behind.submit(ALIGN)
+        behind.finish()

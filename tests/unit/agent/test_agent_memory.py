@@ -99,3 +99,21 @@ def test_shortfall_names_the_figures_and_the_fix(monkeypatch, tmp_path):
     assert memory_shortfall(job(10**9, 20, 20, 1, tmp_path / "t"), Small(), tmp_path) is None
     monkeypatch.setattr(memory, "memory_backed", lambda path: True)
     assert "20.0 GB stored" in memory_shortfall(job(10**9, 20, 20, 1, tmp_path / "t"), Small(), tmp_path)
+
+
+def test_builtin_disk_writes_count_their_buffers_per_connection():
+    """The built-in mover's disk landing holds DEPTH aligned buffers per connection (files in flight x streams);
+    memory mode's splice pipes count as nothing."""
+    from dataclasses import replace
+
+    from tpcmesh_agent.directio import BLOCK, DEPTH
+    from tpcmesh_agent.movers.builtin import BuiltinMover
+    from tpcmesh_agent.storage import Storage
+
+    mover = BuiltinMover(settings=None)
+    disk = replace(job(10**9, 11, 11, 8, Path("/d")), storage=Storage("disk", "disk"))
+    need, why = mover.memory_needed(disk)
+    assert need == 88 * DEPTH * BLOCK and "88 connections" in why
+    assert mover.memory_needed(replace(disk, concurrency=20, files=disk.files[:3]))[0] == 24 * DEPTH * BLOCK
+    assert mover.memory_needed(replace(disk, storage=Storage("disk", "memory"))) is None
+    assert mover.memory_needed(job(10**9, 11, 11, 8, Path("/d"))) is None

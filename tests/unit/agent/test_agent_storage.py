@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
-from tpcmesh_agent.ceilings import CeilingError, FioPlan, parse_fio
+from tpcmesh_agent.ceilings import CeilingError, FioPlan, SharedDevicePlan, parse_fio, same_device, whole_disk
 from tpcmesh_agent.config import SettingsError, load_settings
 from tpcmesh_agent.movers.builtin.client import split_ranges
 from tpcmesh_agent.storage import Storage, disk_problem, entry_problem, parse_storage, space_problem
@@ -101,3 +102,28 @@ def test_a_disk_path_the_servers_user_cannot_enter_is_named_with_the_directory_t
     assert entry_problem("dtn-a", disk, outer.stat().st_uid, 12345) is None  # the owner may enter its own
     outer.chmod(0o700)
     assert entry_problem("dtn-a", disk, 0, 0) is None  # root enters anything
+
+
+def test_shared_device_plan_runs_readers_and_writers_at_once_held_in_step():
+    argv = SharedDevicePlan(Path("/s/fio"), Path("/d/fio"), 8, 2**20, 10).argv()
+    assert {"--direct=1", "--bs=1M", "--numjobs=8", "--size=1048576", "--time_based", "--runtime=10", "--flow=1",
+            "--directory=/s/fio", "--directory=/d/fio"} <= set(argv)
+    assert "--stonewall" not in argv  # both groups run together
+    # reads in the source's directory, writes in the destination's, each its own group (parse_fio's names)
+    assert argv.index("--name=read") < argv.index("--directory=/s/fio") < argv.index("--name=write") \
+        < argv.index("--new_group") < argv.index("--directory=/d/fio")
+
+
+def test_whole_disk_names_a_partitions_parent_and_nothing_for_devices_sysfs_lacks(tmp_path):
+    """A sysfs-shaped tree: /sys/dev/block/M:m links into /sys/devices/.../<disk>[/<partition>]."""
+    devices = tmp_path / "devices" / "virtio0" / "sda"
+    (devices / "sda2").mkdir(parents=True)
+    (devices / "sda2" / "partition").write_text("2\n")
+    block = tmp_path / "dev" / "block"
+    block.mkdir(parents=True)
+    (block / "8:0").symlink_to(devices)
+    (block / "8:2").symlink_to(devices / "sda2")
+    assert whole_disk(os.makedev(8, 2), block) == "sda"
+    assert whole_disk(os.makedev(8, 0), block) == "sda"
+    assert whole_disk(os.makedev(0, 45), block) is None  # tmpfs, overlayfs: no block device
+    assert same_device(tmp_path, tmp_path / "devices")  # one filesystem

@@ -4,11 +4,11 @@ parallel Range requests. Blocking; cancellation (``SocketRegistry.cancel``) shut
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
-import queue
 import re
 import socket
 import ssl
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ... import congestion
-from ...directio import ALIGN, DirectFile, aligned_buffer
+from ...directio import ALIGN, DirectFile, WriteBehind
 from ...tcpsampler import SAMPLER
 from ..base import Progress, url_host
 
@@ -334,62 +334,35 @@ def _receive(sock: socket.socket, fd: int | None, offset: int, length: int, rest
 
 def _receive_direct(sock: socket.socket, out: DirectFile, offset: int, length: int, rest: bytes, counter: Counter,
                     registry: SocketRegistry, host: str, port: int, idle_timeout: float, what: str) -> int:
-    """Disk mode: the body into aligned buffers (no splice: O_DIRECT wants aligned user memory), each full chunk
-    written to ``out`` by a writer thread while the next one is received (two buffers: receiving and writing
+    """Disk mode: the body into aligned buffers (no splice: O_DIRECT wants aligned user memory), each full block
+    written to ``out`` by a writer thread while the next ones are received (WriteBehind: receiving and writing
     overlap, as splice's page cache let them). Writes stay aligned (the range starts aligned: split_ranges(align=))."""
-    bufs = [aligned_buffer(CHUNK) for _ in range(2)]
-    views = [memoryview(b) for b in bufs]
-    full: queue.Queue[tuple[int, int, int] | None] = queue.Queue(maxsize=1)
-    free: queue.Queue[int] = queue.Queue()
-    failed: list[Exception] = []
-
-    def writer() -> None:
-        while (item := full.get()) is not None:
-            i, n, at = item
-            try:
-                if not failed:
-                    out.write_at(at, views[i][:n])
-            except Exception as e:  # raised to the receiving thread at its next chunk (never a stuck writer)
-                failed.append(e)
-            free.put(i)
-
-    thread = threading.Thread(target=writer, name="direct-writer", daemon=True)
-    thread.start()
+    behind = WriteBehind(out, offset)
     rest = rest[:length]
-    i, fill, got, pos = 0, len(rest), len(rest), offset
-    free.put(1)
-    views[0][:fill] = rest
-    counter.add(len(rest))
+    got, fill = len(rest), len(rest)
     try:
-        while True:
-            if fill and (fill == CHUNK or got >= length):
-                full.put((i, fill, pos))
-                pos += fill
-                fill = 0
-                i = free.get()
-                if failed:
-                    raise failed[0]
-            if got >= length:
-                break
+        view = behind.buffer()
+        view[:fill] = rest
+        counter.add(fill)
+        while got < length:
+            if fill == len(view):
+                behind.submit(fill)
+                view, fill = behind.buffer(), 0
             try:
-                n = sock.recv_into(views[i][fill:], min(CHUNK - fill, length - got))
+                n = sock.recv_into(view[fill:], min(len(view) - fill, length - got))
             except OSError as e:
                 _raise_blocking(e, host, port, idle_timeout, registry)
             if n == 0:
-                if fill:
-                    full.put((i, fill, pos))
                 break
             fill += n
             got += n
             counter.add(n)
-    finally:
-        full.put(None)
-        thread.join()
-        for v, b in zip(views, bufs, strict=True):
-            v.release()
-            b.close()
-    if failed:
-        raise failed[0]
+        behind.submit(fill)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the receiving side's error is the one to report
+            behind.finish()
+        raise
+    behind.finish()
     if got < length:
         if registry.cancelled:
             raise Cancelled(registry.reason)

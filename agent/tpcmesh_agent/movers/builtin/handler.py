@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Protocol
 
-from ... import congestion
+from ... import congestion, directio
 from ...directio import open_direct, read_range
 from ...files import FileSetError, validate_name
 from ...tcpsampler import SAMPLER, wait_drained
@@ -250,8 +250,15 @@ class FilesHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _send_direct(self, fd: int, offset: int, count: int) -> None:
-        """Disk mode: the body read with O_DIRECT into an aligned buffer and sent from it (sendfile would read
-        through the page cache), paced to builtin_max_rate like _send_body."""
+        """Disk mode: the body read with O_DIRECT into aligned buffers and sent from them (sendfile would read
+        through the page cache), paced to builtin_max_rate like _send_body.
+
+        The whole file (a single-stream pull) is read ahead of the socket, or the device would idle while each
+        block is sent. A range of a multi-stream pull is read and then sent, block by block: the other streams'
+        connections keep the device busy meanwhile, and reading ahead on each as well was slower here (8 streams,
+        source and destination on one disk: 10-20 % less throughput, ~25 % more CPU at the source)."""
+        ahead = offset == 0 and count >= os.fstat(fd).st_size
+        depth, block = (directio.DEPTH, directio.BLOCK) if ahead else (1, directio.CHUNK)
         rate = self.server.settings.builtin_max_rate
         t0, sent = time.monotonic(), 0
 
@@ -262,7 +269,7 @@ class FilesHandler(BaseHTTPRequestHandler):
             if rate and (ahead := sent / rate - (time.monotonic() - t0)) > 0:
                 time.sleep(ahead)
 
-        if read_range(fd, offset, count, out) < count:
+        if read_range(fd, offset, count, out, depth, block) < count:
             raise OSError("file shrank while being sent")
 
     def _send_body(self, fd: int, offset: int, count: int) -> None:

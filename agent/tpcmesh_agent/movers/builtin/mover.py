@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ... import tcpinfo
+from ...directio import BLOCK, DEPTH
 from ...files import adler32_of
 from ...token_check import TokenRefused, builtin_validator
 from ...versions import TIMEOUT, parse_agent_server
@@ -43,6 +44,15 @@ class BuiltinMover(Mover):
         """The source agent's version from its data server's ``Server`` header (any answer carries it)."""
         ssl_ctx = client_ssl_context(self.settings) if self.settings.builtin_tls else None
         return await asyncio.to_thread(server_header_version, job.source.host, job.source.port, ssl_ctx)
+
+    def memory_needed(self, job: TransferJob) -> tuple[int, str] | None:
+        """Disk mode: every connection writes through its own aligned buffers (directio.WriteBehind); memory mode's
+        splice pipes are small."""
+        if job.storage.destination != "disk":
+            return None
+        connections = min(job.concurrency, len(job.files)) * max(1, job.streams)
+        return (connections * DEPTH * BLOCK, f"disk writes go through {DEPTH} aligned buffers of {BLOCK >> 20} MiB "
+                f"per connection ({connections} connections)")
 
     def stop_test(self, test_id: str, reason: str) -> None:
         """End a running test now: every file stops with ``reason`` and keeps the bytes it received."""

@@ -69,7 +69,7 @@ def log(msg: str) -> None:
     print(f"{datetime.now():%H:%M:%S} {msg}", flush=True)
 
 
-END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)  # the newest run's hour, for every stage
+NEWEST_HOUR = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)  # the newest run's hour, for every stage
 
 
 def generate(days: int, clusters: int = 1, after: int = 0) -> int:
@@ -81,7 +81,7 @@ def generate(days: int, clusters: int = 1, after: int = 0) -> int:
     from results.celljson import fill_sql
     from results.models import Benchmark, Cluster, Node, Run
 
-    end = END
+    end = NEWEST_HOUR
     benches = []
     for c in range(clusters):
         cluster = Cluster.objects.get_or_create(name=cluster_name(c, clusters))[0]
@@ -511,7 +511,16 @@ def main() -> int:
         if old is not None:  # the same cells from both (values and states; ages differ by the time between)
             _, old_body = get(old[0] + grid + "&mode=median&window=7d")
             _, new_body = get(base + grid + "&mode=median&window=7d")
-            assert comparable(new_body) == comparable(old_body), "the new and the old median grids differ"
+            new_cells, old_cells = comparable(new_body), comparable(old_body)
+            # an older baseline's cells have fewer fields (no setting keys, no diagnosis): compare the ones it has
+            shared = set(old_cells[0]) & set(new_cells[0]) if old_cells and new_cells else set()
+            new_cells, old_cells = ([{k: c[k] for k in sorted(shared)} for c in cells] for cells in (new_cells,
+                                                                                                     old_cells))
+            if new_cells != old_cells:
+                differ = [(n, o) for n, o in zip(new_cells, old_cells, strict=False) if n != o][:3]
+                raise AssertionError(f"the new and the old median grids differ ({len(new_cells)} and "
+                                     f"{len(old_cells)} cells); the first that differ, new then old: "
+                                     + "; ".join(f"{n} | {o}" for n, o in differ))
         load_reads = os.getloadavg()[0]
         log("Timed reads; timing ingest")
         drain_analysis()  # the reads' era at rest

@@ -26,7 +26,7 @@ demo: setup ## Run a measured mesh on this machine (local agents, dashboard on S
 
 .PHONY: test
 test: setup control-plane ## Run every test: unit, integration, cluster (real nodes too), browser, e2e
-	$(PYTEST) tests
+	$(PYTEST) tests --junitxml=artifacts/junit.xml
 
 N ?= 3
 LOAD ?= 2
@@ -39,8 +39,8 @@ test-netpol: setup control-plane ## Only the chart's NetworkPolicies enforced on
 	$(PYTEST) tests/cluster/test_network_policy.py
 
 .PHONY: test-upgrade
-test-upgrade: setup control-plane ## helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; apart from `make test`: ~9 min, +4 on a cold cache)
-	TPCMESH_TEST_UPGRADE=1 $(PYTEST) tests/cluster/test_real_cluster_upgrade.py
+test-upgrade: setup control-plane ## Only the helm upgrade from an earlier commit (its images built once, cached) while a run is in flight, on the real 3-node cluster (root; part of `make test`)
+	$(PYTEST) tests/cluster/test_real_cluster_upgrade.py
 
 .PHONY: test-unit
 test-unit: setup ## Run the fast unit tests only

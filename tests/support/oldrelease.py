@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,3 +57,35 @@ def build(commit: str) -> OldRelease:
     if missing:
         raise RuntimeError(f"{commit}'s build left no {', '.join(missing)}")
     return OldRelease(commit, source, images)
+
+
+_started: dict[str, tuple[threading.Thread, list]] = {}
+
+
+def start_building(commit: str) -> None:
+    """Begin `build(commit)` in the background (the upgrade test's module is collected: on a cold cache its
+    images build while the package's cluster starts and its other tests run, not on the suite's clock)."""
+    if commit in _started:
+        return
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(build(commit))
+        except BaseException as e:  # noqa: BLE001 - raised again by built() in the test that needs it
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, name=f"build {commit}", daemon=True)
+    _started[commit] = (thread, outcome)
+    thread.start()
+
+
+def built(commit: str) -> OldRelease:
+    """The release `start_building` began (waiting for it), or built here and now."""
+    if commit not in _started:
+        return build(commit)
+    thread, outcome = _started[commit]
+    thread.join()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]

@@ -66,32 +66,51 @@ class _Ring:
                 b.close()
 
 
+class _RangeReads:
+    """The aligned reads that cover [offset, offset+count) of an O_DIRECT ``fd``: each ``into(view)`` fills a
+    buffer from the next aligned position and says which part of it belongs to the range, None once the range
+    (or the file) has ended."""
+
+    def __init__(self, fd: int, offset: int, count: int) -> None:
+        self.fd, self.left = fd, count
+        self.pos = offset - offset % ALIGN
+        self.skip = offset - self.pos
+        self.ended = count <= 0
+
+    def into(self, view: memoryview) -> tuple[int, int] | None:
+        if self.ended:
+            return None
+        n = os.preadv(self.fd, [view], self.pos)
+        if n <= self.skip:
+            self.ended = True
+            return None
+        start, end = self.skip, min(n, self.skip + self.left)
+        self.left -= end - start
+        self.pos += n
+        self.skip = 0
+        self.ended = self.left <= 0 or n < len(view)  # the range done, or the end of the file
+        return start, end
+
+
 def read_range(fd: int, offset: int, count: int, send: Callable[[memoryview], None], depth: int = DEPTH,
                block: int = BLOCK) -> int:
     """Read [offset, offset+count) of an O_DIRECT ``fd`` in aligned ``block``s, a reader thread up to ``depth``
     blocks ahead, and hand each piece to ``send`` (in the calling thread). Returns the bytes sent (fewer when the
     file is shorter). A ``send`` that raises stops the reader; a failed read is raised here. ``depth`` 1: no
     reader thread, each block read and then sent."""
+    reads = _RangeReads(fd, offset, count)
     if depth <= 1:
-        return _read_inline(fd, offset, count, send, block)
+        return _read_inline(reads, send, block)
     ring = _Ring(depth, block)
     stop = threading.Event()
 
     def reader() -> None:
-        pos = offset - offset % ALIGN
-        skip, left = offset - pos, count
         try:
-            while left > 0 and (i := ring.free.get()) is not None and not stop.is_set():
-                n = os.preadv(fd, [ring.views[i]], pos)
-                if n <= skip:
+            while (i := ring.free.get()) is not None and not stop.is_set():
+                span = reads.into(ring.views[i])
+                if span is None:
                     break
-                end = min(n, skip + left)
-                ring.full.put((i, skip, end, pos))
-                left -= end - skip
-                pos += n
-                skip = 0
-                if n < block:  # end of file
-                    break
+                ring.full.put((i, *span, 0))
         except BaseException as e:  # raised to the sender
             ring.failed.append(e)
         finally:
@@ -103,12 +122,7 @@ def read_range(fd: int, offset: int, count: int, send: Callable[[memoryview], No
     try:
         while (item := ring.full.get()) is not None:
             i, a, b, _ = item
-            piece = ring.views[i][a:b]
-            try:
-                send(piece)
-            finally:
-                piece.release()
-            sent += b - a
+            sent += _send(ring.views[i][a:b], send)
             ring.free.put(i)
     finally:
         stop.set()
@@ -120,27 +134,23 @@ def read_range(fd: int, offset: int, count: int, send: Callable[[memoryview], No
     return sent
 
 
-def _read_inline(fd: int, offset: int, count: int, send: Callable[[memoryview], None], block: int) -> int:
+def _send(piece: memoryview, send: Callable[[memoryview], None]) -> int:
+    """``send(piece)``, the view released after (the ring's buffer is reused); its length."""
+    n = len(piece)
+    try:
+        send(piece)
+    finally:
+        piece.release()
+    return n
+
+
+def _read_inline(reads: _RangeReads, send: Callable[[memoryview], None], block: int) -> int:
     buf = aligned_buffer(block)
     view = memoryview(buf)
-    pos = offset - offset % ALIGN
-    skip, sent = offset - pos, 0
+    sent = 0
     try:
-        while sent < count:
-            n = os.preadv(fd, [view], pos)
-            if n <= skip:
-                break
-            piece = view[skip:min(n, skip + count - sent)]
-            got = len(piece)
-            try:
-                send(piece)
-            finally:
-                piece.release()
-            sent += got
-            pos += n
-            skip = 0
-            if n < block:  # end of file
-                break
+        while (span := reads.into(view)) is not None:
+            sent += _send(view[span[0]:span[1]], send)
     finally:
         view.release()
         with contextlib.suppress(BufferError):

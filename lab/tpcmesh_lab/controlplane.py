@@ -30,6 +30,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tpcmesh_operator.credentials.pki import CA_KEY_USAGE, cert_builder, subject_alt_names
 
+from .netns import terminate_all
+
 K8S_VERSION = os.environ.get("TPCMESH_K8S_VERSION", "v1.34.4")
 CACHE = Path(os.environ.get("TPCMESH_CACHE", Path.home() / ".cache" / "tpcmesh"))
 BIN = CACHE / f"k8s-{K8S_VERSION}" / "bin"
@@ -266,10 +268,12 @@ class ControlPlaneProcesses:
             raise ControlPlaneError(f"{name} exited with {p.popen.returncode}:\n{p.tail()}")
 
     def stop(self) -> None:
-        for n in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            p = self.procs.pop(n, None)
-            if p:
-                p.stop()
+        """All at once, one short grace: the kube-apiserver of a cluster with nodes hangs on in its shutdown after
+        it stopped listening until it is killed (10 s each time), and nothing here is worth its graceful end (the
+        state is etcd's, which exits at once)."""
+        procs = [p.popen for p in (self.procs.pop(n, None) for n in ("kube-scheduler", "kube-controller-manager",
+                                                                       "kube-apiserver", "etcd")) if p]
+        terminate_all(procs, grace=2.0)
 
 
 def _wait_ready(url: str, ctx: ssl.SSLContext, proc: Proc, timeout: float) -> None:

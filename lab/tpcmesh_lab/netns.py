@@ -379,12 +379,12 @@ class Lab:
             processes = list(self._processes)
         # the lab's processes first (they may still send through the delay line), all at once: one grace period
         # for all of them, so Ctrl-C stays quick however many agents the lab runs
-        _terminate_all([proc for proc, _, _ in processes])
+        terminate_all([proc for proc, _, _ in processes])
         if self._delayline is not None:
             if self._delayline.stdin:
                 with contextlib.suppress(OSError):
                     self._delayline.stdin.close()
-            _terminate_all([self._delayline])
+            terminate_all([self._delayline])
         for node in self.nodes:
             if node.netns:
                 remove_namespace(node.netns)
@@ -563,7 +563,7 @@ def _address_free(address: str) -> bool:
     return True
 
 
-def _terminate_all(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
+def terminate_all(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
     """SIGTERM to each process group, then one shared grace period, then SIGKILL to what is left."""
     alive = [p for p in procs if p.poll() is None]
     for proc in alive:

@@ -59,7 +59,7 @@ def test_closing_the_lab_gives_its_processes_one_grace_period_together(tmp_path)
         assert time.monotonic() < deadline, "the test's processes did not start"
         time.sleep(0.05)
     grace = 2.0
-    netns._terminate_all(procs, grace=grace)
+    netns.terminate_all(procs, grace=grace)
     assert [p.returncode for p in procs] == [-9] * 4  # they ignored SIGTERM: killed after the grace period
     termed = [float((tmp_path / f"p{i}").read_text()) for i in range(4)]
     assert max(termed) - min(termed) < grace  # all asked before any grace period ran out (in turn: >= 3 x grace)

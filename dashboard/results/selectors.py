@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg2.extensions
 from django.conf import settings
@@ -17,7 +18,7 @@ from django.db.models import Aggregate, Avg, Count, F, FloatField, Max, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from results import celljson, gridcell, maintenance, params, rfc3339, storage, thresholds
+from results import celljson, gridcell, maintenance, params, rfc3339, storage, thresholds, windows
 from results.models import (
     AUTH_MODES,
     STORAGE_SETTINGS,
@@ -37,6 +38,7 @@ from results.stats import daily
 from results.stats.advice import Observation
 
 GRID_MODES = ("latest", "mean", "median")
+T = TypeVar("T")
 # The streams pick of a tuned benchmark (spec.optimize): per link, the newest cell whatever its stream count.
 NEWEST = params.NEWEST_STREAMS
 NEWEST_ORDER = ("source_id", "destination_id", "address_family", "congestion_control", "auth", "storage_setting")
@@ -326,11 +328,15 @@ def grid(
     elif connection.vendor == "postgresql" and mode != "latest":
         # aggregated by the database, with state, age and staleness (the JSON path's own query); the latest
         # cells are one narrow row each, which Python classifies faster than the database
-        sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover, iso_times=False)
-        with connection.cursor() as cur:
-            cur.execute(sql, args)
-            columns = cell_columns(pick)
-            cells = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+        def read(stored: bool) -> list[tuple]:
+            sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover, iso_times=False,
+                                   stored=stored)
+            with connection.cursor() as cur:
+                cur.execute(sql, args)
+                return cur.fetchall()
+
+        columns = cell_columns(pick)
+        cells = [dict(zip(columns, row, strict=True)) for row in _in_window(bench, protocol, pick, now, window, read)]
     else:
         cells = _cells_in_python(bench, protocol, pick, now, bounds, mode, window, names, cover)
     if binding_limits is not None:
@@ -550,56 +556,89 @@ def _latest_rows_sql(pick: Pick, alias: str) -> tuple[str, str, str]:
             f" LEFT JOIN {Measurement._meta.db_table} m ON m.id = {alias}.measurement_id")
 
 
+def _window_settings(bench: Benchmark, protocol: str, pick: Pick) -> list[int]:
+    """The stream settings (ranges of the index meas_window) a window's grid reads: the picked one, else every one
+    the protocol's cells have (0: none)."""
+    if pick.stream_count is not None:
+        return [pick.stream_count]
+    return sorted(set(PairLatest.objects.filter(benchmark=bench, protocol=protocol).values_list("streams", flat=True)))
+
+
 def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, mode: str,
-                      window: timedelta) -> tuple[str, dict[str, Any]]:
+                      window: timedelta, stored: bool = False) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: the grid's cells as a window's mean or median, aggregated by the database from the covering
     index meas_window (no table reads), so the cost follows the window's measurements, not the archive's. One
     index range per stream setting (a condition on streams that the index cannot use would scan the protocol's
     whole history); the other settings picked on their raw columns (Pick.measurement_sql). The cells are grouped by
     hashing (no sort of the window's rows); a median gathers each cell's values and takes percentile_cont of that
     cell's few: the same figure as percentile_cont over the rows. A cell's newest measurement in the window is its
-    PairLatest row (a window always ends now), which gives its status when no measurement in the window succeeded."""
+    PairLatest row (a window always ends now), which gives its status when no measurement in the window succeeded.
+    ``stored``: the same figures read from WindowCell (results.windows), one row per cell, the caller having made
+    sure they are this window's."""
     column = f"m.{metric_for(protocol)}"
     ok = f"m.status = 'succeeded' AND {column} IS NOT NULL"
-    if mode == "mean":
-        gathered, value, median = f"avg({column}) FILTER (WHERE {ok})", "w.gathered", ""
+    settings_ = _window_settings(bench, protocol, pick)
+    if stored:
+        inner = windows.stored_cells_sql(pick.sql("c"), "mean" if mode == "mean" else "median")
     else:
-        gathered, value = f"array_agg({column}) FILTER (WHERE {ok})", "med.value"
-        median = ("CROSS JOIN LATERAL (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x) AS value "
-                  "FROM unnest(w.gathered) x) med")
-    if pick.stream_count is None:
-        settings_ = sorted(set(PairLatest.objects.filter(benchmark=bench, protocol=protocol)
-                               .values_list("streams", flat=True)))
-    else:
-        settings_ = [pick.stream_count]
-    ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
+        if mode == "mean":
+            gathered, value, median = f"avg({column}) FILTER (WHERE {ok})", "w.gathered", ""
+        else:
+            gathered, value = f"array_agg({column}) FILTER (WHERE {ok})", "med.value"
+            median = ("CROSS JOIN LATERAL (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x) AS value "
+                      "FROM unnest(w.gathered) x) med")
+        ranges = " OR ".join(f"m.streams = {int(st)}" if st else "m.streams IS NULL" for st in settings_) or "false"
+        inner = f"""
+            SELECT w.source_id, w.destination_id, w.streams, w.address_family, w.congestion_control, w.auth,
+                   w.storage_setting, {value} AS value, w.succeeded, w.count, w.finished_at
+            FROM (
+                SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
+                       coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
+                       m.storage_setting, {gathered} AS gathered, count(*) FILTER (WHERE {ok}) AS succeeded,
+                       count(*) AS count, max(m.finished_at) AS finished_at
+                FROM {Measurement._meta.db_table} m
+                WHERE m.benchmark_id = %(bench)s AND m.protocol = %(protocol)s AND m.finished_at >= %(since)s
+                  AND ({ranges}) AND {pick.measurement_sql("m")}
+                GROUP BY 1, 2, 3, 4, 5, 6, 7
+            ) w
+            {median}"""
     columns = gridcell.select_sql({
-        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED}, "storage": "w.storage_setting", "value": value,
+        **{f.name: f"w.{f.row_name}" for f in gridcell.STORED}, "storage": "w.storage_setting", "value": "w.value",
         "status": "CASE WHEN w.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END",
         "error": "NULL", "low": "NULL::float8", "high": "NULL::float8",
     }, gridcell.STORED, as_rows=True)
-    sql = f"""
-        SELECT {columns}, {CELL_REF.format(alias="l")}
-        FROM (
-            SELECT m.source_id, m.destination_id, coalesce(m.streams, 0) AS streams, m.address_family,
-                   coalesce(m.congestion_control, '') AS congestion_control, coalesce(m.auth, '') AS auth,
-                   m.storage_setting, {gathered} AS gathered, count(*) FILTER (WHERE {ok}) AS succeeded,
-                   count(*) AS count, max(m.finished_at) AS finished_at
-            FROM {Measurement._meta.db_table} m
-            WHERE m.benchmark_id = %(bench)s AND m.protocol = %(protocol)s AND m.finished_at >= %(since)s
-              AND ({ranges}) AND {pick.measurement_sql("m")}
-            GROUP BY 1, 2, 3, 4, 5, 6, 7
-        ) w
-        {median}
-        LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
+    cell = "l.id = w.cell_id" if stored else """l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
             AND l.streams = w.streams AND l.address_family = w.address_family
             AND l.congestion_control = w.congestion_control AND l.auth = w.auth
             AND l.storage_setting = w.storage_setting
-            AND l.source_id = w.source_id AND l.destination_id = w.destination_id
+            AND l.source_id = w.source_id AND l.destination_id = w.destination_id"""
+    sql = f"""
+        SELECT {columns}, {CELL_REF.format(alias="l")}
+        FROM ({inner}) w
+        LEFT JOIN {PairLatest._meta.db_table} l ON {cell}
     """
     if pick.newest:  # each link's cell of its newest measurement's streams; no one concurrency over a window
         sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql, NEWEST_ORDER_CELLS)}) n"
-    return sql, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args()}
+    return sql, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args(),
+                 "seconds": int(window.total_seconds()), "settings": settings_}
+
+
+def _in_window(bench: Benchmark, protocol: str, pick: Pick, now: datetime, window: timedelta,
+               read: Callable[[bool], T]) -> T:
+    """Run ``read(stored)``, a windowed grid's query: from the stored window cells (results.windows) when they
+    are this window's (checked in the read's own snapshot), after computing the ranges that were not; from the
+    rows for a window not kept (or a range that changed again meanwhile)."""
+    if not windows.kept(window):
+        return read(False)
+    bench_id, column, settings_ = bench.id, f"m.{metric_for(protocol)}", _window_settings(bench, protocol, pick)
+    for attempt in range(2):
+        with windows.snapshot():
+            stale = windows.stale_ranges(bench_id, protocol, column, settings_, window, now)
+            if not stale or attempt:
+                return read(not stale)
+        for streams in stale:  # outside the snapshot: a refresh is a write of its own
+            windows.refresh(bench_id, protocol, column, streams, window, now)
+    raise AssertionError("unreachable")
 
 
 def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
@@ -651,13 +690,14 @@ def _per_request_sql(value: str, protocol: str, cover: maintenance.Overlay) -> d
 
 
 def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
-               mode: str, window: timedelta, cover: maintenance.Overlay, iso_times: bool) -> tuple[str, dict[str, Any]]:
+               mode: str, window: timedelta, cover: maintenance.Overlay, iso_times: bool,
+               stored: bool = False) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: the grid's cells (cell_columns) with their state, age and staleness; ``iso_times`` writes
-    finished_at as RFC 3339 text (for JSON) instead of a timestamp."""
+    finished_at as RFC 3339 text (for JSON) instead of a timestamp; ``stored``: a window's from WindowCell."""
     if mode == "latest":
         inner, args = _latest_cells_sql(bench, protocol, pick)
     else:
-        inner, args = _window_cells_sql(bench, protocol, pick, now, mode, window)
+        inner, args = _window_cells_sql(bench, protocol, pick, now, mode, window, stored)
     finished = ("""to_char(p.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')""" if iso_times
                 else "p.finished_at")
     columns = gridcell.select_sql({
@@ -689,14 +729,16 @@ def grid_cells_json(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     window's aggregation).
     """
     if mode == "latest":
-        sql, args = _latest_json_sql(bench, protocol, pick, now, bounds, cover or maintenance.Overlay())
-    else:
+        return _json_array(*_latest_json_sql(bench, protocol, pick, now, bounds, cover or maintenance.Overlay()))
+    fields = (*gridcell.FIELDS, *((gridcell.CONCURRENCY,) if pick.newest else ()), *gridcell.DIAGNOSIS)
+    members = celljson.json_members_sql({f.name: f"c.{f.name}" for f in fields}, fields)
+
+    def read(stored: bool) -> bytes:
         sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover or maintenance.Overlay(),
-                               iso_times=False)
-        fields = (*gridcell.FIELDS, *((gridcell.CONCURRENCY,) if pick.newest else ()), *gridcell.DIAGNOSIS)
-        members = celljson.json_members_sql({f.name: f"c.{f.name}" for f in fields}, fields)
-        sql = f"SELECT '{{' || {members} || '}}' AS cell FROM ({sql}) c"
-    return _json_array(sql, args)
+                               iso_times=False, stored=stored)
+        return _json_array(f"SELECT '{{' || {members} || '}}' AS cell FROM ({sql}) c", args)
+
+    return _in_window(bench, protocol, pick, now, window, read)
 
 
 JSON_CHUNK = 500  # cells per row of _json_array's answer

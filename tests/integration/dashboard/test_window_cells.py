@@ -1,0 +1,108 @@
+"""The windowed grid's stored cells (results.windows) on the suite's real PostgreSQL: a standard window's mean and
+median grid read from WindowCell answer what the window's rows answer, and follow every change of those rows: a
+late measurement delivered out of order, the oldest aging out of the window, a deleted one. SQLite (the ORM path)
+computes every window from the rows."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from results import maintenance, selectors, windows
+from results.models import Benchmark, Measurement, WindowCell, WindowStamp
+
+from tests.support.dashboard import batch, ingest, measurement
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+NOW = datetime.now(UTC).replace(microsecond=0)
+H = timedelta(hours=1)
+WEEK = timedelta(days=7)
+MODES = ("mean", "median")
+
+
+@pytest.fixture
+def bench(db):
+    if connection.vendor != "postgresql":
+        pytest.skip("the stored window cells are PostgreSQL's")
+    ms = []
+    for k, hours in enumerate((150, 100, 50, 20, 3)):  # five runs over the week, two stream settings, one failure
+        at = NOW - hours * H
+        ms += [measurement("a", "b", streams=1, gbps=10.0 + k, finished=at),
+               measurement("b", "a", streams=1, gbps=20.0 - k, finished=at),
+               measurement("a", "b", streams=8, gbps=30.0 + k * k, finished=at)]
+    ms.append(measurement("b", "a", streams=8, status="failed", gbps=None, error="refused", finished=NOW - 2 * H))
+    ingest(batch(ms, name="windows"))
+    return Benchmark.objects.get(name="windows")
+
+
+def _raw(bench, mode: str, now: datetime, streams=None) -> list[tuple]:
+    """The window's cells aggregated from its rows (the path without stored cells)."""
+    pick = selectors.Pick(streams)
+    bounds = bench.effective_thresholds()["throughput"]
+    sql, args = selectors._cells_sql(bench, "xrootd-https", pick, now, bounds, mode, WEEK, maintenance.Overlay(),
+                                     iso_times=False, stored=False)
+    with connection.cursor() as cur:
+        cur.execute(sql, args)
+        return sorted(cur.fetchall(), key=str)
+
+
+def _grid(bench, mode: str, now: datetime, streams=None) -> list[tuple]:
+    cells = selectors.grid(bench, "xrootd-https", streams=streams, mode=mode, now=now)["cells"]
+    return sorted((tuple(c.values()) for c in cells), key=str)
+
+
+def _json(bench, mode: str, now: datetime) -> list[dict]:
+    import json
+    bounds = bench.effective_thresholds()["throughput"]
+    return sorted(json.loads(selectors.grid_cells_json(bench, "xrootd-https", selectors.Pick(), now, bounds, mode)),
+                  key=lambda c: (c["source"], c["streams"]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_stored_cells_answer_what_the_rows_answer(bench, mode):
+    assert _grid(bench, mode, NOW) == _raw(bench, mode, NOW)  # computed and stored by the first read
+    assert set(WindowStamp.objects.values_list("streams", flat=True)) == {1, 8}
+    assert WindowCell.objects.count() == 4
+    assert windows.stale_ranges(bench.id, "xrootd-https", "m.throughput_gbps", [1, 8], WEEK, NOW) == []
+    assert _grid(bench, mode, NOW) == _raw(bench, mode, NOW)  # read from them
+    assert _grid(bench, mode, NOW, streams=8) == _raw(bench, mode, NOW, streams=8)
+    assert _grid(bench, mode, NOW, streams=selectors.NEWEST) == _raw(bench, mode, NOW, streams=selectors.NEWEST)
+    assert [c["value"] for c in _json(bench, mode, NOW)] == pytest.approx([v[7] for v in sorted(
+        _raw(bench, mode, NOW), key=lambda r: (r[0], r[2]))])
+
+
+def test_reads_use_the_stored_cells_while_the_rows_are_the_same(bench):
+    """Proof that the read is the stored one: a stored figure altered by hand is what the grid answers."""
+    _grid(bench, "median", NOW)
+    WindowCell.objects.filter(streams=8, source__name="a").update(median=-1.0)
+    assert -1.0 in [c["value"] for c in selectors.grid(bench, "xrootd-https", streams=8, mode="median",
+                                                        now=NOW)["cells"]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_late_measurement_in_the_window_is_counted(bench, mode):
+    before = _grid(bench, mode, NOW)
+    # delivered now, finished two days ago: older than each cell's newest, so no grid cell moves
+    ingest(batch([measurement("a", "b", streams=1, gbps=99.0, finished=NOW - 48 * H)], name="windows", run="late"))
+    after = _grid(bench, mode, NOW)
+    assert after == _raw(bench, mode, NOW)
+    assert after != before
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_oldest_aging_out_of_the_window_is_left_out(bench, mode):
+    _grid(bench, mode, NOW)
+    later = NOW + 20 * H  # the run of 150 h ago has left the window
+    assert _grid(bench, mode, later) == _raw(bench, mode, later)
+    assert _grid(bench, mode, later) != _raw(bench, mode, NOW)
+
+
+def test_a_deleted_measurement_is_left_out(bench):
+    _grid(bench, "median", NOW)
+    Measurement.objects.filter(streams=8, source__name="a", finished_at=NOW - 50 * H).delete()
+    assert _grid(bench, "median", NOW) == _raw(bench, "median", NOW)
+    assert [c for c in _grid(bench, "median", NOW) if c[2] == 8 and c[0] == "a"][0][13] == 4  # count
+
+
+def test_a_window_not_kept_is_aggregated_from_the_rows(bench):
+    cells = selectors.grid(bench, "xrootd-https", mode="median", window=timedelta(days=2), now=NOW)["cells"]
+    assert cells and not WindowStamp.objects.exists()

@@ -336,6 +336,13 @@ class WindowCell(CellSettings):
     last_at = models.DateTimeField(help_text="when the window's newest measurement finished")
     # the cell's PairLatest row (its status and newest measurement, read live), joined by key when computed
     cell_id = models.BigIntegerField(null=True)
+    # The cell's JSON members (results.windows.JSON_PARTS) but those of each read (age, staleness, state, status,
+    # diagnosis), written once, as PairLatest.cell_json is for the latest grid
+    key_json = models.TextField(help_text="source to storage")
+    mean_json = models.TextField(help_text="value, the mean")
+    median_json = models.TextField(help_text="value, the median")
+    last_json = models.TextField(help_text="finished_at")
+    tail_json = models.TextField(help_text="error to high")
 
     class Meta:
         constraints = [

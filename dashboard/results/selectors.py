@@ -32,6 +32,7 @@ from results.models import (
     PairLatest,
     Path,
     Run,
+    WindowCell,
 )
 from results.protocols import TOKEN_PROTOCOLS, TPC_PROTOCOLS
 from results.stats import daily
@@ -619,8 +620,15 @@ def _window_cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime
     """
     if pick.newest:  # each link's cell of its newest measurement's streams; no one concurrency over a window
         sql = f"SELECT n.*, NULL::int AS concurrency FROM ({_newest_sql(sql, NEWEST_ORDER_CELLS)}) n"
-    return sql, {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args(),
-                 "seconds": int(window.total_seconds()), "settings": settings_}
+    return sql, _window_args(bench, protocol, pick, now, window, settings_)
+
+
+def _window_args(bench: Benchmark, protocol: str, pick: Pick, now: datetime, window: timedelta,
+                 settings_: list[int] | None = None) -> dict[str, Any]:
+    """The parameters of a window's cells' SQL (raw or stored)."""
+    return {"bench": bench.id, "protocol": protocol, "since": now - window, **pick.args(),
+            "seconds": int(window.total_seconds()),
+            "settings": _window_settings(bench, protocol, pick) if settings_ is None else settings_}
 
 
 def _in_window(bench: Benchmark, protocol: str, pick: Pick, now: datetime, window: timedelta,
@@ -734,11 +742,45 @@ def grid_cells_json(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     members = celljson.json_members_sql({f.name: f"c.{f.name}" for f in fields}, fields)
 
     def read(stored: bool) -> bytes:
+        if stored and not pick.newest:
+            return _json_array(*_stored_window_json_sql(bench, protocol, pick, now, bounds, mode, window,
+                                                        cover or maintenance.Overlay()))
         sql, args = _cells_sql(bench, protocol, pick, now, bounds, mode, window, cover or maintenance.Overlay(),
                                iso_times=False, stored=stored)
         return _json_array(f"SELECT '{{' || {members} || '}}' AS cell FROM ({sql}) c", args)
 
     return _in_window(bench, protocol, pick, now, window, read)
+
+
+def _stored_window_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
+                            mode: str, window: timedelta, cover: maintenance.Overlay) -> tuple[str, dict[str, Any]]:
+    """A window's cells as JSON from their stored members (WindowCell's texts, results.windows.JSON_PARTS) with
+    those of the read between them (age, staleness, status, state, diagnosis), in gridcell's order: the same text
+    as the rows' JSON (grid_cells_json), without encoding the stored fields again per read."""
+    per = {**_per_request_sql("p.value", protocol, cover), "status": "p.status"}
+    run = tuple(f for f in gridcell.FIELDS if f.name in ("age_seconds", "stale", "status"))
+    state = tuple(f for f in gridcell.FIELDS if f.name == "state")
+    diagnosis = celljson.json_members_sql(DIAGNOSIS_SQL, gridcell.DIAGNOSIS)
+    value = "c.mean_json" if mode == "mean" else "c.median_json"
+    sql = f"""
+        SELECT '{{' || p.key_json || ',' || p.value_json || ',' || p.last_json
+            || ',' || {celljson.json_members_sql({f.name: per[f.name] for f in run}, run)}
+            || ',' || p.tail_json || ',' || {celljson.json_members_sql({"state": per["state"]}, state)}
+            || ',' || {diagnosis} || '}}' AS cell
+        FROM (
+            SELECT c.key_json, {value} AS value_json, c.last_json, c.tail_json, c.{mode} AS value,
+                   c.source_id, c.destination_id, c.last_at AS finished_at,
+                   CASE WHEN c.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END AS status,
+                   l.id AS cell_id, l.measurement_id AS cell_measurement_id
+            FROM {WindowCell._meta.db_table} c LEFT JOIN {PairLatest._meta.db_table} l ON l.id = c.cell_id
+            WHERE c.benchmark_id = %(bench)s AND c.protocol = %(protocol)s AND c.window_seconds = %(seconds)s
+              AND c.streams = ANY(%(settings)s) AND {pick.sql("c")}
+        ) p
+        {_diagnosis_join("p.cell_id", "p.cell_measurement_id")}
+        CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
+    """
+    return sql, {**_window_args(bench, protocol, pick, now, window), "now": now.timestamp(),
+                 "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]}
 
 
 JSON_CHUNK = 500  # cells per row of _json_array's answer

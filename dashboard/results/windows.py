@@ -20,10 +20,22 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
-from results.models import Measurement, PairLatest, WindowCell, WindowStamp
+from results import celljson, gridcell
+from results.models import Measurement, Node, PairLatest, WindowCell, WindowStamp
 
 STANDARD = (timedelta(days=1), timedelta(days=7), timedelta(days=30))  # the windows kept; others are aggregated
 KEY = ("source_id", "destination_id", "streams", "address_family", "congestion_control", "auth", "storage_setting")
+_FIELD = {f.name: f for f in gridcell.FIELDS}
+# WindowCell's stored JSON members: runs of gridcell.FIELDS (in its order) whose text does not change with the read
+JSON_PARTS = {"key_json": ("source", "destination", "streams", "address_family", "congestion_control", "auth",
+                           "storage"),
+              "value_json": ("value",), "last_json": ("finished_at",), "tail_json": ("error", "count", "low", "high")}
+
+
+def json_sql(part: str, exprs: dict[str, str]) -> str:
+    """SQL for one run of JSON_PARTS' members from an SQL expression per field (celljson's encoding)."""
+    fields = tuple(_FIELD[n] for n in JSON_PARTS[part])
+    return celljson.json_members_sql({f.name: exprs[f.name] for f in fields}, fields)
 
 
 def kept(window: timedelta) -> bool:
@@ -100,14 +112,22 @@ def refresh(bench_id: int, protocol: str, column: str, streams: int, window: tim
     seconds = int(window.total_seconds())
     key = ", ".join(KEY)
     table, stamps = WindowCell._meta.db_table, WindowStamp._meta.db_table
-    figures = ("count", "succeeded", "mean", "median", "last_at")
+    exprs = {"source": "s.name", "destination": "d.name", **{k: f"a.{k}" for k in KEY[2:]},
+             "storage": "a.storage_setting", "finished_at": "a.last_at", "error": "NULL::text", "count": "a.count",
+             "low": "NULL::float8", "high": "NULL::float8"}
+    texts = {"key_json": json_sql("key_json", exprs), "mean_json": json_sql("value_json", {"value": "a.mean"}),
+             "median_json": json_sql("value_json", {"value": "a.median"}), "last_json": json_sql("last_json", exprs),
+             "tail_json": json_sql("tail_json", exprs)}
+    figures = ("count", "succeeded", "mean", "median", "last_at", *texts)
     sql = f"""
         WITH a AS MATERIALIZED ({cells_sql(column, streams)}),
         stored AS (
             INSERT INTO {table} (benchmark_id, protocol, window_seconds, {key}, {", ".join(figures)}, cell_id)
             SELECT %(bench)s, %(protocol)s, %(seconds)s, {", ".join(f"a.{k}" for k in KEY)},
-                   {", ".join(f"a.{f}" for f in figures)}, l.id
-            FROM a LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
+                   {", ".join(texts.get(f, f"a.{f}") for f in figures)}, l.id
+            FROM a JOIN {Node._meta.db_table} s ON s.id = a.source_id
+            JOIN {Node._meta.db_table} d ON d.id = a.destination_id
+            LEFT JOIN {PairLatest._meta.db_table} l ON l.benchmark_id = %(bench)s AND l.protocol = %(protocol)s
                 AND {" AND ".join(f"l.{k} = a.{k}" for k in KEY)}
             ON CONFLICT ON CONSTRAINT windowcell_cell DO UPDATE SET
                 {", ".join(f"{f} = EXCLUDED.{f}" for f in (*figures, "cell_id"))}

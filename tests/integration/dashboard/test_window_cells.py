@@ -106,3 +106,24 @@ def test_a_deleted_measurement_is_left_out(bench):
 def test_a_window_not_kept_is_aggregated_from_the_rows(bench):
     cells = selectors.grid(bench, "xrootd-https", mode="median", window=timedelta(days=2), now=NOW)["cells"]
     assert cells and not WindowStamp.objects.exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("streams", [None, 8])
+def test_the_stored_json_is_the_rows_json_byte_for_byte(bench, mode, streams):
+    """The JSON built from the stored members (WindowCell's texts) is the text the rows' JSON is."""
+    bounds = bench.effective_thresholds()["throughput"]
+    pick = selectors.Pick(streams)
+    from results.diagnosis.cells import diagnose_benchmark
+    from results.models import CellDiagnosis
+    diagnose_benchmark(bench)  # as the analysis after ingest: the diagnosis members are in both
+    assert CellDiagnosis.objects.exists()
+    stored = selectors.grid_cells_json(bench, "xrootd-https", pick, NOW, bounds, mode)  # computes, stores, reads
+    sql, args = selectors._cells_sql(bench, "xrootd-https", pick, NOW, bounds, mode, WEEK, maintenance.Overlay(),
+                                     iso_times=False)
+    from results import celljson, gridcell
+    fields = (*gridcell.FIELDS, *gridcell.DIAGNOSIS)
+    members = celljson.json_members_sql({f.name: f"c.{f.name}" for f in fields}, fields)
+    rows = selectors._json_array(f"SELECT '{{' || {members} || '}}' AS cell FROM ({sql}) c", args)
+    assert WindowStamp.objects.exists()
+    assert sorted(stored[1:-1].split(b"},{")) == sorted(rows[1:-1].split(b"},{"))

@@ -14,7 +14,7 @@ SQLite's grid (the ORM path) computes every window from the rows, as before."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -177,3 +177,17 @@ def stored_cells_sql(pick_sql: str, value: str) -> str:
         FROM {WindowCell._meta.db_table} c
         WHERE c.benchmark_id = %(bench)s AND c.protocol = %(protocol)s AND c.window_seconds = %(seconds)s
           AND c.streams = ANY(%(settings)s) AND {pick_sql}"""
+
+
+def refresh_stale(bench_id: int, metric: Callable[[str], str], now: datetime) -> int:
+    """Compute again the kept ranges of a benchmark (those read before: with a stamp) whose rows changed, so the
+    next read finds them current (the analysis after an ingest; a read would otherwise do it). ``metric``: a
+    protocol's value column. How many ranges were computed."""
+    done = 0
+    stamps = WindowStamp.objects.filter(benchmark_id=bench_id).values_list("protocol", "streams", "window_seconds")
+    for protocol, streams, seconds in sorted(stamps):
+        window, column = timedelta(seconds=seconds), f"m.{metric(protocol)}"
+        if window in STANDARD and stale_ranges(bench_id, protocol, column, [streams], window, now):
+            refresh(bench_id, protocol, column, streams, window, now)
+            done += 1
+    return done

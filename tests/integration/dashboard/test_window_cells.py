@@ -127,3 +127,16 @@ def test_the_stored_json_is_the_rows_json_byte_for_byte(bench, mode, streams):
     rows = selectors._json_array(f"SELECT '{{' || {members} || '}}' AS cell FROM ({sql}) c", args)
     assert WindowStamp.objects.exists()
     assert sorted(stored[1:-1].split(b"},{")) == sorted(rows[1:-1].split(b"},{"))
+
+
+def test_the_analysis_after_ingest_computes_the_kept_ranges_again(bench):
+    """A range read before is made current by the analysis of the ingest that changed it, before any read."""
+    from results import analysis
+    _grid(bench, "median", NOW)
+    ingest(batch([measurement("a", "b", streams=8, gbps=77.0, finished=NOW - H)], name="windows", run="newer"))
+    column = "m.throughput_gbps"
+    assert windows.stale_ranges(bench.id, "xrootd-https", column, [1, 8], WEEK, NOW) == [8]
+    analysis.analyse()
+    now = datetime.now(UTC)  # the analysis computed them for its own now
+    assert windows.stale_ranges(bench.id, "xrootd-https", column, [1, 8], WEEK, now) == []
+    assert _grid(bench, "median", now) == _raw(bench, "median", now)

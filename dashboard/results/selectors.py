@@ -734,7 +734,8 @@ def grid_cells_json(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     Latest: each cell's stored JSON body (celljson.py) with its age, staleness and state joined in front, about
     2.5 times less database time than converting the rows. A window's aggregates: each row's members written
     as text (celljson) and joined, as the latest cells' are (json_agg over the rows cost as much again as the
-    window's aggregation).
+    window's aggregation); from a kept window's stored cells (results.windows), their stored members joined with
+    the read's own (streams=newest: the stored rows' members).
     """
     if mode == "latest":
         return _json_array(*_latest_json_sql(bench, protocol, pick, now, bounds, cover or maintenance.Overlay()))

@@ -3,8 +3,8 @@
 A window's mean or median grid aggregates the window's raw rows (~14 per cell over 7 days at two runs a day): about
 0.2 s of database CPU for 100×100 cells, every read. Instead each range of the index meas_window (a benchmark,
 protocol and stream setting) keeps its cells' figures over the standard windows (STANDARD), with a fingerprint of
-the rows they were computed from (WindowStamp: their count and sums of hashes of their finish times, pairs, settings,
-statuses and values). A read fingerprints the same range's rows in its own window (an index-only scan of that window,
+the rows they were computed from (WindowStamp: their count and the sum of a hash of each one's finish time, pair and
+value). A read fingerprints the same range's rows in its own window (an index-only scan of that window,
 no grouping) and, while that matches the stamp, reads one stored row per cell instead; otherwise (an ingest, a late
 or deleted measurement, or the oldest measurement aging out of the window) it computes the range again from its rows,
 stores it, and reads that. The stored figures are the raw aggregation's own (the same SQL), so the answers are the

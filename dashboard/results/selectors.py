@@ -636,9 +636,10 @@ def _in_window(bench: Benchmark, protocol: str, pick: Pick, now: datetime, windo
     """Run ``read(stored)``, a windowed grid's query: from the stored window cells (results.windows) when they
     are this window's (checked in the read's own snapshot), after computing the ranges that were not; from the
     rows for a window not kept (or a range that changed again meanwhile)."""
-    if not windows.kept(window):
+    settings_ = _window_settings(bench, protocol, pick)
+    if not windows.kept(window) or not settings_:  # none: a protocol without cells, an empty grid
         return read(False)
-    bench_id, column, settings_ = bench.id, f"m.{metric_for(protocol)}", _window_settings(bench, protocol, pick)
+    bench_id, column = bench.id, f"m.{metric_for(protocol)}"
     for attempt in range(2):
         with windows.snapshot():
             stale = windows.stale_ranges(bench_id, protocol, column, settings_, window, now)

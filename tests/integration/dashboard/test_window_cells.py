@@ -140,3 +140,25 @@ def test_the_analysis_after_ingest_computes_the_kept_ranges_again(bench):
     now = datetime.now(UTC)  # the analysis computed them for its own now
     assert windows.stale_ranges(bench.id, "xrootd-https", column, [1, 8], WEEK, now) == []
     assert _grid(bench, "median", now) == _raw(bench, "median", now)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_protocol_without_cells_is_an_empty_window(bench, mode):
+    assert selectors.grid(bench, "xrootd-root", mode=mode, now=NOW)["cells"] == []
+    bounds = bench.effective_thresholds()["throughput"]
+    assert selectors.grid_cells_json(bench, "xrootd-root", selectors.Pick(), NOW, bounds, mode) == b"[]"
+
+
+def test_outside_a_transaction_the_check_and_the_read_share_one_snapshot(transactional_db, client):
+    """As a server reads (no transaction around the request): the API's median grid from the rows, then from the
+    stored cells in a REPEATABLE READ transaction of its own, the same cells both times."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the stored window cells are PostgreSQL's")
+    ingest(batch([measurement("a", "b", streams=1, gbps=10.0 + k, finished=NOW - k * H) for k in range(3)],
+                 name="snap"))
+    url = "/api/v1/grid/?benchmark=mesh/snap&protocol=xrootd-https&mode=median"
+    first = client.get(url, HTTP_ACCEPT="application/json")
+    assert first.status_code == 200, first.content
+    assert WindowStamp.objects.filter(benchmark__name="snap").exists()
+    second = client.get(url, HTTP_ACCEPT="application/json")
+    assert [c["value"] for c in second.json()["cells"]] == [c["value"] for c in first.json()["cells"]] == [11.0]

@@ -583,9 +583,11 @@ def main() -> int:
         "",
         "Server CPU = user+system time of gunicorn and PostgreSQL per request: what a request costs regardless of",
         "other load on the machine (wall-clock p50/p95 include waiting for a core). The latest grid reads one "
-        "summary row per cell (PairLatest); a window's mean/median is aggregated by PostgreSQL from a covering "
-        "index (meas_window: benchmark, protocol, streams, finished_at, including the pair, value and status), so "
-        "it reads the window's index entries only, whatever the archive's length.",
+        "summary row per cell (PairLatest); a standard window's mean/median cells are kept per range and read "
+        "while a fingerprint of the window's rows (an index-only scan of the covering index meas_window: "
+        "benchmark, protocol, streams, finished_at, including the pair, value and status) still matches, else "
+        "aggregated again from those rows (results.windows), so a read costs the window's index entries and one "
+        "row per cell, whatever the archive's length.",
         "",
         *(["The 7-day median grid as the archive grows (in this run: the older days added to the same newest "
             "ones, so every window holds the same rows; the rows above are at scale "

@@ -24,7 +24,7 @@ from django.db.models import F, Q
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from results import maintenance, models, partitions, problems, thresholds
+from results import maintenance, models, partitions, problems, thresholds, windows
 from results.diagnosis.cells import diagnose_benchmark
 from results.loss import rules as loss_rules
 from results.loss import selectors as loss_selectors
@@ -267,11 +267,14 @@ def months_ahead() -> list[str]:
 
 def analyse(limit: int | None = None) -> set[int]:
     """The months ahead made (hourly), change detection on what is new, then the newest cells diagnosed
-    (results.diagnosis) and the problem rules run on the benchmarks it touched."""
+    (results.diagnosis), the problem rules run and the windowed grids' kept cells (results.windows) computed again
+    on the benchmarks it touched."""
     months_ahead()
     touched = detect_changes(limit)
     for bench in models.Benchmark.objects.filter(id__in=touched):
         evaluate(bench)  # the problem rules read each cell's binding limit
+        if connection.vendor == "postgresql":  # the windowed grids' kept cells, current for the next read
+            windows.refresh_stale(bench.id, metric_for, timezone.now())
     return touched
 
 

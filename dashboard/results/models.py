@@ -318,6 +318,59 @@ class DailyRollup(CellSettings):
         ]
 
 
+class WindowCell(CellSettings):
+    """One grid cell's figures over a standard window (results.windows, PostgreSQL): what the windowed grid
+    aggregates from the raw rows, kept so that a read joins them instead (one row per cell, not a window's rows).
+    Valid while its range's WindowStamp still fingerprints the window's rows: written with it, in one statement."""
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
+    protocol = models.CharField(max_length=20)
+    streams = models.PositiveSmallIntegerField(default=0, help_text="0 when the measurements have no stream count")
+    window_seconds = models.PositiveIntegerField()
+    source = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    destination = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    count = models.PositiveIntegerField(help_text="measurements in the window")
+    succeeded = models.PositiveIntegerField(help_text="succeeded ones with a value: what the figures are of")
+    mean = figure()
+    median = figure()
+    last_at = models.DateTimeField(help_text="when the window's newest measurement finished")
+    # the cell's PairLatest row (its status and newest measurement, read live), joined by key when computed
+    cell_id = models.BigIntegerField(null=True)
+    # The cell's JSON members (results.windows.JSON_PARTS) but those of each read (age, staleness, state, status,
+    # diagnosis), written once, as PairLatest.cell_json is for the latest grid
+    key_json = models.TextField(help_text="source to storage")
+    mean_json = models.TextField(help_text="value, the mean")
+    median_json = models.TextField(help_text="value, the median")
+    last_json = models.TextField(help_text="finished_at")
+    tail_json = models.TextField(help_text="error to high")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["benchmark", "protocol", "streams", "window_seconds", "auth", "address_family",
+                        "congestion_control", "storage_setting", "source", "destination"], name="windowcell_cell"),
+        ]
+
+
+class WindowStamp(models.Model):
+    """The rows a range's WindowCells were computed from (a benchmark, protocol and stream setting: one range of
+    the index meas_window), fingerprinted: their count and sums of their times, pairs, settings and values. A read
+    whose window fingerprints alike reads the same rows, so the stored figures are its answer."""
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
+    protocol = models.CharField(max_length=20)
+    streams = models.PositiveSmallIntegerField(default=0)
+    window_seconds = models.PositiveIntegerField()
+    computed_for = models.DateTimeField(help_text="the window's end when computed (its start: this minus the window)")
+    fingerprint = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["benchmark", "protocol", "streams", "window_seconds"],
+                                    name="windowstamp_range"),
+        ]
+
+
 class ArchiveHorizon(models.Model):
     """Where the raw archive begins (results.retention): the days before ``raw_since`` are read from DailyRollup,
     not from raw rows (a grid cell's newest may still be there, below it). One row; none before the first prune."""

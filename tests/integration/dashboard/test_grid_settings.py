@@ -87,6 +87,27 @@ def test_database_paths_equal_the_portable_one(client, mesh):
                 assert [c["value"] for c in got] == pytest.approx([c["value"] for c in want]), (mode, pick)
 
 
+
+@pytest.mark.parametrize("mode", ["latest", "median"])
+def test_the_database_json_joined_in_chunks_is_the_whole_array(mesh, monkeypatch, mode):
+    """grid_cells_json's rows of JSON_CHUNK cells each, joined by Python, are the one array the database would
+    join: every cell once, in the database's order, byte for byte (here 6 cells in chunks of 4, and of 1)."""
+    from results import selectors
+    from results.models import Benchmark
+
+    bench = Benchmark.objects.get(name="settings")
+    bounds = bench.effective_thresholds()["throughput"]
+
+    def cells(chunk: int) -> bytes:
+        monkeypatch.setattr(selectors, "JSON_CHUNK", chunk)
+        return selectors.grid_cells_json(bench, "builtin", selectors.Pick(), mesh, bounds, mode, timedelta(days=1))
+
+    whole = cells(10**6)
+    import json
+    assert len(json.loads(whole)) == len(SETTINGS) + 1
+    assert cells(4) == whole
+    assert cells(1) == whole
+
 def test_bad_settings_are_refused_with_the_parameter_named(client, mesh):
     r = client.get(GRID + "&address_family=ipv5", HTTP_ACCEPT="application/json")
     assert r.status_code == 400 and "address_family" in r.content.decode()

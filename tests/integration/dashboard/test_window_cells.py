@@ -126,7 +126,8 @@ def test_the_stored_json_is_the_rows_json_byte_for_byte(bench, mode, streams):
     members = celljson.json_members_sql({f.name: f"c.{f.name}" for f in fields}, fields)
     rows = selectors._json_array(f"SELECT '{{' || {members} || '}}' AS cell FROM ({sql}) c", args)
     assert WindowStamp.objects.exists()
-    assert sorted(stored[1:-1].split(b"},{")) == sorted(rows[1:-1].split(b"},{"))
+    # each cell's text alike; the cells' order is neither path's promise (the API keys them by pair)
+    assert sorted(stored[2:-2].split(b"},{")) == sorted(rows[2:-2].split(b"},{"))
 
 
 def test_the_analysis_after_ingest_computes_the_kept_ranges_again(bench):

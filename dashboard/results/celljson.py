@@ -13,8 +13,15 @@ from results import gridcell
 ISO = """'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"""  # RFC 3339 UTC with microseconds (the API's time format)
 
 
+class JsonText(str):
+    """An SQL expression whose value is already its JSON text (a CASE of quoted literals): written as it is, without
+    to_json's call per row (~0.3 µs a cell; a 100×100 grid of every setting has 19 800)."""
+
+
 def json_value_sql(field: gridcell.Field, expr: str) -> str:
     """SQL for the JSON text of a field's value ``expr``."""
+    if isinstance(expr, JsonText):
+        return expr
     if field.json == "time":
         text = f"""'"' || to_char({expr} AT TIME ZONE 'UTC', {ISO}) || '"'"""
     elif field.json == "text":

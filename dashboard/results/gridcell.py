@@ -7,10 +7,10 @@ A field comes from one of four places: a node's name (``node``), the protocol's 
 or rtt_ms for rtt), a PairLatest column (``row``), or the request (``request``: age_seconds, stale and state change
 with time, thresholds and maintenance windows, so they are computed per request and never stored), or the
 cell's diagnosis (``diagnosis``: DIAGNOSIS, the limit model's answer on its newest measurement, which the analysis
-writes to CellDiagnosis and the builders join in; every builder puts them last). The stored
-fields keep the definition's order in every builder and so do the per-request ones; where the per-request ones go
-differs by path (the stored JSON body is joined after them, the Python cells get them last), which the API has
-always answered so."""
+writes to CellDiagnosis (its JSON on the cell's PairLatest row) and the builders join in; every builder puts them
+last). The stored fields keep the definition's order in every builder and so do the per-request ones; where the
+per-request ones go differs by path (the stored JSON body is joined after them, the Python cells get them last),
+which the API has always answered so."""
 
 from __future__ import annotations
 
@@ -120,8 +120,8 @@ def stored_cell(**values: object) -> dict[str, object]:
 
 
 def diagnosis_members(values: Mapping[str, object]) -> str:
-    """The JSON members of DIAGNOSIS (no braces), in order: what CellDiagnosis stores for the database's grid JSON
-    (written once by the analysis, so a grid read concatenates it instead of encoding two texts per cell)."""
+    """The JSON members of DIAGNOSIS (no braces), in order: what PairLatest.diagnosis_json keeps for the database's
+    grid JSON (written once by the analysis, so a grid read concatenates it instead of encoding two texts per cell)."""
     return ",".join(f"{json.dumps(f.name)}:{json.dumps(v, ensure_ascii=False)}" for f, v in ordered(values, DIAGNOSIS))
 
 

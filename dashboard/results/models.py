@@ -268,6 +268,13 @@ class PairLatest(CellSettings):
                                                                     "median of (1: the newest alone)")
     low = figure("95 % bootstrap interval of that median (3+ repeats)")
     high = figure()
+    # The analysis' diagnosis of the cell as JSON members (gridcell.diagnosis_members of CellDiagnosis' fields) for
+    # the latest grid's JSON, valid while diagnosis_of is the cell's measurement: beside the cell's own JSON, so a
+    # read probes no second table per cell (for 100×100 of every setting that probe was a quarter of the request,
+    # ~24 ms for 19 800 cells). Written by the analysis alone (results.diagnosis.cells: rows an ingest holds are
+    # skipped, never waited for); ingest leaves both alone, and a new measurement makes them stale.
+    diagnosis_json = models.TextField(null=True, blank=True, help_text="the diagnosis' JSON members")
+    diagnosis_of = models.UUIDField(null=True, blank=True, help_text="the measurement diagnosis_json judged")
 
     class Meta:
         constraints = [
@@ -398,11 +405,8 @@ class CellDiagnosis(models.Model):
     efficiency views): the grid keeps reading one narrow PairLatest row per cell, and a cell's diagnosis costs one
     index probe on a table of four short columns, not a read of the wide Measurement row (its host and TCP JSON).
     ``measurement`` names the measurement judged: a cell whose newest measurement has moved on since shows no
-    diagnosis until the analysis has judged the new one (the readers join on both). ``members`` holds the same
-    fields as JSON text for the database-built grid JSON, as PairLatest.cell_json does the cell's own (a grid read
-    concatenates them; it encodes no text per cell). The evidence and fix texts (a few hundred characters each)
-    still more than double a diagnosed grid's JSON: on a loaded 2-core machine the 100×100 latest grid's database
-    time went from 28-60 ms without diagnoses to 117-131 ms with every cell diagnosed (test PostgreSQL)."""
+    diagnosis until the analysis has judged the new one (the readers join on both). The latest grid's JSON reads the
+    same answer as JSON text from the cell's own row (PairLatest.diagnosis_json), written with this one."""
 
     cell = models.OneToOneField(PairLatest, primary_key=True, on_delete=models.CASCADE, db_constraint=False,
                                 related_name="diagnosis")
@@ -411,7 +415,6 @@ class CellDiagnosis(models.Model):
     efficiency = figure("measured ÷ the pair's path capacity (iperf3)")
     evidence = models.TextField(blank=True, default="", help_text="the model's reason, with its figures")
     fix = models.TextField(blank=True, default="", help_text="the binding limit's fix, citing the figures")
-    members = models.TextField(help_text="the cell's JSON members of these fields (gridcell.diagnosis_members)")
 
 
 def hash_token(key: str) -> str:

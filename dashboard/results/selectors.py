@@ -650,10 +650,15 @@ def _in_window(bench: Benchmark, protocol: str, pick: Pick, now: datetime, windo
     raise AssertionError("unreachable")
 
 
-def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
+def _state_sql(value: str, protocol: str, cover: maintenance.Overlay, as_json: bool = False) -> str:
     """SQL for a cell's state (thresholds.classify's rule) from its ``value`` column, ``p.status`` and the ends
     ``p.source_id``, ``p.destination_id`` (maintenance first, written in only when a window is active); the
-    thresholds come as the %(ok)s and %(warning)s parameters."""
+    thresholds come as the %(ok)s and %(warning)s parameters. ``as_json``: the state as its JSON text (each state
+    a quoted literal: no to_json per cell)."""
+
+    def state(name: str) -> str:
+        return f"""'"{name}"'""" if as_json else f"'{name}'"
+
     better = ">=" if thresholds.HIGHER_IS_BETTER[kind_for(protocol)] else "<="
     in_maintenance = ""
     if cover.nodes or cover.pairs:  # integers from the database: safe to write into the statement
@@ -661,10 +666,11 @@ def _state_sql(value: str, protocol: str, cover: maintenance.Overlay) -> str:
         pairs = "ARRAY[" + ",".join(map(str, sorted(cover.pairs))) + "]::bigint[]"
         in_maintenance = (f"WHEN p.source_id = ANY({nodes}) OR p.destination_id = ANY({nodes}) OR "
                           f"p.source_id::bigint * {maintenance.PAIR_SHIFT} + p.destination_id = ANY({pairs}) "
-                          "THEN 'maintenance' ")
-    return (f"CASE {in_maintenance}WHEN p.status <> 'succeeded' THEN 'failed' WHEN {value} IS NULL THEN 'none' "
-            f"WHEN {value} {better} %(ok)s THEN 'ok' WHEN {value} {better} %(warning)s THEN 'warning' "
-            "ELSE 'critical' END")
+                          f"THEN {state('maintenance')} ")
+    sql = (f"CASE {in_maintenance}WHEN p.status <> 'succeeded' THEN {state('failed')} "
+           f"WHEN {value} IS NULL THEN {state('none')} WHEN {value} {better} %(ok)s THEN {state('ok')} "
+           f"WHEN {value} {better} %(warning)s THEN {state('warning')} ELSE {state('critical')} END")
+    return celljson.JsonText(sql) if as_json else sql
 
 
 CELL_COLUMNS = gridcell.NAMES
@@ -680,6 +686,13 @@ def _diagnosis_join(cell: str, measurement: str) -> str:
             f"AND cd.measurement_id = {measurement} OFFSET 0) cd ON true")
 
 
+def _diagnosis_json(cell: str) -> str:
+    """SQL for the JSON members of gridcell.DIAGNOSIS of a PairLatest row ``cell``: the analysis' text on the row
+    while it judged the row's measurement, else not diagnosed (so too a window's cell without a latest row)."""
+    return (f"CASE WHEN {cell}.diagnosis_of = {cell}.measurement_id THEN {cell}.diagnosis_json "
+            f"ELSE '{gridcell.NOT_DIAGNOSED_MEMBERS}' END")
+
+
 # gridcell.DIAGNOSIS from the joined ``cd`` (none: "" and nulls, as gridcell.NOT_DIAGNOSED)
 DIAGNOSIS_SQL = {"binding_limit": "coalesce(cd.binding_limit, '')", "efficiency": "cd.efficiency",
                  "evidence": "nullif(cd.evidence, '')", "fix": "nullif(cd.fix, '')"}
@@ -691,11 +704,12 @@ def cell_columns(pick: Pick) -> tuple[str, ...]:
     return gridcell.names(pick.newest)
 
 
-def _per_request_sql(value: str, protocol: str, cover: maintenance.Overlay) -> dict[str, str]:
+def _per_request_sql(value: str, protocol: str, cover: maintenance.Overlay,
+                     as_json: bool = False) -> dict[str, str]:
     """SQL for the fields computed per request (gridcell.PER_REQUEST) of a row ``p`` joined to ``age``, with its
-    ``value`` column (parameters: %(stale)s, %(ok)s, %(warning)s)."""
+    ``value`` column (parameters: %(stale)s, %(ok)s, %(warning)s); ``as_json``: the state as its JSON text."""
     return {"age_seconds": "round(age.seconds * 10) / 10", "stale": "age.seconds > %(stale)s",
-            "state": _state_sql(value, protocol, cover)}
+            "state": _state_sql(value, protocol, cover, as_json)}
 
 
 def _cells_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime, bounds: dict[str, float],
@@ -759,26 +773,24 @@ def _stored_window_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: da
     """A window's cells as JSON from their stored members (WindowCell's texts, results.windows.JSON_PARTS) with
     those of the read between them (age, staleness, status, state, diagnosis), in gridcell's order: the same text
     as the rows' JSON (grid_cells_json), without encoding the stored fields again per read."""
-    per = {**_per_request_sql("p.value", protocol, cover), "status": "p.status"}
+    per = {**_per_request_sql("p.value", protocol, cover, as_json=True), "status": "p.status"}
     run = tuple(f for f in gridcell.FIELDS if f.name in ("age_seconds", "stale", "status"))
     state = tuple(f for f in gridcell.FIELDS if f.name == "state")
-    diagnosis = celljson.json_members_sql(DIAGNOSIS_SQL, gridcell.DIAGNOSIS)
     value = "c.mean_json" if mode == "mean" else "c.median_json"
     sql = f"""
         SELECT '{{' || p.key_json || ',' || p.value_json || ',' || p.last_json
             || ',' || {celljson.json_members_sql({f.name: per[f.name] for f in run}, run)}
             || ',' || p.tail_json || ',' || {celljson.json_members_sql({"state": per["state"]}, state)}
-            || ',' || {diagnosis} || '}}' AS cell
+            || ',' || p.diagnosis || '}}' AS cell
         FROM (
             SELECT c.key_json, {value} AS value_json, c.last_json, c.tail_json, c.{mode} AS value,
                    c.source_id, c.destination_id, c.last_at AS finished_at,
                    CASE WHEN c.succeeded > 0 THEN 'succeeded' ELSE coalesce(l.status, 'failed') END AS status,
-                   l.id AS cell_id, l.measurement_id AS cell_measurement_id
+                   {_diagnosis_json("l")} AS diagnosis
             FROM {WindowCell._meta.db_table} c LEFT JOIN {PairLatest._meta.db_table} l ON l.id = c.cell_id
             WHERE c.benchmark_id = %(bench)s AND c.protocol = %(protocol)s AND c.window_seconds = %(seconds)s
               AND c.streams = ANY(%(settings)s) AND {pick.sql("c")}
         ) p
-        {_diagnosis_join("p.cell_id", "p.cell_measurement_id")}
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
     """
     return sql, {**_window_args(bench, protocol, pick, now, window), "now": now.timestamp(),
@@ -814,14 +826,13 @@ def _latest_json_sql(bench: Benchmark, protocol: str, pick: Pick, now: datetime,
     metric = metric_for(protocol)
     rows, _, join = _latest_rows_sql(pick, "p")
     # the fields computed per request, then concurrency (newest), then the stored body (celljson)
-    members = celljson.json_members_sql(_per_request_sql("p." + metric, protocol, cover), gridcell.PER_REQUEST)
+    members = celljson.json_members_sql(_per_request_sql("p." + metric, protocol, cover, as_json=True),
+                                        gridcell.PER_REQUEST)
     if pick.newest:
         members += f" || ',' || {celljson.json_members_sql({'concurrency': 'm.concurrency'}, (gridcell.CONCURRENCY,))}"
-    diagnosis = f"coalesce(cd.members, '{gridcell.NOT_DIAGNOSED_MEMBERS}')"  # the analysis wrote its JSON
     return f"""
-        SELECT '{{' || {members} || ',' || p.cell_json || ',' || {diagnosis} || '}}' AS cell
+        SELECT '{{' || {members} || ',' || p.cell_json || ',' || {_diagnosis_json("p")} || '}}' AS cell
         FROM ({rows}) p{join}
-        {_diagnosis_join("p.id", "p.measurement_id")}
         CROSS JOIN LATERAL (SELECT %(now)s - date_part('epoch', p.finished_at) AS seconds) age
     """, {"bench": bench.id, "protocol": protocol, **pick.args(), "now": now.timestamp(),
           "stale": settings.STALE_SECONDS, "ok": bounds["ok"], "warning": bounds["warning"]}

@@ -1,8 +1,9 @@
 """The limit model (limits.py) applied to a benchmark's grid: each newest transfer cell is diagnosed with what the
 grid holds about its pair and what its measurement recorded, and the answer is kept on the measurement
-(``binding_limit``, ``efficiency``, ``diagnosis``) and, in the grid's shape, on the cell's CellDiagnosis (never on
-the cell's PairLatest row, which ingest alone writes). The analysis runs it after each ingest (results.analysis), so
-a measurement is diagnosed while it is its cell's newest.
+(``binding_limit``, ``efficiency``, ``diagnosis``) and, in the grid's shape, on the cell's CellDiagnosis, with its JSON
+on the cell's PairLatest row for the latest grid's JSON (rows an ingest holds skipped, not waited for: see
+_store_cell_json). The analysis runs it after each ingest (results.analysis), so a measurement is diagnosed while it
+is its cell's newest.
 
 What a cell is judged with:
 - the pair's path capacity: the pair's newest iperf3 cell with the most streams, same address family (its run
@@ -20,6 +21,8 @@ What a cell is judged with:
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +34,7 @@ from results import gridcell, storage
 from results.diagnosis import limits
 from results.models import Benchmark, CellDiagnosis, Measurement, Node, PairLatest
 
+log = logging.getLogger(__name__)
 TRANSFER_EXCLUDED = ("rtt",)  # cells with no rate to judge
 Key = tuple[int, int, str]  # (source id, destination id, address family)
 
@@ -150,7 +154,7 @@ def diagnose_benchmark(bench: Benchmark) -> int:
         elif r["protocol"] == "builtin":
             at = (key, r["streams"], r["storage_setting"])
             builtin[at] = max(rate, builtin.get(at, 0.0))
-    measurements, cells = [], []
+    measurements, cells, members = [], [], []
     for r in rows:
         key = (r["source_id"], r["destination_id"], r["address_family"])
         iperf3 = paths.get(key)
@@ -167,12 +171,53 @@ def diagnose_benchmark(bench: Benchmark) -> int:
                                         diagnosis=d.to_dict()))
         fields = {"binding_limit": d.limit, "efficiency": efficiency, "evidence": d.reason, "fix": d.fix or None}
         cells.append(CellDiagnosis(cell_id=r["id"], measurement_id=r["measurement_id"], binding_limit=d.limit,
-                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or "",
-                                   members=gridcell.diagnosis_members(fields)))
+                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or ""))
+        members.append((r["id"], r["measurement_id"], gridcell.diagnosis_members(fields)))
     _store_answers(measurements)
     # in cell id order: two analysers upserting overlapping cells lock them in the same order
     CellDiagnosis.objects.bulk_create(
         sorted(cells, key=lambda c: c.cell_id), update_conflicts=True, unique_fields=["cell"],
-        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix", "members"],
-        batch_size=500)
+        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix"], batch_size=500)
+    _store_cell_json(members)
     return len(measurements)
+
+
+LOCKED_RETRIES = (0.2, 0.5, 1.0, 2.0)  # seconds before each retry of the cells an ingest held
+
+
+def _store_cell_json(members: list[tuple[int, Any, str]]) -> None:
+    """Each (cell id, measurement judged, JSON members) written on the cell's PairLatest row while the cell still
+    holds that measurement. PostgreSQL: the rows are locked with SKIP LOCKED, so the analysis never waits for an
+    ingest holding a row (an ingest upserts many rows in its own order: waiting could deadlock it, and a deadlock
+    aborts one of the two); the rows skipped are tried again after a pause, those whose ingest moved them on to a
+    new measurement drop out by the WHERE (the next analysis judges that one)."""
+    if connection.vendor != "postgresql":  # one writer at a time
+        for cell, measurement, text in members:
+            PairLatest.objects.filter(id=cell, measurement_id=measurement).update(diagnosis_json=text,
+                                                                                 diagnosis_of=measurement)
+        return
+    wanted = {cell: (cell, str(measurement), text) for cell, measurement, text in members}
+    for pause in (0.0, *LOCKED_RETRIES):
+        if not wanted:
+            return
+        time.sleep(pause)
+        with connection.cursor() as cur:
+            done = execute_values(cur.cursor, f"""
+                WITH v(id, measurement, members) AS (VALUES %s),
+                free AS (SELECT p.id FROM {PairLatest._meta.db_table} p JOIN v ON v.id = p.id
+                         WHERE p.measurement_id = v.measurement ORDER BY p.id FOR UPDATE OF p SKIP LOCKED)
+                UPDATE {PairLatest._meta.db_table} p SET diagnosis_json = v.members, diagnosis_of = v.measurement
+                FROM v JOIN free ON free.id = v.id WHERE p.id = v.id RETURNING p.id""",
+                                  sorted(wanted.values()), template="(%s::bigint, %s::uuid, %s)", page_size=2000,
+                                  fetch=True)
+            for (cell,) in done:
+                del wanted[cell]
+            # the rest: moved on to a new measurement (nothing to write), or held by an ingest (try again)
+            cur.execute(f"SELECT p.id FROM {PairLatest._meta.db_table} p JOIN unnest(%s::bigint[], %s::uuid[]) "
+                        "v(id, measurement) ON v.id = p.id AND p.measurement_id = v.measurement",
+                        [list(wanted), [m for _, m, _ in wanted.values()]])
+            still = {cell for (cell,) in cur.fetchall()}
+        wanted = {cell: row for cell, row in wanted.items() if cell in still}
+    if wanted:
+        log.warning("%d cells' diagnosis JSON not written: their rows stayed locked; the next analysis writes them",
+                    len(wanted))

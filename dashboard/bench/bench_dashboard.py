@@ -8,7 +8,8 @@ loopback and times over HTTP: the grid API (latest; median over 7 days), the 100
 90-day history, and bulk ingest through POST /api/v1/ingest/ (batches of 5 000). Writes the numbers into
 BENCHMARKS.md between <!-- bench-dashboard:start --> and <!-- bench-dashboard:end -->.
 Goals: grid p95 < 100 ms (API, one and every setting; the HTML page), the 7-day median grid p95 < 150 ms, the
-pair history p95 < 100 ms, ingest >= 5 000 measurements/s. --scales 0.1,3 also times the median grid at those
+pair history p95 < 100 ms, ingest >= 5 000 measurements/s; the reads are timed while the loss mesh of the 100 nodes
+delivers its summaries to the same server at its rate (LossFeed). --scales 0.1,3 also times the median grid at those
 scales in the same run (the archive grown from the smallest), to show it flat with the archive's size.
 With --baseline REF (default: BASELINE) the same reads are timed side by side against the dashboard of that
 commit (a git worktree, a second gunicorn on the same database), in alternating blocks, and the new/old ratios
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -339,6 +341,71 @@ def post_rate(url: str, key: str, bodies: list[bytes], clients: int,
     return rate, total, total / max(1e-9, tree_cpu_seconds(*SERVER_PIDS) - cpu0)
 
 
+LOSS_RATE = NODES * (NODES - 1) / 60  # summaries/s: every directed pair's one-minute period (~165/s at 100 nodes)
+
+
+class LossFeed:
+    """The loss mesh's summaries of one cluster's NODES agents at their rate (LOSS_RATE), POSTed to
+    /api/v1/loss/ingest/ in one batch a second from a thread, as the agents' senders deliver them while people read
+    the grids: each pair's next minute in turn. Counts what was accepted and what failed (a failure is not retried:
+    the figure is whether the dashboard keeps up)."""
+
+    def __init__(self, base: str, key: str, cluster: str, start: datetime):
+        from tests.support.dashboard import loss_summary
+
+        self.summary, self.url, self.key, self.cluster, self.start = loss_summary, base, key, cluster, start
+        names = [f"dtn{i:03d}" for i in range(NODES)]
+        self.pairs = [(s, d) for s in names for d in names if s != d]
+        self.accepted = self.failed = self.sent = 0
+        self.late = 0.0  # the worst lag behind the schedule, s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="loss-feed", daemon=True)
+
+    def _batch(self, n: int) -> bytes:
+        items = [self.summary(*self.pairs[i % len(self.pairs)],
+                              self.start + timedelta(minutes=i // len(self.pairs)))
+                 for i in range(self.sent, self.sent + n)]
+        self.sent += n
+        return json.dumps({"cluster": self.cluster, "summaries": items}).encode()
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            due = round(LOSS_RATE * (time.monotonic() - t0)) - self.sent
+            if due > 0:
+                req = urllib.request.Request(f"{self.url}/api/v1/loss/ingest/", data=self._batch(due),
+                                             method="POST", headers={"Authorization": f"Token {self.key}",
+                                                                     "Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as r:
+                        self.accepted += json.loads(r.read())["accepted"]
+                except (OSError, ValueError, KeyError):
+                    self.failed += due
+            self.late = max(self.late, time.monotonic() - t0 - self.sent / LOSS_RATE)
+            self._stop.wait(1.0)
+        self.seconds = time.monotonic() - t0
+
+    def __enter__(self) -> LossFeed:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.seconds
+
+
+def loss_feed_cost(base: str, key: str, cluster: str, start: datetime, seconds: float = 30.0) -> tuple[float, int]:
+    """The feed alone for ``seconds``: the server CPU it costs per second of feeding (ms/s) and what it delivered."""
+    cpu0 = tree_cpu_seconds(*SERVER_PIDS)
+    with LossFeed(base, key, cluster, start) as feed:
+        time.sleep(seconds)
+    return (tree_cpu_seconds(*SERVER_PIDS) - cpu0) * 1000 / feed.seconds, feed.accepted
+
+
 def drain_analysis(timeout: float = 1800.0) -> tuple[float, float]:
     """Wait for the dashboard's background analysis (change detection, diagnosis, problem rules) to finish what
     ingest left it: every cell marked seen, then the server's CPU at rest. Returns the seconds waited and the
@@ -498,14 +565,19 @@ def main() -> int:
         results: dict[str, dict[str, float]] = {}
         baseline: dict[str, dict[str, float]] = {}
         new_only = {PROBLEMS_PAGE, CHANGES_API, CHANGES_NODE}  # the baseline has no such pages
-        for name, (path, n) in reads.items():
-            if old is None or name in new_only:
-                results[name] = timings(base + path, n)
-            else:
-                results[name], baseline[name] = side_by_side({"new": path, "old": path}, n,
-                                                             (base, SERVER_PIDS), old)
-            log(f"{name}: p95 {results[name]['p95']:.1f} ms" +
-                (f" (baseline {baseline[name]['p95']:.1f} ms)" if name in baseline else ""))
+        feed_cost, _ = loss_feed_cost(base, key, one, NEWEST_HOUR - timedelta(days=1))
+        log(f"Loss feed alone: {feed_cost:.0f} ms of server CPU per second")
+        with LossFeed(base, key, one, NEWEST_HOUR) as feed:  # the loss mesh delivers while the grids are read
+            for name, (path, n) in reads.items():
+                if old is None or name in new_only:
+                    results[name] = timings(base + path, n)
+                else:
+                    results[name], baseline[name] = side_by_side({"new": path, "old": path}, n,
+                                                                 (base, SERVER_PIDS), old)
+                log(f"{name}: p95 {results[name]['p95']:.1f} ms" +
+                    (f" (baseline {baseline[name]['p95']:.1f} ms)" if name in baseline else ""))
+        log(f"Loss feed during the reads: {feed.accepted:,} accepted in {feed.seconds:.0f} s ({feed.rate:.0f}/s), "
+            f"{feed.failed} failed, at most {feed.late:.1f} s late")
         _, body = get(base + grid)
         assert len(json.loads(body)["cells"]) == NODES * (NODES - 1)
         if old is not None:  # the same cells from both (values and states; ages differ by the time between)
@@ -543,6 +615,8 @@ def main() -> int:
                            capture_output=True)
 
     rate = max(rate1, rate2)
+    # the loss mesh kept up: everything due delivered (the last second's batch may be in flight at the end)
+    feed_ok = feed.failed == 0 and feed.accepted >= LOSS_RATE * (feed.seconds - 2)
     goals = ((GRID_ONE, GRID_GOAL_MS), (GRID_EVERY, GRID_GOAL_MS), (GRID_PAGE, GRID_GOAL_MS),
              (GRID_MEDIAN, MEDIAN_GOAL_MS), (HISTORY, HISTORY_GOAL_MS), (PROBLEMS_PAGE, WATCH_GOAL_MS),
              (CHANGES_API, WATCH_GOAL_MS))
@@ -580,6 +654,13 @@ def main() -> int:
            f"{args.clusters} times the cells)." if args.clusters > 1 else ""),
         "",
         *table,
+        "",
+        f"While these reads were timed the loss mesh of cluster {one}'s {NODES} agents was delivered beside them at "
+        f"its rate, to the same server (POST /api/v1/loss/ingest/, one batch a second, each pair's one-minute "
+        f"summary): **{feed.accepted:,} summaries in {feed.seconds:.0f} s ({feed.rate:.0f}/s of the "
+        f"{LOSS_RATE:.0f}/s due)**, {feed.failed} failed, at most {feed.late:.1f} s behind its schedule. Fed alone "
+        f"for 30 s it cost {feed_cost:.0f} ms of server CPU per second (ingest, and the loss rules at most once a "
+        "minute), which the CPU column includes.",
         "",
         "Server CPU = user+system time of gunicorn and PostgreSQL per request: what a request costs regardless of",
         "other load on the machine (wall-clock p50/p95 include waiting for a core). The latest grid reads one "
@@ -619,7 +700,9 @@ def main() -> int:
         "cores: the machine is shared with other work, so these numbers are upper bounds.",
         "",
         f"Goals (p95): {verdicts}. Ingest ≥ {INGEST_GOAL:,.0f}/s: "
-        f"**{'met' if rate >= INGEST_GOAL else 'NOT met'}** ({rate:,.0f}/s).",
+        f"**{'met' if rate >= INGEST_GOAL else 'NOT met'}** ({rate:,.0f}/s). Loss summaries at the {NODES}-node "
+        f"rate ingested during the reads: **{'met' if feed_ok else 'NOT met'}** ({feed.rate:.0f}/s, "
+        f"{feed.failed} failed).",
     ]
     text = "\n".join(lines)
     print(text)

@@ -406,7 +406,8 @@ class CellDiagnosis(models.Model):
     index probe on a table of four short columns, not a read of the wide Measurement row (its host and TCP JSON).
     ``measurement`` names the measurement judged: a cell whose newest measurement has moved on since shows no
     diagnosis until the analysis has judged the new one (the readers join on both). The latest grid's JSON reads the
-    same answer as JSON text from the cell's own row (PairLatest.diagnosis_json), written with this one."""
+    same answer as JSON text from the cell's own row (PairLatest.diagnosis_json), written with this one (``members``
+    too, for the previous release's pods)."""
 
     cell = models.OneToOneField(PairLatest, primary_key=True, on_delete=models.CASCADE, db_constraint=False,
                                 related_name="diagnosis")
@@ -415,6 +416,10 @@ class CellDiagnosis(models.Model):
     efficiency = figure("measured ÷ the pair's path capacity (iperf3)")
     evidence = models.TextField(blank=True, default="", help_text="the model's reason, with its figures")
     fix = models.TextField(blank=True, default="", help_text="the binding limit's fix, citing the figures")
+    # The same text as the cell's PairLatest.diagnosis_json, which this release reads instead: still written
+    # because the previous release's dashboard pods read it during a rolling upgrade (expand, then contract: drop
+    # it in the release after the next).
+    members = models.TextField(help_text="the cell's JSON members of these fields (gridcell.diagnosis_members)")
 
 
 def hash_token(key: str) -> str:

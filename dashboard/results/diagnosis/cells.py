@@ -170,14 +170,16 @@ def diagnose_benchmark(bench: Benchmark) -> int:
         measurements.append(Measurement(id=r["measurement_id"], binding_limit=d.limit, efficiency=efficiency,
                                         diagnosis=d.to_dict()))
         fields = {"binding_limit": d.limit, "efficiency": efficiency, "evidence": d.reason, "fix": d.fix or None}
+        text = gridcell.diagnosis_members(fields)
         cells.append(CellDiagnosis(cell_id=r["id"], measurement_id=r["measurement_id"], binding_limit=d.limit,
-                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or ""))
-        members.append((r["id"], r["measurement_id"], gridcell.diagnosis_members(fields)))
+                                   efficiency=efficiency, evidence=d.reason, fix=d.fix or "", members=text))
+        members.append((r["id"], r["measurement_id"], text))
     _store_answers(measurements)
     # in cell id order: two analysers upserting overlapping cells lock them in the same order
     CellDiagnosis.objects.bulk_create(
         sorted(cells, key=lambda c: c.cell_id), update_conflicts=True, unique_fields=["cell"],
-        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix"], batch_size=500)
+        update_fields=["measurement_id", "binding_limit", "efficiency", "evidence", "fix", "members"],
+        batch_size=500)
     _store_cell_json(members)
     return len(measurements)
 

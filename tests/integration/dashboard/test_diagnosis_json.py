@@ -1,7 +1,7 @@
 """The cells' diagnosis JSON on their PairLatest rows (PairLatest.diagnosis_json, read by the latest grid's JSON):
 the analysis writes it beside CellDiagnosis without ever waiting for a row an ingest holds (it skips it and tries
-again), writes nothing on a cell whose measurement moved on meanwhile, and migration 0022 moves the answers already
-kept there (and back)."""
+again), writes nothing on a cell whose measurement moved on meanwhile, and migration 0022 copies the answers already
+kept there."""
 
 from __future__ import annotations
 
@@ -121,7 +121,9 @@ def test_a_cell_moved_on_by_the_ingest_holding_it_gets_no_stale_diagnosis(client
     assert {k: cell[k] for k in gridcell.DIAGNOSIS_NAMES} == gridcell.NOT_DIAGNOSED
 
 
-def test_migration_0022_moves_the_kept_answers_to_the_cells_and_back(client, write_key):
+def test_migration_0022_copies_the_kept_answers_to_the_cells(client, write_key):
+    """Upgrading from 0021: each cell's kept answer (CellDiagnosis.members, which 0021's code wrote and read) is on
+    its row before any analysis runs; members stays, for the previous release's pods."""
     from results.diagnosis.cells import diagnose_benchmark
 
     _ingest(client, write_key)
@@ -129,7 +131,7 @@ def test_migration_0022_moves_the_kept_answers_to_the_cells_and_back(client, wri
     diagnose_benchmark(bench)
     expected = {c.id: (_expected(c.id), c.measurement_id) for c in cells}
     try:
-        old = migrate([("results", "0021_window_cells")])  # back: the members return to CellDiagnosis
+        old = migrate([("results", "0021_window_cells")])  # the columns go, the members stay
         members = dict(old.get_model("results", "CellDiagnosis").objects.filter(
             cell_id__in=expected).values_list("cell_id", "members"))
         assert members == {c: text for c, (text, _) in expected.items()}

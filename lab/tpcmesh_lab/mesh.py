@@ -244,18 +244,19 @@ def start_dashboard(lab: Lab, state: Path, port: int, wait: float = 60.0) -> Das
         result = subprocess.run(argv, env=env, cwd=DASHBOARD_DIR, capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
             raise MeshError(f"`{' '.join(argv[1:])}` failed:\n{result.stdout[-2000:]}{result.stderr[-4000:]}")
-    name = f"tpcmesh-local-{os.getpid()}-{secrets.token_hex(3)}"
-    result = subprocess.run([*manage, "create_api_token", name, "--write"], env=env, cwd=DASHBOARD_DIR,
-                            capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        raise MeshError(f"create_api_token failed:\n{result.stderr[-4000:]}")
-    token = result.stdout.strip().splitlines()[-1]
     if port == 0:
         port = free_port()
     with open(log_file, "wb") as out:
         proc = lab.popen(None, [venv_command("gunicorn"), "--chdir", str(DASHBOARD_DIR), "--bind",
                                 f"127.0.0.1:{port}", "--workers", "2", "--threads", "4", "--timeout", "120",
                                 "config.wsgi"], env=env, stdout=out, stderr=subprocess.STDOUT, critical=True)
+    # the token while gunicorn boots (each is a Django start of a second or more; the database is migrated)
+    name = f"tpcmesh-local-{os.getpid()}-{secrets.token_hex(3)}"
+    result = subprocess.run([*manage, "create_api_token", name, "--write"], env=env, cwd=DASHBOARD_DIR,
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise MeshError(f"create_api_token failed:\n{result.stderr[-4000:]}")
+    token = result.stdout.strip().splitlines()[-1]
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + wait
     while True:

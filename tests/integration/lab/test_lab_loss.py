@@ -6,9 +6,9 @@ Windows. The reported loss must fall inside the central 99.9 % binomial interval
 sent. At the product's 10 packets/s a minute is 600 packets: that says nothing about 0.01 % (the interval is [0, 1]
 packets, and 0 lost is the likeliest outcome also at 0.001 %). To tell 0.01 % from no loss at all (P(0 lost) <
 0.1 %) a window needs n * p >= 6.9, i.e. 69,000 packets: 1 h 55 min at 10 packets/s (`make bench-loss` runs such
-long windows). This test sends LOSS_RATE packets/s for one LOSS_PERIOD instead: 15,000 packets per link in 30 s,
-where the 99.9 % intervals are 0.01 %: [0, 7], 0.1 %: [5, 29], 1 %: [114, 187] packets; delays and jitter are
-checked in a run at the product's 10 packets/s.
+long windows). This test sends LOSS_RATE packets/s for LOSS_PERIODS short periods instead, summed: 15,000 packets
+per link in 30 s, where the 99.9 % intervals are 0.01 %: [0, 7], 0.1 %: [5, 29], 1 %: [114, 187] packets; delays
+and jitter are checked in a run at the product's 10 packets/s.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from scipy.stats import binom
@@ -30,9 +31,11 @@ pytestmark = [
 ]
 
 # Two runs in one lab, one after the other: delay and jitter at the product's rate (10 packets/s: the delay line and
-# the probes then load the machine no more than in use), loss at LOSS_RATE (15,000 packets per link in one period).
+# the probes then load the machine no more than in use), loss at LOSS_RATE (15,000 packets per link over
+# LOSS_PERIODS periods). Periods start on multiples of their length on the wall clock and the prober's first,
+# partial one does not count: short loss periods wait ~1 s for it where one 30 s period waited 15 s on average.
 RATE, PERIOD = 10, 10
-LOSS_RATE, LOSS_PERIOD = 500, 30
+LOSS_RATE, LOSS_PERIOD, LOSS_PERIODS = 500, 2, 15
 PORT = 863
 # reflector: (loss % towards it, one-way delay ms each way)
 LINKS = {"clean": (0.0, 5.0), "l001": (0.01, 3.0), "l01": (0.1, 8.0), "l1": (1.0, 12.0)}
@@ -44,27 +47,52 @@ DELAY_TOLERANCE_MS = 0.5
 CLEAN_JITTER_MS = 0.25
 
 
-def probe(lab: Lab, peers: list[str], rate: int, period: int) -> dict[str, dict]:
-    """One whole period's summary per peer from a prober in the ``prober`` namespace."""
+def probe(lab: Lab, peers: list[str], rate: int, period: int, periods: int = 1) -> dict[str, list[dict]]:
+    """``periods`` whole periods' summaries per peer, in order, from a prober in the ``prober`` namespace."""
     prober = lab.node("prober")
     proc = lab.popen("prober", [sys.executable, "-m", "tpcmesh_agent.twamp", "--address", prober.address,
                                 "--address", prober.address6, "--port", str(PORT), "--rate", str(rate),
-                                "--period", str(period), "--loss-timeout", "2", "--periods", "1",
+                                "--period", str(period), "--loss-timeout", "2", "--periods", str(periods),
                                 *(x for p in peers for x in ("--peer", p))],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=3 * period + 30)
+    out, err = proc.communicate(timeout=(periods + 2) * period + 30)
     assert proc.returncode == 0, err
     records = [json.loads(line) for line in out.splitlines()]
-    full = {r["peer"]: r for r in records if not r["partial"]}
+    full: dict[str, list[dict]] = {}
+    for r in records:
+        if not r["partial"]:
+            full.setdefault(r["peer"], []).append(r)
     assert len(full) == len(peers), (records, err)
-    for r in full.values():  # the figures, for the record (pytest -s)
-        print(f"{rate}/s {r['peer']}: sent {r['sent']} lost {r['lost']} reordered {r['reordered']} rtt {r['rtt_ms']} "
+    for name, rs in full.items():
+        # each period once, in order
+        assert [r["period_start"] for r in rs] == sorted({r["period_start"] for r in rs}), (name, rs)
+        assert len(rs) == periods, (name, rs)
+    for rs in full.values():  # the figures, for the record (pytest -s): the counts of all periods, the last's delays
+        r = rs[-1]
+        print(f"{rate}/s {r['peer']}, {periods} x {period} s: sent {sum(x['sent'] for x in rs)} lost "
+              f"{sum(x['lost'] for x in rs)} reordered {sum(x['reordered'] for x in rs)} rtt {r['rtt_ms']} "
               f"one-way {r['one_way_ms']['forward']} {r['one_way_ms']['backward']} ipdv {r['ipdv_ms']}")
     return full
 
 
+COUNTS = ("sent", "lost", "duplicates", "send_errors")
+
+
+def totals(records: list[dict]) -> dict[str, int]:
+    """The loss run's counts over all its periods (one binomial window of their packets)."""
+    return {k: sum(r[k] for r in records) for k in COUNTS}
+
+
+def wait_ready(proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
+    """Until the twamp process has said READY on stderr (written to ``log``): its sockets are bound."""
+    deadline = time.monotonic() + timeout
+    while "READY" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
-def runs():
+def runs(tmp_path_factory):
     links = []
     for name, (loss, delay) in LINKS.items():
         links.append({"from": "prober", "to": name, "delayMs": delay, "lossPercent": loss})
@@ -72,16 +100,22 @@ def runs():
     profile = parse_profile({"nodes": ["prober", *LINKS], "links": links}, "loss-lab")
     with Lab(profile, mode="netns") as lab:
         prober = lab.node("prober")
+        logs = tmp_path_factory.mktemp("reflectors")
+        reflectors = {}
         for name in LINKS:
             node = lab.node(name)
-            lab.popen(name, [sys.executable, "-m", "tpcmesh_agent.twamp", "--address", node.address,
-                             "--address", node.address6, "--port", str(PORT),
-                             "--reflect", prober.address, "--reflect", prober.address6],
-                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with (logs / name).open("w") as log:
+                reflectors[name] = lab.popen(name, [sys.executable, "-m", "tpcmesh_agent.twamp", "--address",
+                                                    node.address, "--address", node.address6, "--port", str(PORT),
+                                                    "--reflect", prober.address, "--reflect", prober.address6],
+                                             stdout=subprocess.DEVNULL, stderr=log)
         peers = [f"{name}={lab.node(name).address}" for name in LINKS]
         peers.append(f"clean6={lab.node('clean').address6}")  # the clean reflector over IPv6 as well
-        time.sleep(1.0)
-        yield {"product": probe(lab, peers, RATE, PERIOD), "loss": probe(lab, peers[:-1], LOSS_RATE, LOSS_PERIOD)}
+        for name, proc in reflectors.items():
+            wait_ready(proc, logs / name)
+        product = {name: rs[0] for name, rs in probe(lab, peers, RATE, PERIOD).items()}
+        loss = {name: totals(rs) for name, rs in probe(lab, peers[:-1], LOSS_RATE, LOSS_PERIOD, LOSS_PERIODS).items()}
+        yield {"product": product, "loss": loss}
 
 
 @pytest.mark.parametrize("name", list(LINKS))
@@ -89,7 +123,8 @@ def test_loss_is_inside_the_binomial_interval_of_the_set_rate(runs, name):
     s = runs["loss"][name]
     rate = LINKS[name][0] / 100
     low, high = binom.interval(CONFIDENCE, s["sent"], rate)
-    assert abs(s["sent"] - LOSS_RATE * LOSS_PERIOD) <= 0.02 * LOSS_RATE * LOSS_PERIOD  # (a stalled loop skips ahead)
+    want = LOSS_RATE * LOSS_PERIOD * LOSS_PERIODS
+    assert abs(s["sent"] - want) <= 0.02 * want  # (a stalled loop skips ahead)
     assert low <= s["lost"] <= high, (name, s["sent"], s["lost"], (low, high))
     # (no reordering asserted: the delay line may swap packets sent microseconds apart, see the report)
     assert s["duplicates"] == 0 and s["send_errors"] == 0

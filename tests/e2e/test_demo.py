@@ -225,7 +225,10 @@ def test_demo_once_without_root_falls_back_to_loopback_and_still_measures(tmp_pa
                 if httpx.get(base + "/healthz", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)  # also after an answer other than 200 (a server still starting)
+        else:
+            raise AssertionError(f"the re-served dashboard never answered /healthz with 200 at {base}")
         got = measurements(base, "e2e-loopback")
         check_protocols_offered(demo.output, 2)
         # Without root every protocol must work except GridFTP, whose server changes its gid (only root may); its

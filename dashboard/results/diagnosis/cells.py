@@ -214,6 +214,8 @@ def _store_cell_json(members: list[tuple[int, Any, str]]) -> None:
                                   fetch=True)
             for (cell,) in done:
                 del wanted[cell]
+            if not wanted:  # the usual case: nothing held
+                return
             # the rest: moved on to a new measurement (nothing to write), or held by an ingest (try again)
             cur.execute(f"SELECT p.id FROM {PairLatest._meta.db_table} p JOIN unnest(%s::bigint[], %s::uuid[]) "
                         "v(id, measurement) ON v.id = p.id AND p.measurement_id = v.measurement",

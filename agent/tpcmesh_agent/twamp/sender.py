@@ -31,6 +31,19 @@ DEFAULT_PORT = 863  # RFC 8545: the well-known port of a TWAMP-light Session-Ref
 READ_BURST = 256
 BATCH_S = 0.001  # packets due this close together are sent at one wake-up
 HOUSEKEEPING_S = 0.1  # new peers start and periods close at least this often
+CLOCK_STEP_S = 0.1  # the wall clock moved this far against the monotonic one: it was stepped, follow it
+
+
+def wall_minus_monotonic() -> float:
+    """``time.time() - time.monotonic()`` from the tightest of three bracketed reads: a process preempted between
+    two reads would otherwise see the wall clock milliseconds ahead."""
+    best = (math.inf, 0.0)
+    for _ in range(3):
+        m1 = time.monotonic()
+        wall = time.time()
+        m2 = time.monotonic()
+        best = min(best, (m2 - m1, wall - (m1 + m2) / 2))
+    return best[1]
 
 
 @dataclass(frozen=True)
@@ -193,15 +206,24 @@ class Sender:
         heap: list[tuple[float, tuple[str, int]]] = []
         scheduled: set[tuple[str, int]] = set()
         last_clock = housekeeping = boundary = 0.0
+        # One wall-clock reading of the monotonic schedule for every packet: read afresh at each wake-up, a
+        # preemption between the two reads would move a packet due just before a period's end into the next
+        # period (a full period of 49 and one of 51 at 50/s). Followed only when the wall clock is stepped.
+        offset = wall_minus_monotonic()
         while True:
             mono = time.monotonic()
-            wall = time.time()
+            wall = mono + offset
             interval = 1.0 / self.config.rate_pps
             if mono >= housekeeping or wall >= boundary or self._changed:
                 self._changed = False
                 if mono - last_clock > 1.0:
                     self._refresh_clock()
                     last_clock = mono
+                    now_offset = wall_minus_monotonic()
+                    if abs(now_offset - offset) > CLOCK_STEP_S:
+                        log.info("The wall clock moved %.3f s: the probes' periods follow it", now_offset - offset)
+                        offset = now_offset
+                        wall = mono + offset
                 new = [k for k in self.peers if k not in scheduled]
                 for i, key in enumerate(new):  # spread the new peers' phases over one interval
                     heapq.heappush(heap, (mono + interval * (i + 1) / (len(new) + 1), key))
@@ -216,13 +238,13 @@ class Sender:
                 if st is None:
                     scheduled.discard(key)
                     continue
-                self._send_due(st, wall + (due - mono))
+                self._send_due(st, due + offset)
                 nxt = due + interval
                 if nxt < mono - 10 * interval:  # far behind (a stalled loop): skip ahead, do not burst
                     nxt = mono + interval
                 heapq.heappush(heap, (nxt, key))
             wake = min(heap[0][0] if heap else mono + HOUSEKEEPING_S, housekeeping,
-                       mono + max(0.0, boundary - time.time()))
+                       boundary - offset)
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
     def _periods(self, now: float) -> None:

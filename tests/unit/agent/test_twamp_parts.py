@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import socket
 
@@ -108,3 +109,42 @@ def test_a_packet_counts_in_the_period_it_is_due_in_not_the_one_it_leaves_in():
         sender.sockets[socket.AF_INET].close()
     assert [(s["period_start"][-10:], s["sent"], s["partial"]) for s in summaries] == [
         ("01:40.000Z", 50, False), ("01:41.000Z", 50, False)]
+
+
+def test_a_preempted_clock_read_does_not_move_a_packet_into_the_next_period(monkeypatch):
+    """On a loaded machine the loop can be preempted between its monotonic and wall-clock reads. Here every wall
+    read in the last 20 ms of one period comes 20 ms late: the packet due then must still count in that period,
+    and every full period at 50/s holds exactly 50 (the period it left had 49 and the next 51)."""
+    import math
+    import time as real
+    import types
+
+    from tpcmesh_agent.twamp import sender as sender_module
+
+    boundary = math.ceil(real.time()) + 1.0  # the end of the first full period
+
+    def late_wall() -> float:
+        now = real.time()
+        return now + 0.02 if boundary - 0.02 <= now < boundary else now
+
+    monkeypatch.setattr(sender_module, "time", types.SimpleNamespace(
+        monotonic=real.monotonic, time=late_wall, time_ns=real.time_ns))
+    summaries: list[dict] = []
+    unsynced = clock.ClockState(synchronized=False, esterror_s=float("inf"), maxerror_s=float("inf"), source="test")
+
+    async def probe() -> None:
+        sender = Sender(["127.0.0.1"], ProbeConfig(rate_pps=50, period_s=1, loss_timeout_s=0.2), summaries.append,
+                        clock=lambda: unsynced)
+        sink = udp.open_socket("127.0.0.1", 0)
+        sender.start()
+        try:
+            sender.set_peers([Peer("sink", "127.0.0.1", sink.getsockname()[1])])
+            while len([s for s in summaries if not s["partial"]]) < 2 and real.time() < boundary + 4:
+                await asyncio.sleep(0.05)
+        finally:
+            await sender.stop()
+            sink.close()
+
+    asyncio.run(probe())
+    full = [(s["period_start"], s["sent"]) for s in summaries if not s["partial"]]
+    assert len(full) == 2 and {sent for _, sent in full} == {50}, summaries

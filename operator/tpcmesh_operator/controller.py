@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 BENCHMARK_LABEL = "tpcmesh.io/benchmark"
 SCHEDULED_ANNOTATION = "tpcmesh.io/scheduled-at"
+# Another run that has not chosen its agents yet may take any: a due tick waits this long for it to choose (two
+# benchmarks due at the same instant on disjoint nodes both run), then counts it as on all and skips
+FREEZE_GRACE = dt.timedelta(seconds=60)
 
 
 def _time(s: str | None) -> dt.datetime | None:
@@ -112,6 +115,11 @@ def _summary(patch: dict[str, Any], own: Sequence[Mapping[str, Any]]) -> None:
     set_condition(patch, "Degraded", bad or refused > 0, reason, message)
 
 
+def _age(r: Mapping[str, Any], now: dt.datetime) -> dt.timedelta:
+    created = _time((r.get("metadata") or {}).get("creationTimestamp"))
+    return now - created if created else FREEZE_GRACE
+
+
 def _active(r: Mapping[str, Any]) -> bool:
     return (r.get("status") or {}).get("phase") not in TERMINAL
 
@@ -142,8 +150,8 @@ def plan_tick(name: str, body: Mapping[str, Any], runs: Sequence[Mapping[str, An
     benchmark's own runs (status summary, pruning); a due tick asks for the others with `needs_others`. A due run is
     skipped while one of the benchmark's own runs is active (Forbid) or while another run (by hand, or another
     benchmark's) is active on any of the benchmark's agents (`agents`, the nodes it would measure now; asked for with
-    `needs_agents`); with Replace the benchmark's own active runs are stopped instead. A run that has not frozen its
-    agents yet counts as on all."""
+    `needs_agents`); with Replace the benchmark's own active runs are stopped instead. The tick waits for a run that
+    has not frozen its agents yet (FREEZE_GRACE), then counts it as on all."""
     status = body.get("status") or {}
     plan = TickPlan(reconcile_benchmark(body.get("spec") or {}, body["metadata"], status, now))
     namespace = body["metadata"].get("namespace")
@@ -169,9 +177,12 @@ def plan_tick(name: str, body: Mapping[str, Any], runs: Sequence[Mapping[str, An
     others = [r for r in runs if _active(r) and not _own(r, name, namespace)]
     if others and agents is None:
         return TickPlan(plan.patch, needs_agents=True)
-    busy = [r["metadata"]["name"] for r in others
-            if not (st := r.get("status") or {}).get("agents") or (agents or frozenset()) & {
-                a["node"] for a in st["agents"]}]
+    unfrozen = [r for r in others if not (r.get("status") or {}).get("agents")]
+    busy = [r["metadata"]["name"] for r in others if r not in unfrozen and (agents or frozenset()) & {
+        a["node"] for a in r["status"]["agents"]}]
+    busy += [r["metadata"]["name"] for r in unfrozen if _age(r, now) >= FREEZE_GRACE]
+    if not busy and not (mine and spec.concurrency_policy == "Forbid") and unfrozen:
+        return plan  # a run just created may use any agent: decide at a later tick, once it has chosen them
     if mine and spec.concurrency_policy == "Forbid":
         plan.events.append(("Normal", "SkippedRun", f"Skipped the run due at {_iso(tick)}: {mine[0]} is still "
                                                     "running (Forbid)"))

@@ -81,9 +81,16 @@ def test_other_runs_on_the_same_agents_block_a_due_run_whatever_the_policy() -> 
     # another benchmark's run, elsewhere: no conflict
     elsewhere = [run("other-1", benchmark="other", agents=("dtn-x", "dtn-y"))]
     assert plan_tick("mesh", bench(), elsewhere, T0 + H, NODES).create is not None
-    # a run that has not frozen its agents yet may use any: wait for it
-    pending = [run("by-hand", phase=None, benchmark=None)]
-    assert plan_tick("mesh", bench(), pending, T0 + H, NODES).create is None
+    # a run that has not frozen its agents yet may use any: the tick waits for it, not used up (two benchmarks due
+    # at the same instant on disjoint nodes both run), and after FREEZE_GRACE counts it as on all
+    young = [run("by-hand", phase=None, benchmark=None, created="2026-03-01T00:59:50Z")]
+    waits = plan_tick("mesh", bench(), young, T0 + H, NODES)
+    assert waits.create is None and not waits.events and "lastScheduleTime" not in waits.patch
+    chosen = [run("by-hand", benchmark=None, agents=("dtn-x",), created="2026-03-01T00:59:50Z")]
+    assert plan_tick("mesh", bench(), chosen, T0 + H + dt.timedelta(seconds=2), NODES).create is not None
+    stuck = [run("by-hand", phase=None, benchmark=None, created="2026-03-01T00:58:59Z")]
+    p = plan_tick("mesh", bench(), stuck, T0 + H, NODES)
+    assert p.create is None and reasons(p) == ["SkippedRun"] and p.patch["lastScheduleTime"] == "2026-03-01T01:00:00Z"
     # finished runs block nothing, and nothing is asked when no tick is due
     assert plan_tick("mesh", bench(), [run("by-hand", "Succeeded", benchmark=None)], T0 + H).create is not None
     assert not plan_tick("mesh", bench(), by_hand, T0 + 30 * dt.timedelta(minutes=1)).needs_agents

@@ -211,22 +211,28 @@ def grid_cells(bench: models.Benchmark, now: datetime) -> list[problems.Cell]:
     return out
 
 
-def evaluate_problems(bench: models.Benchmark, now: datetime | None = None) -> list[models.Problem]:
+def evaluate_problems(bench: models.Benchmark, now: datetime | None = None, *,
+                      kinds: tuple[str, ...] = problems.KINDS) -> list[models.Problem]:
     """Run the rules on the benchmark's grid and store what they find: a problem found again keeps its first
-    sighting and acknowledgement; one no longer found is resolved; nodes in maintenance raise none."""
+    sighting and acknowledgement; one no longer found is resolved; nodes in maintenance raise none. `kinds`
+    problems.LOSS_KINDS: the loss mesh's rules only, the grid's problems left as they are (they change with the
+    grid's measurements, not with the loss summaries that come every minute)."""
     now = now or timezone.now()
     cover = maintenance.overlay(now)
-    # the benchmark's own nodes: another cluster's node of the same name is another node
-    in_maintenance = set(models.Node.objects.filter(id__in=cover.nodes, benchmarks=bench)
-                         .values_list("name", flat=True))
-    silent = {n: k for n, k in _runs_without_result(bench).items() if n not in in_maintenance}
-    sites = dict(models.Node.objects.filter(benchmarks=bench).values_list("name", "site"))
-    findings = problems.find(grid_cells(bench, now), sites, silent)
+    findings: list[problems.Finding] = []
+    if kinds != problems.LOSS_KINDS:
+        # the benchmark's own nodes: another cluster's node of the same name is another node
+        in_maintenance = set(models.Node.objects.filter(id__in=cover.nodes, benchmarks=bench)
+                             .values_list("name", flat=True))
+        silent = {n: k for n, k in _runs_without_result(bench).items() if n not in in_maintenance}
+        sites = dict(models.Node.objects.filter(benchmarks=bench).values_list("name", "site"))
+        findings = problems.find(grid_cells(bench, now), sites, silent)
     # the loss mesh's rules (results.loss.rules) on the same benchmark's nodes, pairs in maintenance left out
     periods, measured, loss_sites = loss_selectors.rule_input(bench, now, cover.covers)
     findings += loss_rules.find(periods, measured, loss_sites)
     with transaction.atomic():
-        stored = {p.key: p for p in models.Problem.objects.select_for_update().filter(benchmark=bench)}
+        stored = {p.key: p for p in models.Problem.objects.select_for_update().filter(benchmark=bench,
+                                                                                      kind__in=kinds)}
         for f in findings:
             p = stored.get(f.key)
             if p is None or p.resolved_at is not None:
@@ -337,12 +343,12 @@ _loss_last = [float("-inf")]
 
 
 def evaluate_loss(now: datetime | None = None) -> None:
-    """The problem rules on every benchmark with a node that sent loss summaries lately."""
+    """The loss mesh's problem rules on every benchmark with a node that sent loss summaries lately."""
     now = now or timezone.now()
     since = now - timedelta(seconds=2 * LOSS_EVERY)
     senders = models.LossSummary.objects.filter(period_start__gte=since - timedelta(minutes=5)).values("source_id")
     for bench in models.Benchmark.objects.filter(nodes__in=senders).distinct():
-        evaluate_problems(bench, now)
+        evaluate_problems(bench, now, kinds=problems.LOSS_KINDS)
 
 
 def schedule_loss() -> None:

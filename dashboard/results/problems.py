@@ -34,9 +34,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-# and the loss mesh's (results.loss.rules): loss, loss-onset, loss-node, loss-site
-KINDS = ("silent", "node", "tuning", "storage", "site-pair", "one-direction", "loss", "loss-onset", "loss-node",
-         "loss-site")
+GRID_KINDS = ("silent", "node", "tuning", "storage", "site-pair", "one-direction")
+LOSS_KINDS = ("loss", "loss-onset", "loss-node", "loss-site")  # the loss mesh's (results.loss.rules)
+KINDS = GRID_KINDS + LOSS_KINDS
 # diagnoses that clear a node: its cells ran into the path or a window setting, not into the node's NIC or host
 WINDOW_LIMITS = {"destination": "receive-window", "source": "send-buffer"}
 # disk mode: the node's disk path at its read (sending) or write (receiving) side

@@ -169,6 +169,27 @@ def test_problems_from_loss_summaries(client, write_key, bench_abc):
     assert not Problem.objects.filter(resolved_at__isnull=True).exists()
 
 
+def test_the_loss_rules_every_minute_leave_the_grids_problems_alone(client, write_key, bench_abc):
+    """The summaries come every minute, the grid's measurements twice a day: the minute's rules are the loss
+    mesh's only; the grid's open problem (here one the grid has no cells for any more) stays as it was."""
+    from results import analysis
+    from results.loss import rules
+    from results.models import Benchmark, Problem
+
+    bench = Benchmark.objects.get(name="nightly")
+    node = Problem.objects.create(benchmark=bench, key="node:c", kind="node", severity="critical", summary="c",
+                                  cells=[], fingerprint="f", first_seen=NOW, last_seen=NOW)
+    n = rules.PERSISTENT_PERIODS + 1
+    store(client, write_key, periods("a", "b", n, lost=6))
+    analysis.evaluate_loss()
+    found = set(Problem.objects.filter(resolved_at__isnull=True).values_list("kind", "key"))
+    assert found == {("loss", "loss:a|b|4"), ("node", "node:c")}, found
+    node.refresh_from_db()
+    assert node.last_seen == NOW
+    analysis.evaluate_problems(bench)  # the whole rule set: the grid no longer finds it
+    assert set(Problem.objects.filter(resolved_at__isnull=True).values_list("key", flat=True)) == {"loss:a|b|4"}
+
+
 def test_the_pair_page_has_the_loss_plot_data(client, write_key, bench_abc):
     store(client, write_key, periods("a", "b", 3, lost=6) + periods("b", "a", 2, family=6))
     page = client.get("/pair/a/b/", {"benchmark": "mesh/nightly"}).content.decode()

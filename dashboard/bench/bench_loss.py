@@ -214,8 +214,8 @@ def main() -> int:
         f"ingest {load_ingest:.1f}.",
         "",
         f"The problem rules over the benchmark (the transfer grid's and the loss rules, results/loss/rules.py, "
-        f"{len(found)} problems from the pairs that lose 1 %): {rules_s:.2f} s; after loss ingest they run at most "
-        f"once a minute per dashboard process.",
+        f"{len(found)} problems from the pairs that lose 1 %): {rules_s:.2f} s; after loss ingest the loss rules "
+        f"alone run, at most once a minute per dashboard process.",
         "",
         f"Goals: loss grid p95 {grid_p95:.0f} ms ({'met' if grid_p95 < GRID_GOAL_MS else 'MISSED'}; "
         f"{results[DEFAULT_GRID]['cpu']:.0f} ms of server CPU per request, gunicorn and PostgreSQL together; "

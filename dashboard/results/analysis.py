@@ -212,15 +212,16 @@ def grid_cells(bench: models.Benchmark, now: datetime) -> list[problems.Cell]:
 
 
 def evaluate_problems(bench: models.Benchmark, now: datetime | None = None, *,
-                      kinds: tuple[str, ...] = problems.KINDS) -> list[models.Problem]:
+                      loss_only: bool = False) -> list[models.Problem]:
     """Run the rules on the benchmark's grid and store what they find: a problem found again keeps its first
-    sighting and acknowledgement; one no longer found is resolved; nodes in maintenance raise none. `kinds`
-    problems.LOSS_KINDS: the loss mesh's rules only, the grid's problems left as they are (they change with the
+    sighting and acknowledgement; one no longer found is resolved; nodes in maintenance raise none. `loss_only`:
+    the loss mesh's rules only, the grid's problems left as they are (they change with the
     grid's measurements, not with the loss summaries that come every minute)."""
     now = now or timezone.now()
     cover = maintenance.overlay(now)
     findings: list[problems.Finding] = []
-    if kinds != problems.LOSS_KINDS:
+    kinds = problems.LOSS_KINDS if loss_only else problems.KINDS
+    if not loss_only:
         # the benchmark's own nodes: another cluster's node of the same name is another node
         in_maintenance = set(models.Node.objects.filter(id__in=cover.nodes, benchmarks=bench)
                              .values_list("name", flat=True))
@@ -348,7 +349,7 @@ def evaluate_loss(now: datetime | None = None) -> None:
     since = now - timedelta(seconds=2 * LOSS_EVERY)
     senders = models.LossSummary.objects.filter(period_start__gte=since - timedelta(minutes=5)).values("source_id")
     for bench in models.Benchmark.objects.filter(nodes__in=senders).distinct():
-        evaluate_problems(bench, now, kinds=problems.LOSS_KINDS)
+        evaluate_problems(bench, now, loss_only=True)
 
 
 def schedule_loss() -> None:

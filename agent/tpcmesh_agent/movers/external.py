@@ -311,6 +311,11 @@ class FileWatch:
 # XRootD 5.5's client can die of SIGSEGV while it sets up OpenSSL under TLS (a race fixed in 5.6: xrootd/xrootd
 # issue 2164); seen about once in ten TLS copies here. Such a run is tried again, once, and the log says so.
 CRASH_RETRIES = 1
+# Reading a copy back from the endpoint that just received it: XRootD 5.5 may answer a server error while it still
+# closes the file (HTTP 500 to a HEAD; "[3012] Program failed" to a root:// checksum query), so such answers are
+# asked again, READBACK_ATTEMPTS times in all, READBACK_PAUSE x the attempt's number apart.
+READBACK_ATTEMPTS = 5
+READBACK_PAUSE = 0.2
 
 
 async def run_client(argv: list[str], deadline: float, env: dict[str, str] | None = None) -> ProcessResult:

@@ -17,9 +17,8 @@ import aiohttp
 
 from ..markers import MarkerParser, MarkerResult, MarkerStreamError
 from .base import FileResult, FileSpec, Progress, TransferJob
-from .external import now, short
+from .external import READBACK_ATTEMPTS, READBACK_PAUSE, now, short
 
-HEAD_ATTEMPTS = 5
 # what sending a COPY and reading its marker stream may raise: copy_error tells each as the file's error
 COPY_ERRORS = (TimeoutError, MarkerStreamError, aiohttp.ClientError, RuntimeError)
 
@@ -97,17 +96,17 @@ async def _check(session: aiohttp.ClientSession, job: TransferJob, spec: FileSpe
                  result: FileResult) -> str | None:
     """The copy's size and adler32 as the remote reports them (HEAD with Want-Digest)."""
     assert job.remote is not None
-    for attempt in range(HEAD_ATTEMPTS):
+    for attempt in range(READBACK_ATTEMPTS):
         async with session.head(url, headers={"Want-Digest": "adler32", **_auth(job.remote.token)},
                                 timeout=aiohttp.ClientTimeout(total=60)) as resp:
-            if resp.status >= 500 and attempt + 1 < HEAD_ATTEMPTS:
-                continue  # XRootD 5.5 may answer 500 while it still closes the file the COPY just wrote
+            if resp.status >= 500 and attempt + 1 < READBACK_ATTEMPTS:
+                continue
             if resp.status != 200:
                 return f"the copy cannot be read back: HEAD answered {resp.status} {resp.reason}"
             result.bytes = int(resp.headers.get("Content-Length") or 0)
             got = digest_of(resp.headers.get("Digest", ""))
             break
-        await asyncio.sleep(0.2 * (attempt + 1))
+        await asyncio.sleep(READBACK_PAUSE * (attempt + 1))
     if result.bytes != spec.size:
         return f"received {result.bytes} of {spec.size} bytes"
     if job.verify_checksums and spec.checksum:

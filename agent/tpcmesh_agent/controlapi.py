@@ -224,7 +224,7 @@ class Agent:
             f"{name} {version or 'unknown'}" for name, version in self.runner.versions.items()))
         if s.ca_file is not None and s.ca_dir is not None:
             write_ca_dir(s.ca_file, s.ca_dir)
-        self.host.start()
+        await asyncio.to_thread(self.host.start)  # its first sample before the agent is ready
         if "builtin" in s.protocols and "builtin" in self.movers:
             from .movers.builtin import DataServer
 

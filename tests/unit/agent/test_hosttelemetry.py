@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import jsonschema
@@ -127,3 +128,17 @@ def test_the_senders_view_sums_the_intervals_towards_the_peer_only():
     assert ht.sent_summary([before, one, two], "10.0.0.3") is None  # nothing sent there: a receiver
     assert ht.sent_summary([before, one, two], None) is None
     assert ht._plain("::ffff:10.0.0.2") == "10.0.0.2" and ht._plain("2001:db8::2") == "2001:db8::2"
+
+
+def test_the_first_sample_is_taken_before_start_returns():
+    """A test begun as soon as the agent is ready has a sample before it: its window's counters start there."""
+    sampler = ht.Sampler(60.0)  # the thread's next sample a minute away: only start's own can be in the ring
+    before = time.time()
+    sampler.start()
+    try:
+        assert len(sampler.ring) == 1 and sampler.ring[0].t >= before
+        since = time.time()
+        summary = sampler.summary(since, since + 0.01, "127.0.0.1")
+        assert summary is not None and summary["window"]["samples"] == 2
+    finally:
+        sampler.stop()

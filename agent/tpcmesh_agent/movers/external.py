@@ -16,11 +16,11 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..daemons.configs import DISK
 from ..records import peak_from_samples
@@ -316,6 +316,18 @@ CRASH_RETRIES = 1
 # asked again, READBACK_ATTEMPTS times in all, READBACK_PAUSE x the attempt's number apart.
 READBACK_ATTEMPTS = 5
 READBACK_PAUSE = 0.2
+Answer = TypeVar("Answer")
+
+
+async def read_back(ask: Callable[[], Awaitable[Answer]], busy: Callable[[Answer], bool]) -> Answer:
+    """``ask()`` again while its answer is ``busy`` (a server error), at most READBACK_ATTEMPTS times in all; the
+    last answer whatever it is."""
+    for attempt in range(READBACK_ATTEMPTS):
+        answer = await ask()
+        if not busy(answer) or attempt + 1 == READBACK_ATTEMPTS:
+            break
+        await asyncio.sleep(READBACK_PAUSE * (attempt + 1))
+    return answer
 
 
 async def run_client(argv: list[str], deadline: float, env: dict[str, str] | None = None) -> ProcessResult:

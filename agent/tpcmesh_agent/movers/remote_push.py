@@ -10,14 +10,14 @@ compared with the set's, and the copy is deleted (``remove``), so a benchmark le
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Mapping
 
 import aiohttp
 
 from ..markers import MarkerParser, MarkerResult, MarkerStreamError
 from .base import FileResult, FileSpec, Progress, TransferJob
-from .external import READBACK_ATTEMPTS, READBACK_PAUSE, now, short
+from .external import now, read_back, short
 
 # what sending a COPY and reading its marker stream may raise: copy_error tells each as the file's error
 COPY_ERRORS = (TimeoutError, MarkerStreamError, aiohttp.ClientError, RuntimeError)
@@ -96,17 +96,18 @@ async def _check(session: aiohttp.ClientSession, job: TransferJob, spec: FileSpe
                  result: FileResult) -> str | None:
     """The copy's size and adler32 as the remote reports them (HEAD with Want-Digest)."""
     assert job.remote is not None
-    for attempt in range(READBACK_ATTEMPTS):
-        async with session.head(url, headers={"Want-Digest": "adler32", **_auth(job.remote.token)},
+    token = job.remote.token
+
+    async def head() -> tuple[int, str, Mapping[str, str]]:
+        async with session.head(url, headers={"Want-Digest": "adler32", **_auth(token)},
                                 timeout=aiohttp.ClientTimeout(total=60)) as resp:
-            if resp.status >= 500 and attempt + 1 < READBACK_ATTEMPTS:
-                continue
-            if resp.status != 200:
-                return f"the copy cannot be read back: HEAD answered {resp.status} {resp.reason}"
-            result.bytes = int(resp.headers.get("Content-Length") or 0)
-            got = digest_of(resp.headers.get("Digest", ""))
-            break
-        await asyncio.sleep(READBACK_PAUSE * (attempt + 1))
+            return resp.status, resp.reason or "", resp.headers
+
+    status, reason, headers = await read_back(head, lambda answer: answer[0] >= 500)
+    if status != 200:
+        return f"the copy cannot be read back: HEAD answered {status} {reason}"
+    result.bytes = int(headers.get("Content-Length") or 0)
+    got = digest_of(headers.get("Digest", ""))
     if result.bytes != spec.size:
         return f"received {result.bytes} of {spec.size} bytes"
     if job.verify_checksums and spec.checksum:

@@ -30,8 +30,6 @@ from pathlib import Path
 from ..daemons.configs import TPC_SERVERS, root_tpc_keytab, xrdcp_sss_env
 from .base import FileResult, FileSpec, Progress, TransferJob, run_files_concurrently
 from .external import (
-    READBACK_ATTEMPTS,
-    READBACK_PAUSE,
     copy_one_file,
     local_source_address,
     missing,
@@ -39,6 +37,7 @@ from .external import (
     prepare_destination,
     private_file,
     pull_external,
+    read_back,
     run_client,
     short,
     source_sets,
@@ -48,7 +47,7 @@ from .xrootd import XrootdMover
 # fail fast on an endpoint that does not answer (xrdcp's defaults retry for minutes)
 CLIENT_ENV = {"XRD_CONNECTIONRETRY": "1", "XRD_CONNECTIONWINDOW": "10", "XRD_REQUESTTIMEOUT": "60"}
 CHECKSUM_RE = re.compile(r"^adler32\s+([0-9a-fA-F]{1,8})\s*$", re.MULTILINE)
-SERVER_ERROR = "[3012]"  # kXR_ServerError, as xrdfs prints it: asked again (see READBACK_ATTEMPTS)
+SERVER_ERROR = "[3012]"  # kXR_ServerError, as xrdfs prints it: asked again (read_back)
 SIZE_RE = re.compile(r"^Size:\s+(\d+)\s*$", re.MULTILINE)
 
 
@@ -140,11 +139,9 @@ class XrootdRootMover(XrootdMover):
         if result.bytes != spec.size:
             return f"received {result.bytes} of {spec.size} bytes"
         if job.verify_checksums and spec.checksum:
-            for attempt in range(READBACK_ATTEMPTS):
-                query = await run_client(["xrdfs", server, "query", "checksum", path], deadline, env=env)
-                if SERVER_ERROR not in query.stderr + query.stdout or attempt + 1 == READBACK_ATTEMPTS:
-                    break
-                await asyncio.sleep(READBACK_PAUSE * (attempt + 1))
+            query = await read_back(
+                lambda: run_client(["xrdfs", server, "query", "checksum", path], deadline, env=env),
+                lambda q: SERVER_ERROR in q.stderr + q.stdout)
             c = CHECKSUM_RE.search(query.stdout) if query.returncode == 0 else None
             if c is None:
                 return f"the remote reports no adler32: {short(query.stderr or query.stdout)}"

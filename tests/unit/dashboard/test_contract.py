@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import fastjsonschema
+import pytest
 from results import contract
 
-from tests.support.dashboard import batch, measurement
+from tests.support.dashboard import batch, loss_summary, measurement
 
 BAD_VALUES = [None, -1, 0, 1.5, 10**30, "", "x" * 300, "not-a-uuid", True, [], {}, "2026-13-40T99:00:00Z"]
 
@@ -20,6 +21,15 @@ def valid_batch() -> dict[str, Any]:
     return batch([measurement("a", "b", files=2, finished=t), measurement("b", "a", protocol="rtt", finished=t)],
                  nodes=[{"name": "a", "site": "s1", "loopback_gbps": 40.0}, {"name": "b"}],
                  thresholds={"goodGbps": 30, "warnGbps": 10, "goodRttMs": 20, "warnRttMs": 80})
+
+
+def valid_loss_batch() -> dict[str, Any]:
+    t = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    return {"cluster": "c1", "summaries": [loss_summary("a", "b", t),
+                                           loss_summary("b", "a", t, one_way_ms=None, trusted=False, sent=0)]}
+
+
+VALID = {"ingestBatch": valid_batch, "lossBatch": valid_loss_batch}
 
 
 def leaves(node: Any, path: tuple = ()) -> Iterator[tuple]:
@@ -51,31 +61,33 @@ def mutations(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield out
 
 
-def fast_accepts(doc: dict[str, Any]) -> bool:
+def fast_accepts(doc: dict[str, Any], definition: str = "ingestBatch") -> bool:
     try:
-        contract.fast_check("ingestBatch")(doc)
+        contract.fast_check(definition)(doc)
         return True
     except fastjsonschema.JsonSchemaValueException:
         return False
 
 
-def test_a_valid_batch_passes_the_fast_check():
-    doc = valid_batch()
-    assert fast_accepts(doc)
-    assert contract.contract_errors("ingestBatch", doc) == []
+@pytest.mark.parametrize("definition", VALID)
+def test_a_valid_batch_passes_the_fast_check(definition):
+    doc = VALID[definition]()
+    assert fast_accepts(doc, definition)
+    assert contract.contract_errors(definition, doc) == []
 
 
-def test_the_fast_check_is_never_laxer_than_jsonschema():
+@pytest.mark.parametrize("definition", VALID)
+def test_the_fast_check_is_never_laxer_than_jsonschema(definition):
     checked = refused = 0
-    for doc in mutations(valid_batch()):
-        full = list(contract.validator("ingestBatch").iter_errors(doc))
-        if fast_accepts(doc):
+    for doc in mutations(VALID[definition]()):
+        full = list(contract.validator(definition).iter_errors(doc))
+        if fast_accepts(doc, definition):
             assert not full, (doc, [e.message for e in full])
         else:
             refused += 1
             # then jsonschema decides: its complaints (or none, where the fast path is the stricter one on a
             # format) are what the client hears
-            assert bool(contract.contract_errors("ingestBatch", doc)) == bool(full), doc
+            assert bool(contract.contract_errors(definition, doc)) == bool(full), doc
         checked += 1
     assert checked > 500 and refused > 200, (checked, refused)
 

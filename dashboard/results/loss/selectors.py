@@ -190,6 +190,15 @@ _MEASURED_SQL = f"""
     FROM {LossSummary._meta.db_table}
     WHERE period_start >= %s AND period_start < %s AND source_id = ANY(%s) AND destination_id = ANY(%s)
     GROUP BY source_id, destination_id, family"""
+# the lossy pairs' periods, each pair by its own key (the unique index): asking for their sources × their
+# destinations instead read the whole mesh's LOOKBACK as soon as the lossy pairs touched every node (one bad node)
+_LOSSY_PERIODS_SQL = f"""
+    SELECT l.source_id, l.destination_id, l.family, l.period_start, l.sent, l.lost
+    FROM {LossSummary._meta.db_table} l
+    JOIN unnest(%s::int[], %s::int[], %s::int[]) AS w(source_id, destination_id, family)
+        ON l.source_id = w.source_id AND l.destination_id = w.destination_id AND l.family = w.family
+    WHERE l.period_start >= %s AND l.period_start < %s
+    ORDER BY l.period_start"""
 
 
 def rule_input(bench: Benchmark, now: datetime, skip: Any = None) -> tuple[dict, set, dict[str, str]]:
@@ -219,13 +228,19 @@ def rule_input(bench: Benchmark, now: datetime, skip: Any = None) -> tuple[dict,
 
     measured = {named(*r[:3]) for r in rows}
     lossy = [r[:3] for r in rows if r[3]]
-    periods: dict[tuple, list] = defaultdict(list)
-    if lossy:
-        q = LossSummary.objects.filter(period_start__gte=now - rules.LOOKBACK, period_start__lt=now,
-                                       source_id__in={r[0] for r in lossy}, destination_id__in={r[1] for r in lossy})
+    found: list[tuple] = []
+    if lossy and connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(_LOSSY_PERIODS_SQL, [[r[0] for r in lossy], [r[1] for r in lossy], [r[2] for r in lossy],
+                                             now - rules.LOOKBACK, now])
+            found = cur.fetchall()
+    elif lossy:
         wanted = set(lossy)
-        for src, dst, family, start, sent, lost in q.order_by("period_start").values_list(
-                "source_id", "destination_id", "family", "period_start", "sent", "lost"):
-            if (src, dst, family) in wanted:
-                periods[named(src, dst, family)].append((start, sent, lost))
+        found = [r for r in LossSummary.objects.filter(
+            period_start__gte=now - rules.LOOKBACK, period_start__lt=now, source_id__in={r[0] for r in lossy},
+            destination_id__in={r[1] for r in lossy}).order_by("period_start").values_list(
+            "source_id", "destination_id", "family", "period_start", "sent", "lost") if r[:3] in wanted]
+    periods: dict[tuple, list] = defaultdict(list)
+    for src, dst, family, start, sent, lost in found:
+        periods[named(src, dst, family)].append((start, sent, lost))
     return dict(periods), measured, {n.name: n.site for n in nodes.values()}

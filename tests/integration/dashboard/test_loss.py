@@ -169,6 +169,24 @@ def test_problems_from_loss_summaries(client, write_key, bench_abc):
     assert not Problem.objects.filter(resolved_at__isnull=True).exists()
 
 
+def test_the_rules_read_the_periods_of_the_lossy_pairs_only(client, write_key, bench_abc):
+    """Each lossy pair's periods, oldest first, by its own key: a healthy pair between a lossy pair's source and
+    another's destination (a -> c here) is not read (a bad node's pairs touch every node: reading their sources ×
+    destinations read the whole mesh)."""
+    from results.loss import rules, selectors
+    from results.models import Benchmark
+
+    n = rules.PERSISTENT_PERIODS + 1
+    store(client, write_key, periods("a", "b", n, lost=6) + periods("b", "c", n, lost=6) + periods("a", "c", n)
+          + periods("c", "a", n, lost=6, family=6))
+    lossy, measured, _ = selectors.rule_input(Benchmark.objects.get(name="nightly"), NOW + timedelta(minutes=1))
+    assert measured == {("a", "b", 4), ("b", "c", 4), ("a", "c", 4), ("c", "a", 6)}
+    assert sorted(lossy) == [("a", "b", 4), ("b", "c", 4), ("c", "a", 6)]
+    for pair, got in lossy.items():
+        assert [p[0] for p in got] == [NOW - timedelta(minutes=n - i) for i in range(n)], pair
+        assert all((sent, lost) == (600, 6) for _, sent, lost in got), pair
+
+
 def test_the_loss_rules_every_minute_leave_the_grids_problems_alone(client, write_key, bench_abc):
     """The summaries come every minute, the grid's measurements twice a day: the minute's rules are the loss
     mesh's only; the grid's open problem (here one the grid has no cells for any more) stays as it was."""

@@ -70,6 +70,10 @@ assert [(x["lost"], x["loss_percent"], x["forward_ms"], x["one_way_trusted"]) fo
                                                                                                     False)], cells
 assert 'class="loss-view on"' in c.get("/grid/mesh/nightly/?view=one-way").content.decode()
 assert '<canvas id="loss">' in c.get("/pair/a/b/").content.decode()
+from results.loss import selectors
+from results.models import Benchmark
+lossy, measured, _ = selectors.rule_input(Benchmark.objects.get(name="nightly"), now)
+assert {k: [p[2] for p in v] for k, v in lossy.items()} == {("a", "b", 4): [6, 0]}, lossy  # the rules' input
 print("SMOKE OK")
 """
 

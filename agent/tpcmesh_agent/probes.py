@@ -1,4 +1,9 @@
-"""Latency probe: TCP-connect round-trip time to a peer (min / median / max in milliseconds)."""
+"""Latency probe: TCP-connect round-trip time to a peer (min / median / max in milliseconds).
+
+Each sample is the kernel's own measurement of the handshake (TCP_INFO's ``rtt`` right after connect: the time from
+the SYN leaving to the SYN/ACK arriving, in microseconds), so a busy agent's event loop does not add to it; where the
+kernel gives none, the wall time around ``connect``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import os
 import socket
 import statistics
 import time
+
+from . import tcpinfo
 
 
 async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float = 3.0,
@@ -32,7 +39,8 @@ async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float =
             reason = os.strerror(e.errno) if e.errno else str(e)
             errors.append(f"connect to {host}:{port} failed: {reason}")
         else:
-            samples.append((time.perf_counter() - t0) * 1000)
+            wall_ms = (time.perf_counter() - t0) * 1000
+            samples.append(_handshake_ms(writer.get_extra_info("socket")) or wall_ms)
             writer.close()
             try:
                 await writer.wait_closed()
@@ -41,6 +49,18 @@ async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float =
         if i + 1 < count and interval:
             await asyncio.sleep(interval)
     return _result(host, port, count, samples, errors)
+
+
+def _handshake_ms(sock: socket.socket | None) -> float | None:
+    """The kernel's RTT of a just-connected socket's handshake (its first and only sample), or None."""
+    tcp_info = getattr(socket, "TCP_INFO", None)
+    if sock is None or tcp_info is None:
+        return None
+    try:
+        rtt_us = tcpinfo.parse(sock.getsockopt(socket.IPPROTO_TCP, tcp_info, tcpinfo.SIZE))["rtt"]
+    except OSError:
+        return None
+    return rtt_us / 1000 if rtt_us else None
 
 
 def _result(host: str, port: int, count: int, samples: list[float], errors: list[str]) -> dict:

@@ -24,6 +24,7 @@ from scipy.stats import binom
 from tpcmesh_agent.twamp.clock import read_clock
 from tpcmesh_lab.netns import Lab, netns_unavailable_reason
 from tpcmesh_lab.profile import parse_profile
+from tpcmesh_lab.stallmeter import StallMeter
 
 pytestmark = [
     pytest.mark.netns,
@@ -49,6 +50,10 @@ MEDIAN_ABOVE_MS = 1.0
 # of a small machine (0.04-0.1 ms measured at a load average of 8 on 2 cores; the mean |IPDV| was 1 ms there,
 # from the odd packet a busy delay line releases milliseconds late, so it is reported, not asserted)
 CLEAN_JITTER_MS = 0.25
+# On top of both, what the machine itself added in the same seconds (tpcmesh_lab.stallmeter): a packet waits for the
+# delay line to run and read it, and again to release it, so a one-way delay passes two such waits, a round trip and
+# an IPDV (two packets' one-way delays) four. 0 on a quiet machine. A clean-clone CI run on a slow machine (its tests
+# took 63 minutes, not 36) saw the clean link's RTT median at 11.45 ms and its median |IPDV| at 0.37 ms.
 
 
 def probe(lab: Lab, peers: list[str], rate: int, period: int, periods: int = 1) -> dict[str, list[dict]]:
@@ -117,9 +122,12 @@ def runs(tmp_path_factory):
         peers.append(f"clean6={lab.node('clean').address6}")  # the clean reflector over IPv6 as well
         for name, proc in reflectors.items():
             wait_ready(proc, logs / name)
-        product = {name: rs[0] for name, rs in probe(lab, peers, RATE, PERIOD).items()}
+        with StallMeter() as meter:
+            product = {name: rs[0] for name, rs in probe(lab, peers, RATE, PERIOD).items()}
+        print(f"the machine during the product-rate run: {meter.summary()}")
         loss = {name: totals(rs) for name, rs in probe(lab, peers[:-1], LOSS_RATE, LOSS_PERIOD, LOSS_PERIODS).items()}
-        yield {"product": product, "loss": loss}
+        machine = {"one_way": meter.median_bound_ms(2), "round_trip": meter.median_bound_ms(4)}
+        yield {"product": product, "loss": loss, "machine": machine}
 
 
 @pytest.mark.parametrize("name", list(LINKS))
@@ -128,7 +136,9 @@ def test_loss_is_inside_the_binomial_interval_of_the_set_rate(runs, name):
     rate = LINKS[name][0] / 100
     low, high = binom.interval(CONFIDENCE, s["sent"], rate)
     want = LOSS_RATE * LOSS_PERIOD * LOSS_PERIODS
-    assert abs(s["sent"] - want) <= 0.02 * want  # (a stalled loop skips ahead)
+    # Never above the rate; below it when the machine stalls the prober, whose loop then skips ahead rather than
+    # burst (14,549 of 15,000 in a slow CI run). The interval is the one for the packets it did send.
+    assert 0.8 * want <= s["sent"] <= want, s
     assert low <= s["lost"] <= high, (name, s["sent"], s["lost"], (low, high))
     # (no reordering asserted: the delay line may swap packets sent microseconds apart, see the report)
     assert s["duplicates"] == 0 and s["send_errors"] == 0
@@ -138,13 +148,15 @@ def test_loss_is_inside_the_binomial_interval_of_the_set_rate(runs, name):
 def test_delays_match_the_profile(runs, name):
     s = runs["product"][name]
     delay = LINKS[name.removesuffix("6")][1]
-    assert -DELAY_TOLERANCE_MS <= s["rtt_ms"]["median"] - 2 * delay <= MEDIAN_ABOVE_MS, s["rtt_ms"]
+    machine = runs["machine"]
+    assert -DELAY_TOLERANCE_MS <= s["rtt_ms"]["median"] - 2 * delay <= MEDIAN_ABOVE_MS + machine["round_trip"], \
+        (s["rtt_ms"], machine)
     assert abs(s["rtt_ms"]["min"] - 2 * delay) <= DELAY_TOLERANCE_MS, s["rtt_ms"]
     # every namespace reads the same kernel clock: the one-way delays are exact even when adjtimex says the
     # clock is not synchronised (then they are marked untrusted, as on two real hosts)
     for direction in ("forward", "backward"):
-        assert -DELAY_TOLERANCE_MS <= s["one_way_ms"][direction]["median"] - delay <= MEDIAN_ABOVE_MS / 2, \
-            s["one_way_ms"]
+        assert -DELAY_TOLERANCE_MS <= s["one_way_ms"][direction]["median"] - delay \
+            <= MEDIAN_ABOVE_MS / 2 + machine["one_way"], (s["one_way_ms"], machine)
     clock = read_clock()
     assert s["one_way_ms"]["trusted"] is (clock.synchronized and 2 * clock.esterror_s <= 0.001)
 
@@ -153,5 +165,6 @@ def test_jitter_is_about_zero_on_a_clean_link(runs):
     for name in ("clean", "clean6"):
         s = runs["product"][name]
         for direction in ("forward", "backward"):
-            assert s["ipdv_ms"][direction]["median_abs"] <= CLEAN_JITTER_MS, (name, s["ipdv_ms"])
+            assert s["ipdv_ms"][direction]["median_abs"] <= CLEAN_JITTER_MS + runs["machine"]["round_trip"], \
+                (name, s["ipdv_ms"], runs["machine"])
             assert s["ipdv_ms"][direction]["pairs"] == s["received"] - 1 == RATE * PERIOD - 1

@@ -35,11 +35,11 @@ SMALL = 1 * MiB  # one stream: at most 1 MiB per 20 ms = 0.42 Gbit/s
 LARGE = 64 * MiB
 IPERF3_PORT = "5311"
 SECONDS = 3
-# cores: 5 ms of every 100 ms. At 0.01 the starved agent's own control API took a minute to answer on a loaded CI
-# machine; at 0.02 a TLS handshake with it outlasted 120 s in one CI run, and on a quiet machine the test ran into
-# pytest's 300 s. At 0.05 it runs ~40 s with the starved end 7-19 x slower (builtin / iperf3); at 0.1 in 20 s but the
-# built-in mover only 3.2 x slower, too close to the 2 x asserted when other work slows the free end down.
-QUOTA = 0.05
+# cores: 10 ms of every 100 ms. Below that the test falls off a cliff (not measured why; the agent's own background
+# work, telemetry and reflector, may eat most of the quota): at 0.02 a TLS handshake with the starved agent outlasted
+# 120 s in a CI run, at 0.05 and 0.07 one pull took over 200 s on this machine while another run finished in 40 s.
+# At 0.1: 20-60 s, the starved end 3.2-11 x (builtin) and 9-20 x (iperf3) slower than the free one, runs an hour apart.
+QUOTA = 0.1
 
 
 def patiently(client: httpx.Client, method: str, url: str, deadline: float, **kwargs) -> httpx.Response:
@@ -108,6 +108,7 @@ def test_small_buffers_in_a_namespace_cap_one_stream_over_a_delayed_link_and_the
 
 
 @pytest.mark.skipif(bool(cpu_unavailable_reason()), reason=f"no CPU quota here: {cpu_unavailable_reason()}")
+@pytest.mark.timeout(900)  # four transfers, each waited for up to 200 s on a slow machine
 def test_an_agent_under_a_cpu_quota_is_slower(tmp_path):
     """src sends to free and to starved; starved's agent (and the iperf3 it runs) is in a CPU group whose quota is
     cut to QUOTA once the agents are up (the agent starts in seconds, not minutes). A receiver's copy into user
@@ -137,7 +138,7 @@ def test_an_agent_under_a_cpu_quota_is_slower(tmp_path):
                     tid = str(uuid.uuid4())
                     # the starved agent answers its control API slowly, more so on a loaded machine; its transfer
                     # ends by its own timeout
-                    deadline = time.monotonic() + 120
+                    deadline = time.monotonic() + 200
                     patiently(client, "POST", base, deadline, json={
                         "test_id": tid, "protocol": protocol, "streams": 1, "concurrency": 2, "file_set": files,
                         "source": {"host": lab.node("src").address, "port": DEFAULT_PORTS[protocol]},

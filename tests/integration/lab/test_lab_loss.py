@@ -45,14 +45,17 @@ DELAY_TOLERANCE_MS = 0.5
 # The medians may sit higher: the delay line is a user-space process, and on a loaded CI machine each pass released
 # packets ~0.3 ms later than its lateness compensation (capped at 0.3 ms) allows for: RTT min 10.24 / median 10.57 ms
 # on the 10 ms clean link in two clean-clone runs. The minimum still holds the set delay to DELAY_TOLERANCE_MS.
+# A one-way median gets the same margin: half of it was too tight on this machine when it ran ~40 % slower than an
+# hour before without any stop the StallMeter below saw (+0.57 ms forward on the clean link over IPv6).
 MEDIAN_ABOVE_MS = 1.0
 # median |IPDV| on the clean link, each direction: the delay line adds none; what is left is the scheduling noise
 # of a small machine (0.04-0.1 ms measured at a load average of 8 on 2 cores; the mean |IPDV| was 1 ms there,
 # from the odd packet a busy delay line releases milliseconds late, so it is reported, not asserted)
 CLEAN_JITTER_MS = 0.25
 # On top of both, what the machine itself added in the same seconds (tpcmesh_lab.stallmeter): a packet waits for the
-# delay line to run and read it, and again to release it, so a one-way delay passes two such waits, a round trip and
-# an IPDV (two packets' one-way delays) four. 0 on a quiet machine. A clean-clone CI run on a slow machine (its tests
+# delay line to run and read it, and again to release it, and the probe that sends it stamps its time before the
+# send (a stop in between counts as delay), so a one-way delay passes three such waits, a round trip and an IPDV
+# (two packets' one-way delays) six. 0 on a quiet machine. A clean-clone CI run on a slow machine (its tests
 # took 63 minutes, not 36) saw the clean link's RTT median at 11.45 ms and its median |IPDV| at 0.37 ms.
 
 
@@ -126,7 +129,7 @@ def runs(tmp_path_factory):
             product = {name: rs[0] for name, rs in probe(lab, peers, RATE, PERIOD).items()}
         print(f"the machine during the product-rate run: {meter.summary()}")
         loss = {name: totals(rs) for name, rs in probe(lab, peers[:-1], LOSS_RATE, LOSS_PERIOD, LOSS_PERIODS).items()}
-        machine = {"one_way": meter.median_bound_ms(2), "round_trip": meter.median_bound_ms(4)}
+        machine = {"one_way": meter.median_bound_ms(3), "round_trip": meter.median_bound_ms(6)}
         yield {"product": product, "loss": loss, "machine": machine}
 
 
@@ -156,7 +159,7 @@ def test_delays_match_the_profile(runs, name):
     # clock is not synchronised (then they are marked untrusted, as on two real hosts)
     for direction in ("forward", "backward"):
         assert -DELAY_TOLERANCE_MS <= s["one_way_ms"][direction]["median"] - delay \
-            <= MEDIAN_ABOVE_MS / 2 + machine["one_way"], (s["one_way_ms"], machine)
+            <= MEDIAN_ABOVE_MS + machine["one_way"], (s["one_way_ms"], machine)
     clock = read_clock()
     assert s["one_way_ms"]["trusted"] is (clock.synchronized and 2 * clock.esterror_s <= 0.001)
 

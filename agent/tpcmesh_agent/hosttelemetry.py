@@ -84,7 +84,7 @@ EPHEMERAL_SENDERS = ("globus-gridftp-server",)  # send test data from ports of t
 class Sample:
     """One moment of the node: cumulative counters (seconds, bytes, packets) as the kernel keeps them."""
 
-    t: float  # time.time()
+    t: float  # time.time() when the interface counters were read (what a window's bytes come from)
     cpu: tuple[tuple[float, ...], ...]  # per core (user, nice, system, idle, iowait, irq, softirq, steal)
     procs: dict[int, tuple[str, float, float]] = field(default_factory=dict)  # pid -> (program, started, cpu s)
     links: dict[str, tuple[int, ...]] = field(default_factory=dict)  # name -> LINK_COUNTERS
@@ -490,6 +490,10 @@ class Sampler:
         except Exception as e:  # netlink refused (a restricted sandbox): CPU and memory still count
             log.info("Reading the interface counters failed: %s", e)
             links = {}
+        # Stamped here, not after the slower reads below (the process tree, the sockets): a sample stamped after
+        # them, tens of ms later on a loaded machine, closed a 20 ms window with counters read inside it, and a
+        # destination saw 0.12 of the 2 MB it received.
+        t = time.time()
         try:
             driver = self._driver()
         except Exception as e:
@@ -502,7 +506,7 @@ class Sampler:
             log.info("Reading the TCP sockets failed: %s", e)
             sent = {}
         mem = psutil.virtual_memory()
-        s = Sample(t=time.time(), cpu=cpu, procs=procs, links=links, driver=driver,
+        s = Sample(t=t, cpu=cpu, procs=procs, links=links, driver=driver,
                    mem_available=int(mem.available), mem_total=int(mem.total), sent=sent,
                    quota=cgroupcpu.read(self.cgroup_root))
         with self._lock:

@@ -13,7 +13,7 @@ import socket
 import statistics
 import time
 
-from . import tcpinfo
+from .tcpsampler import read_info
 
 
 async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float = 3.0,
@@ -53,13 +53,8 @@ async def tcp_connect_rtt(host: str, port: int, count: int = 5, timeout: float =
 
 def _handshake_ms(sock: socket.socket | None) -> float | None:
     """The kernel's RTT of a just-connected socket's handshake (its first and only sample), or None."""
-    tcp_info = getattr(socket, "TCP_INFO", None)
-    if sock is None or tcp_info is None:
-        return None
-    try:
-        rtt_us = tcpinfo.parse(sock.getsockopt(socket.IPPROTO_TCP, tcp_info, tcpinfo.SIZE))["rtt"]
-    except OSError:
-        return None
+    info = read_info(sock) if sock is not None else None
+    rtt_us = info.get("rtt") if info else None
     return rtt_us / 1000 if rtt_us else None
 
 

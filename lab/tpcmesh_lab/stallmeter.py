@@ -25,7 +25,7 @@ import threading
 import time
 from types import TracebackType
 
-PR_SET_TIMERSLACK = 29
+from .delayline import PR_SET_TIMERSLACK
 
 
 class StallMeter:

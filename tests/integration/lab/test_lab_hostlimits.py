@@ -35,11 +35,12 @@ SMALL = 1 * MiB  # one stream: at most 1 MiB per 20 ms = 0.42 Gbit/s
 LARGE = 64 * MiB
 IPERF3_PORT = "5311"
 SECONDS = 3
-# cores: 10 ms of every 100 ms. Below that the test falls off a cliff (not measured why; the agent's own background
-# work, telemetry and reflector, may eat most of the quota): at 0.02 a TLS handshake with the starved agent outlasted
-# 120 s in a CI run, at 0.05 and 0.07 one pull took over 200 s on this machine while another run finished in 40 s.
-# At 0.1: 20-60 s, the starved end 3.2-11 x (builtin) and 9-20 x (iperf3) slower than the free one, runs an hour apart.
-QUOTA = 0.1
+# cores: 7 ms of every 100 ms. The machine has fast and slow spells and the starved end's rate moves with them far
+# more than the free end's: at 0.1 the built-in mover into the starved node was 3.2 x and 11 x slower than the free
+# one an hour apart, and 1.98 x (2 x asserted) in a third run; at 0.05 one run took 40 s and another did not finish a
+# pull in 200 s; at 0.02 a TLS handshake with the starved agent outlasted 120 s in a CI run. 0.07 passed in a slow
+# spell (318 s) and a fast one (15 s, built-in 2.4 x slower). Still the least steady test of the lab.
+QUOTA = 0.07
 
 
 def patiently(client: httpx.Client, method: str, url: str, deadline: float, **kwargs) -> httpx.Response:

@@ -82,3 +82,21 @@ def test_a_sites_uplink_is_shared_by_its_nodes_and_only_towards_other_sites():
     assert send(routes[a1][b1], 0.0) == pytest.approx(0.011)
     assert send(routes[a2][b2], 0.0) == pytest.approx(0.012)
     assert send(routes[b1][b2], 0.0) == pytest.approx(0.010)
+
+
+def test_a_packet_never_overtakes_the_one_ahead_on_its_link():
+    from tpcmesh_lab.delayline import schedule
+
+    link = Link(delay=0.005, rate_bps=None, loss=0.0, queue_bytes=0)
+    first = schedule((link,), 10.0, 1500, lateness=0.0)
+    # the line's lateness compensation grew between two packets 10 us apart: taken alone, the second would leave
+    # 0.29 ms before the first
+    second = schedule((link,), 10.00001, 1500, lateness=0.0003)
+    assert first == pytest.approx(10.005)
+    assert second == first
+    # later packets are scheduled early again, by the compensation, once that keeps them in order
+    third = schedule((link,), 10.001, 1500, lateness=0.0003)
+    assert third == pytest.approx(10.0057)
+    # a short link (delay below the compensation) is not scheduled early at all
+    metro = Link(delay=0.0002, rate_bps=None, loss=0.0, queue_bytes=0)
+    assert schedule((metro,), 10.0, 1500, lateness=0.0003) == pytest.approx(10.0002)

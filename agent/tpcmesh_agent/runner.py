@@ -47,6 +47,7 @@ KEEP_RECORDS = 1000
 SAMPLE_INTERVAL = 0.25
 # protocols whose sockets belong to other programs (XRootD, GridFTP): the kernel's view of them comes from ss
 KERNEL_VIEW_PROTOCOLS = ("xrootd-https", "xrootd-root", "gridftp")
+MAX_WAIT = 30.0  # seconds GET /api/v1/transfers/{id}?wait= may hold an answer (the operator waits its poll interval)
 TIMEOUT_GRACE = 2.0  # seconds a mover gets past the job timeout to end its files itself (with partial bytes)
 
 
@@ -322,10 +323,13 @@ class TransferRunner:
                  "sink" if job.destination_dir is None else "store", job.storage.source, job.storage.destination)
         return 202, run.view()
 
-    def get(self, test_id: str) -> dict:
+    async def get(self, test_id: str, wait: float = 0.0) -> dict:
+        """The test's record, once it ended or ``wait`` seconds passed, whichever is first."""
         run = self.runs.get(test_id)
         if run is None:
             raise ApiError(404, f"no transfer {test_id} on this agent")
+        if wait > 0 and run.record is None and run.task is not None:
+            await asyncio.wait([run.task], timeout=wait)  # the test goes on when the wait ends
         return run.view()
 
     async def cancel(self, test_id: str) -> dict:

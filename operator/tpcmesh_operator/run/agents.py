@@ -102,6 +102,9 @@ def ssl_context(ca_file: str | Path | None) -> ssl.SSLContext:
     return ctx
 
 
+AGENT_MAX_WAIT = 30.0  # the longest ?wait= an agent accepts (tpcmesh_agent.runner.MAX_WAIT)
+
+
 class AgentsClient(OwnsHttpClient):
     """Async client for every agent (one connection pool). Use as `async with AgentsClient(...) as c`."""
 
@@ -115,6 +118,7 @@ class AgentsClient(OwnsHttpClient):
         verify: ssl.SSLContext = ssl_context(ca_file)
         if client_cert:
             verify.load_cert_chain(*client_cert)
+        self._timeout = timeout
         self._client = httpx.AsyncClient(
             verify=verify,
             timeout=httpx.Timeout(timeout, connect=5.0),
@@ -152,8 +156,14 @@ class AgentsClient(OwnsHttpClient):
     async def start_transfer(self, agent: Agent, request: Mapping[str, Any]) -> dict[str, Any]:
         return await self._call(agent, "POST", "/api/v1/transfers", dict(request))
 
-    async def get_transfer(self, agent: Agent, test_id: str) -> dict[str, Any]:
-        return await self._call(agent, "GET", f"/api/v1/transfers/{test_id}")
+    async def get_transfer(self, agent: Agent, test_id: str, wait: float = 0.0) -> dict[str, Any]:
+        """The test's record; with ``wait`` (s) the agent answers when the test ends or that time passes (an agent
+        from before ?wait answers at once: callers still pause)."""
+        wait = min(max(wait, 0.0), AGENT_MAX_WAIT)
+        if not wait:
+            return await self._call(agent, "GET", f"/api/v1/transfers/{test_id}")
+        return await self._call(agent, "GET", f"/api/v1/transfers/{test_id}?wait={wait:g}",
+                                timeout=self._timeout + wait)
 
     async def cancel_transfer(self, agent: Agent, test_id: str) -> dict[str, Any] | None:
         """DELETE /api/v1/transfers/{id}: the agent stops the test and answers with its record (None: unknown)."""

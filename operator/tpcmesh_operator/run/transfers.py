@@ -78,11 +78,15 @@ class Transfers:
                     await self.cancel(dst, tid)
                     return None, f"timed out after {self.spec.timeout_seconds} s", False
                 try:
+                    asked = time.monotonic()
                     if not started:
                         rec = await self.agents_client.start_transfer(dst, request)
-                        started = True
+                        started, held = True, False  # the POST answers at once; the GET after it waits
                     else:
-                        rec = await self.agents_client.get_transfer(dst, tid)
+                        # the agent holds the answer until the test ends (at most a poll interval): the run goes on
+                        # at once instead of up to a poll interval later
+                        rec = await self.agents_client.get_transfer(dst, tid, wait=o.poll_interval)
+                        held = True
                     unreachable_since = None
                 except AgentBusy:
                     await book.pause(o.poll_interval)
@@ -105,7 +109,8 @@ class Transfers:
                 gbps = (rec.get("progress") or {}).get("gbps")
                 book.live[test.key] = float(gbps or 0.0)
                 book.progress()
-                await book.pause(o.poll_interval)
+                if held:  # what the GET did not wait (an agent from before ?wait answers at once)
+                    await book.pause(o.poll_interval - (time.monotonic() - asked))
         finally:
             book.live.pop(test.key, None)
 

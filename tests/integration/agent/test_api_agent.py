@@ -118,6 +118,9 @@ def test_malformed_bodies(agent):
     r = agent.post("/api/v1/transfers", json=[1, 2])
     assert r.status_code == 400 and "JSON object" in r.json()["error"]
     assert agent.get(f"/api/v1/transfers/{uuid.uuid4()}").status_code == 404
+    for wait in ("soon", "-1", "31", "nan"):
+        r = agent.get(f"/api/v1/transfers/{uuid.uuid4()}?wait={wait}")
+        assert r.status_code == 422 and "wait must be a number of seconds from 0 to 30" in r.json()["error"], wait
 
 
 def test_file_sets_and_budget(agent_factory):

@@ -235,6 +235,37 @@ async def test_timeouts_fail_the_test_after_the_retries(mesh, shared_token, tpcm
         assert t["error"], t
 
 
+class FromBeforeWait(AgentsClient):
+    """The real client playing agents from before GET ?wait= (an upgrade rolls the operator first): every answer
+    comes at once. Counts the GETs."""
+
+    gets = 0
+
+    async def get_transfer(self, agent, test_id, wait=0.0):
+        self.gets += 1
+        return await super().get_transfer(agent, test_id)
+
+
+async def test_the_run_goes_on_when_a_test_ends_not_at_the_next_poll(mesh, shared_token, tpcmesh_pki) -> None:
+    """The agent holds each GET until its test ends: with a 25 s poll interval two ~2 s tests end in seconds. An
+    agent that answers at once is still polled at the interval, not in a loop."""
+    _, agents = mesh(2, builtin_max_rate=1_000_000)  # 2 x 2 MB at 1 MB/s per connection: ~2 s per test
+    spec = {**SPEC, "latency": False, "fileSet": {"count": 2, "size": "2MB"}}
+    slow_poll = ExecutorOptions(poll_interval=25.0, unreachable_grace=5.0, timeout_grace=5.0, delivery_max_seconds=1.0)
+    async with AgentsClient(shared_token[0], tpcmesh_pki.ca_file) as ac:
+        st = await asyncio.wait_for(executor(spec, agents, ac, None, MemoryStatusStore(), options=slow_poll).execute(),
+                                    20)  # 25 s per test if the GETs did not wait for the end
+    assert (st["done"], st["failed"]) == (2, 0), st
+    poll = 0.3
+    opts = ExecutorOptions(poll_interval=poll, unreachable_grace=5.0, timeout_grace=5.0, delivery_max_seconds=1.0)
+    async with FromBeforeWait(shared_token[0], tpcmesh_pki.ca_file) as old:
+        t0 = asyncio.get_running_loop().time()
+        st = await asyncio.wait_for(executor(spec, agents, old, None, MemoryStatusStore(), options=opts).execute(), 60)
+        elapsed = asyncio.get_running_loop().time() - t0
+    assert (st["done"], st["failed"]) == (2, 0), st
+    assert 2 <= old.gets <= elapsed / poll + 2 * 2, (old.gets, elapsed)  # one GET per interval, and the last
+
+
 async def test_a_stopped_run_cancels_its_running_test_and_keeps_what_it_measured(mesh, shared_token,
                                                                                   tpcmesh_pki) -> None:
     # 500 kB/s per connection, 2 x 4 MB: a test takes ~8 s, the stop lands in the first one

@@ -30,6 +30,14 @@ class Malformed(Mover):
                            finished_at="today") for f in job.files]  # type: ignore[arg-type]
 
 
+class Brief(Mover):
+    protocol = "builtin"
+
+    async def run(self, job, progress):
+        await asyncio.sleep(0.3)
+        return [FileResult(name=f.name, size=f.size, bytes=f.size) for f in job.files]
+
+
 class Hangs(Mover):
     protocol = "builtin"
 
@@ -51,7 +59,7 @@ def _body(**over):
 
 async def _finish(runner: TransferRunner, test_id: str) -> dict:
     for _ in range(200):
-        rec = runner.get(test_id)
+        rec = await runner.get(test_id)
         if rec["status"] != "running":
             return rec
         await asyncio.sleep(0.01)
@@ -186,3 +194,17 @@ def test_bad_external_fields_are_refused_naming_the_field(tmp_path, over, says):
     runner = _runner(tmp_path, Hangs())
     with pytest.raises(ApiError, match=re.escape(says)):
         runner.parse(_body(**{"protocol": "xrootd-https", **over}))
+
+
+async def test_a_waiting_get_answers_when_the_test_ends_or_when_the_wait_does(tmp_path):
+    runner = _runner(tmp_path, Brief())
+    _, rec = runner.submit(_body())
+    # held until the end (0.3 s), not for the whole 30 s asked: the wait_for fails if it held on
+    rec = await asyncio.wait_for(runner.get(rec["test_id"], wait=30), 10)
+    assert rec["status"] == "succeeded"
+    assert (await runner.get(rec["test_id"], wait=30))["status"] == "succeeded"  # an ended test: at once
+    hangs = _runner(tmp_path, Hangs())
+    _, rec = hangs.submit(_body())
+    rec = await hangs.get(rec["test_id"], wait=0.2)
+    assert rec["status"] == "running" and hangs.running is not None  # the wait ended, the test goes on
+    await hangs.cancel(rec["test_id"])

@@ -27,7 +27,7 @@ class InstantAgents:
                 "mean_transfer_seconds": 1.21, "throughput_gbps": 72.7, "aggregate_gbps": 67.7, "peak_gbps": 80.1,
                 "checksum": "ok", "destination_kind": "store", "started_at": t, "finished_at": t, "files": files}
 
-    async def get_transfer(self, agent, test_id) -> dict:
+    async def get_transfer(self, agent, test_id, wait=0.0) -> dict:
         raise AssertionError("every transfer finished when it started")
 
     async def cancel_transfer(self, agent, test_id) -> None:

@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from psycopg2.extras import execute_values
 
 from results import gridcell, storage
@@ -118,14 +118,20 @@ def _but_storage(row: Mapping[str, Any]) -> tuple:
 
 
 def _store_answers(measurements: list[Measurement]) -> None:
-    """Each measurement's binding_limit, efficiency and diagnosis written, in id order (two analysers updating
-    overlapping rows lock them in the same order). PostgreSQL: one UPDATE from a VALUES list per page; Django's
-    bulk_update builds a CASE of every row for every column, which cost the analysis more than the limit model."""
+    """Each measurement's binding_limit, efficiency and diagnosis written, its row locked in id order (two
+    analysers updating overlapping rows lock them in the same order). PostgreSQL: one UPDATE from a VALUES list per
+    page; Django's bulk_update builds a CASE of every row for every column, which cost the analysis more than the
+    limit model."""
     measurements = sorted(measurements, key=lambda m: str(m.id))
     if connection.vendor != "postgresql":
         Measurement.objects.bulk_update(measurements, ["binding_limit", "efficiency", "diagnosis"], batch_size=500)
         return
-    with connection.cursor() as cur:
+    with transaction.atomic(), connection.cursor() as cur:
+        # The rows locked in id order first: the UPDATE's own order is its plan's (a hash join goes in the table's
+        # order, a nested loop in the list's), and two analysers updating overlapping rows each their own way
+        # deadlocked (a CI run)
+        cur.execute(f"SELECT 1 FROM {Measurement._meta.db_table} WHERE id = ANY(%s::uuid[]) ORDER BY id "
+                    "FOR NO KEY UPDATE", [[str(m.id) for m in measurements]])
         execute_values(cur.cursor, f"""
             UPDATE {Measurement._meta.db_table} m SET binding_limit = v.limit_, efficiency = v.efficiency,
                    diagnosis = v.diagnosis

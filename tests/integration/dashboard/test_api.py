@@ -584,3 +584,59 @@ def test_list_filters_refuse_a_value_they_would_misread(client, query, field, wo
     ok = client.get("/api/v1/measurements/?status=failed&status=cancelled&retransmits_min=5",
                     HTTP_ACCEPT="application/json")
     assert ok.status_code == 200, ok.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_analyser_locks_the_measurements_it_judges_in_id_order(write_key):
+    """Two analysers storing overlapping answers must take the rows in one order, whatever plan their UPDATE gets
+    (two that did not deadlocked in a CI run). The rows here lie in the table against their id order (the high ids
+    stored first); with the lowest id held by another transaction, an analyser storing its answers waits for that
+    row holding no other."""
+    import threading
+
+    import psycopg2
+    from django.db import connections
+    from rest_framework.test import APIClient
+    from results.diagnosis.cells import _store_answers
+
+    def ids(first_digit: str) -> list[str]:
+        return [f"{first_digit}{uuid.uuid4().hex[1:]}" for _ in range(40)]
+
+    for digits in ("f", "1"):
+        ms = [dict(measurement(f"n{i}", f"n{i + 1}"), id=str(uuid.UUID(h))) for i, h in enumerate(ids(digits))]
+        assert post(APIClient(), batch(ms), write_key).status_code == 200
+    rows = list(Measurement.objects.all())
+    lowest = min(str(m.id) for m in rows)
+    dsn = connection.get_connection_params()
+    holder, probe = psycopg2.connect(**dsn), psycopg2.connect(**dsn)
+    try:
+        with holder.cursor() as cur:
+            cur.execute(f"SELECT 1 FROM {Measurement._meta.db_table} WHERE id = %s FOR UPDATE", [lowest])
+
+        def store():
+            try:
+                _store_answers(rows)
+            finally:
+                connections.close_all()
+
+        writer = threading.Thread(target=store, daemon=True)
+        writer.start()
+        probe.autocommit = True
+        with probe.cursor() as cur:
+            for _ in range(100):  # the analyser reaches the held row
+                cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted")
+                if cur.fetchone()[0]:
+                    break
+                threading.Event().wait(0.05)
+            else:
+                raise AssertionError("the analyser never waited for the held row")
+            cur.execute(f"SELECT count(*) FROM (SELECT 1 FROM {Measurement._meta.db_table} WHERE id <> %s "
+                        "FOR UPDATE SKIP LOCKED) t", [lowest])
+            free = cur.fetchone()[0]
+        assert free == len(rows) - 1, f"the waiting analyser holds {len(rows) - 1 - free} other rows"
+        holder.rollback()
+        writer.join(30)
+        assert not writer.is_alive()
+    finally:
+        holder.close()
+        probe.close()
